@@ -41,4 +41,46 @@ int opt_config_load(struct opt_config *cfg, const char *dir);
  */
 int opt_config_dummy(struct opt_config *cfg, const char *name);
 
+
+/* ---- A loaded model: config, tokenizer and a backend holding the weights. ---- */
+
+#include "backend.h"
+
+struct tokenizer;
+
+struct model_opts {
+    enum dtype dtype;    /* compute dtype of the CPU backend */
+    int n_threads;       /* 0 = OpenMP's default */
+    uint64_t dummy_seed; /* seed of dummy:* weights */
+};
+
+struct model {
+    struct opt_config cfg;
+    struct tokenizer *tok;
+    struct backend be;
+    enum dtype dtype;
+    double load_seconds;
+};
+
+/* Defaults: bf16 where the CPU has AVX512-BF16, else fp32; seed 0. Thread: any. */
+void model_opts_default(struct model_opts *o);
+
+/*
+ * Load `name`: a checkpoint folder (config.json, weights, and vocab.json +
+ * merges.txt; without them a byte-level tokenizer is used and a warning logged), or
+ * a built-in dummy model "dummy:NAME". Returns 0, or an engine error with a one-line
+ * message (err_msg) naming the file and tensor at fault.
+ * Owns: *out (model_destroy). Thread: the engine thread (it owns the backend).
+ */
+int model_load(struct model **out, const char *name, const struct model_opts *opts);
+
+/*
+ * Only the tokenizer of model `name` (as model_load would make it), for commands
+ * that need no weights. Owns: *out (tokenizer_destroy). Thread: any.
+ */
+int model_load_tokenizer(struct tokenizer **out, const char *name);
+
+/* Free everything. NULL is fine. Thread: engine. */
+void model_destroy(struct model *m);
+
 #endif

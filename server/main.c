@@ -1,9 +1,358 @@
 /*
- * main.c - the h2oserve command line: subcommands generate and tokenize.
+ * main.c - the h2oserve command line.
+ *
+ * Subcommands: `generate` (complete prompts on stdout, diagnostics on stderr) and
+ * `tokenize` (text -> ids as a JSON array, or --decode ids -> text). `serve`,
+ * `run-batch` and `bench` come with the server and benchmark issues.
+ * Owns: the process; all configuration is parsed here and passed down.
  */
-#include <stdio.h>
+#include "err.h"
+#include "generate.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "util.h"
 
-int main(void)
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_MODEL "dummy:opt-125m"
+#define MAX_STOPS 4
+#define MAX_PROMPTS 4096
+
+static void usage_generate(FILE *f)
 {
+    fprintf(f,
+            "usage: h2oserve generate [options]\n"
+            "  --model DIR|dummy:NAME   checkpoint folder or built-in dummy (default %s)\n"
+            "  --prompt TEXT            a prompt (repeat for several; they run as one batch)\n"
+            "  --max-tokens N           tokens to generate per prompt (default 16)\n"
+            "  --temperature T          0 = greedy (default 1)\n"
+            "  --top-p P                nucleus sampling mass (default 1)\n"
+            "  --top-k K                keep the K most likely tokens (default 0 = off)\n"
+            "  --presence-penalty X     OpenAI presence penalty (default 0)\n"
+            "  --frequency-penalty X    OpenAI frequency penalty (default 0)\n"
+            "  --seed N                 sampling seed (default 0)\n"
+            "  --stop TEXT              stop string (up to 4)\n"
+            "  --ignore-eos             keep generating after the end-of-text token\n"
+            "  --dtype fp32|bf16        compute dtype (default bf16 where the CPU has it)\n"
+            "  --threads N              OpenMP threads (default: all cores)\n"
+            "  --max-batched-tokens N   tokens per forward step (default 2048)\n"
+            "  --block-size N           KV slots per block (default 16)\n",
+            DEFAULT_MODEL);
+}
+
+static int parse_int(const char *s, const char *flag, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "h2oserve: %s wants an integer in [%ld, %ld], got '%s'\n", flag, lo,
+                hi, s);
+        return -1;
+    }
+    *out = v;
     return 0;
+}
+
+static int parse_float(const char *s, const char *flag, double lo, double hi, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "h2oserve: %s wants a number in [%g, %g], got '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_dtype(const char *s, enum dtype *out)
+{
+    if (strcmp(s, "fp32") == 0) *out = DTYPE_F32;
+    else if (strcmp(s, "bf16") == 0) *out = DTYPE_BF16;
+    else {
+        fprintf(stderr, "h2oserve: --dtype wants fp32 or bf16, got '%s'\n", s);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_generate(int argc, char **argv)
+{
+    enum {
+        O_MODEL = 256, O_PROMPT, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK, O_PRES, O_FREQ, O_SEED,
+        O_STOP, O_IGNEOS, O_DTYPE, O_THREADS, O_MBT, O_BS, O_HELP,
+    };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, O_MODEL},
+        {"prompt", required_argument, 0, O_PROMPT},
+        {"max-tokens", required_argument, 0, O_MAXTOK},
+        {"temperature", required_argument, 0, O_TEMP},
+        {"top-p", required_argument, 0, O_TOPP},
+        {"top-k", required_argument, 0, O_TOPK},
+        {"presence-penalty", required_argument, 0, O_PRES},
+        {"frequency-penalty", required_argument, 0, O_FREQ},
+        {"seed", required_argument, 0, O_SEED},
+        {"stop", required_argument, 0, O_STOP},
+        {"ignore-eos", no_argument, 0, O_IGNEOS},
+        {"dtype", required_argument, 0, O_DTYPE},
+        {"threads", required_argument, 0, O_THREADS},
+        {"max-batched-tokens", required_argument, 0, O_MBT},
+        {"block-size", required_argument, 0, O_BS},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    const char *model_name = DEFAULT_MODEL;
+    const char *prompts[MAX_PROMPTS];
+    const char *stops[MAX_STOPS];
+    int n_prompts = 0, n_stops = 0;
+    long v;
+    struct gen_request proto = {.max_tokens = 16};
+    sampler_params_default(&proto.sp);
+    struct model_opts mo;
+    model_opts_default(&mo);
+    struct gen_opts go;
+    gen_opts_default(&go);
+
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case O_MODEL: model_name = optarg; break;
+        case O_PROMPT:
+            if (n_prompts == MAX_PROMPTS) {
+                fprintf(stderr, "h2oserve: at most %d prompts\n", MAX_PROMPTS);
+                return 2;
+            }
+            prompts[n_prompts++] = optarg;
+            break;
+        case O_MAXTOK:
+            bad = parse_int(optarg, "--max-tokens", 0, 1 << 20, &v);
+            proto.max_tokens = (int32_t)v;
+            break;
+        case O_TEMP: bad = parse_float(optarg, "--temperature", 0, 2, &proto.sp.temperature); break;
+        case O_TOPP: bad = parse_float(optarg, "--top-p", 0, 1, &proto.sp.top_p); break;
+        case O_TOPK:
+            bad = parse_int(optarg, "--top-k", 0, 1 << 30, &v);
+            proto.sp.top_k = (int32_t)v;
+            break;
+        case O_PRES:
+            bad = parse_float(optarg, "--presence-penalty", -2, 2, &proto.sp.presence_penalty);
+            break;
+        case O_FREQ:
+            bad = parse_float(optarg, "--frequency-penalty", -2, 2, &proto.sp.frequency_penalty);
+            break;
+        case O_SEED:
+            bad = parse_int(optarg, "--seed", 0, LONG_MAX, &v);
+            proto.seed = (uint64_t)v;
+            break;
+        case O_STOP:
+            if (n_stops == MAX_STOPS) {
+                fprintf(stderr, "h2oserve: at most %d stop strings\n", MAX_STOPS);
+                return 2;
+            }
+            stops[n_stops++] = optarg;
+            break;
+        case O_IGNEOS: proto.ignore_eos = true; break;
+        case O_DTYPE: bad = parse_dtype(optarg, &mo.dtype); break;
+        case O_THREADS:
+            bad = parse_int(optarg, "--threads", 0, 1024, &v);
+            mo.n_threads = (int)v;
+            break;
+        case O_MBT:
+            bad = parse_int(optarg, "--max-batched-tokens", 1, 1 << 20, &v);
+            go.max_batched_tokens = (int32_t)v;
+            break;
+        case O_BS:
+            bad = parse_int(optarg, "--block-size", 1, 1024, &v);
+            go.block_size = (int32_t)v;
+            break;
+        case O_HELP: usage_generate(stdout); return 0;
+        default: usage_generate(stderr); return 2;
+        }
+        if (bad) return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "h2oserve: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (n_prompts == 0) {
+        fprintf(stderr, "h2oserve: generate needs --prompt\n");
+        usage_generate(stderr);
+        return 2;
+    }
+    proto.stops = stops;
+    proto.n_stops = n_stops;
+
+    struct model *m = NULL;
+    int err = model_load(&m, model_name, &mo);
+    if (err) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        return 1;
+    }
+    fprintf(stderr, "loaded %s (%s, %d layers, hidden %d) in %.2f s\n", m->cfg.name,
+            dtype_name(m->dtype), m->cfg.n_layer, m->cfg.hidden, m->load_seconds);
+
+    struct gen_request *reqs = xcalloc((size_t)n_prompts, sizeof *reqs);
+    struct gen_result *res = xcalloc((size_t)n_prompts, sizeof *res);
+    for (int i = 0; i < n_prompts; i++) {
+        reqs[i] = proto;
+        reqs[i].prompt = prompts[i];
+        reqs[i].prompt_len = strlen(prompts[i]);
+    }
+    double t0 = time_now();
+    err = generate_run(m, &go, reqs, n_prompts, res);
+    double dt = time_now() - t0;
+    int rc = 0;
+    if (err) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        rc = 1;
+    } else {
+        long n_gen = 0, n_prompt_tok = 0;
+        for (int i = 0; i < n_prompts; i++) {
+            fwrite(res[i].text, 1, res[i].text_len, stdout);
+            fputc('\n', stdout);
+            n_gen += res[i].n_tokens;
+            n_prompt_tok += res[i].prompt_tokens;
+            gen_result_free(&res[i]);
+        }
+        fprintf(stderr, "%d prompts, %ld prompt tokens, %ld generated tokens in %.2f s "
+                        "(%.1f generated tokens/s)\n",
+                n_prompts, n_prompt_tok, n_gen, dt, dt > 0 ? (double)n_gen / dt : 0.0);
+    }
+    free(reqs);
+    free(res);
+    model_destroy(m);
+    return rc;
+}
+
+/* Parse "[2, 31414, 232]" or "2,31414 232" into ids. Returns count or -1. */
+static int parse_ids(const char *s, int32_t **out)
+{
+    int32_t *ids = NULL;
+    int n = 0, cap = 0;
+    const char *p = s;
+    while (*p) {
+        if (strchr("[], \t\n", *p)) {
+            p++;
+            continue;
+        }
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) {
+            free(ids);
+            return -1;
+        }
+        if (n == cap) ids = xrealloc(ids, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *ids);
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    *out = ids;
+    return n;
+}
+
+static int cmd_tokenize(int argc, char **argv)
+{
+    enum { O_MODEL = 256, O_TEXT, O_DECODE, O_NOBOS, O_HELP };
+    static const struct option opts[] = {
+        {"model", required_argument, 0, O_MODEL}, {"text", required_argument, 0, O_TEXT},
+        {"decode", required_argument, 0, O_DECODE}, {"no-bos", no_argument, 0, O_NOBOS},
+        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0},
+    };
+    const char *model_name = DEFAULT_MODEL, *text = NULL, *decode = NULL;
+    bool bos = true;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: model_name = optarg; break;
+        case O_TEXT: text = optarg; break;
+        case O_DECODE: decode = optarg; break;
+        case O_NOBOS: bos = false; break;
+        case O_HELP:
+        default:
+            fprintf(c == O_HELP ? stdout : stderr,
+                    "usage: h2oserve tokenize [--model DIR|dummy:NAME] (--text TEXT [--no-bos] "
+                    "| --decode IDS)\n  IDS: a JSON array or a comma/space separated list\n");
+            return c == O_HELP ? 0 : 2;
+        }
+    }
+    if (!text == !decode) {
+        fprintf(stderr, "h2oserve: tokenize needs exactly one of --text and --decode\n");
+        return 2;
+    }
+    struct tokenizer *tok = NULL;
+    int err = model_load_tokenizer(&tok, model_name);
+    if (err) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        return 1;
+    }
+    int rc = 0;
+    if (text) {
+        int32_t *ids = NULL, n = 0;
+        err = tokenizer_encode(tok, text, strlen(text), bos, &ids, &n);
+        if (err) {
+            fprintf(stderr, "h2oserve: %s\n", err_msg());
+            rc = 1;
+        } else {
+            putchar('[');
+            for (int32_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+            printf("]\n");
+        }
+        free(ids);
+    } else {
+        int32_t *ids = NULL;
+        int n = parse_ids(decode, &ids);
+        char *out = NULL;
+        size_t len = 0;
+        if (n < 0) {
+            fprintf(stderr, "h2oserve: --decode wants token ids, got '%s'\n", decode);
+            rc = 2;
+        } else if ((err = tokenizer_decode(tok, ids, n, true, &out, &len))) {
+            fprintf(stderr, "h2oserve: %s\n", err_msg());
+            rc = 1;
+        } else {
+            fwrite(out, 1, len, stdout);
+            putchar('\n');
+        }
+        free(ids);
+        free(out);
+    }
+    tokenizer_destroy(tok);
+    return rc;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: h2oserve COMMAND [options]\n"
+               "commands:\n"
+               "  generate   complete prompts and print the text\n"
+               "  tokenize   text -> token ids, or --decode ids -> text\n"
+               "Run 'h2oserve COMMAND --help' for its options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "h2oserve: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
 }

@@ -1,0 +1,99 @@
+/*
+ * backend.h - the backend vtable: what the engine needs from a device.
+ *
+ * Coarse on purpose (ggml-style table of function pointers plus an opaque context):
+ * load the weights, allocate the paged KV pool, run one batched forward, copy and
+ * initialise blocks, and expose the per-slot H2O state. The CPU backend
+ * (engine/cpu) is the readable reference; the CUDA backend implements the same table.
+ *
+ * KV geometry (DESIGN section 5): per layer, K and V pools of n_blocks blocks, each
+ * [n_head, block_size, head_dim]; and per layer the slot state pos/score, each
+ * [n_blocks, n_head, block_size]. pos = -1 marks a free slot. A sequence's block
+ * table maps slot s to (blocks[s / block_size], s % block_size) for every layer and
+ * head; with H2O the same slot may hold different tokens in different heads.
+ */
+#ifndef H2O_BACKEND_H
+#define H2O_BACKEND_H
+
+#include "dtype.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct weights;
+struct opt_config;
+
+/* One sequence's part of a batch. */
+struct be_seq {
+    const int32_t *blocks; /* block table [n_blocks], covers every slot used below */
+    int32_t n_blocks;
+    int32_t tok_start;     /* first row of this sequence in the batch */
+    int32_t n_tok;         /* rows: a prefill chunk, or 1 for a decode token */
+    /* The new tokens go to slots slot_start .. slot_start + n_tok - 1 in every layer
+     * and head, unless head_slots is set (one decode token only): then the token goes
+     * to slot head_slots[layer * n_head + head], the hole H2O left in that head. */
+    int32_t slot_start;
+    const int32_t *head_slots; /* [n_layer * n_head] or NULL */
+    /* Attention scans slots [0, n_slots) after the new tokens are written; a slot is
+     * attended when 0 <= pos[slot] <= the query's position (free slots are -1). */
+    int32_t n_slots;
+};
+
+struct be_batch {
+    int32_t n_tok;
+    const int32_t *tokens;   /* [n_tok] */
+    const int32_t *pos;      /* [n_tok] logical positions (never slot indices) */
+    int32_t n_seq;
+    const struct be_seq *seqs; /* [n_seq], rows in order, disjoint */
+    int32_t n_out;
+    const int32_t *out_rows;   /* [n_out] rows whose logits are wanted */
+};
+
+struct be_ops {
+    const char *name;
+    /* Load every tensor of `cfg` from `w`; the backend keeps its own copy. */
+    int (*load)(void *ctx, const struct opt_config *cfg, const struct weights *w);
+    /* Allocate the KV pool and slot state for n_blocks blocks. Once. */
+    int (*kv_alloc)(void *ctx, int32_t n_blocks, int32_t block_size);
+    /* Bytes one block takes over all layers (K, V and slot state). */
+    size_t (*kv_block_bytes)(void *ctx, int32_t block_size);
+    /* Mark every slot of these blocks free (pos = -1, score = 0) in every layer. */
+    void (*kv_init_blocks)(void *ctx, const int32_t *blocks, int32_t n);
+    /* Copy K, V and slot state of src[i] to dst[i] in every layer (fork). */
+    void (*kv_copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int32_t n);
+    /* Host pointers to one layer's slot state [n_blocks, n_head, block_size], or
+     * -1 when the state lives on a device (then use a read op). */
+    int (*kv_state)(void *ctx, int32_t layer, int32_t **pos, float **score);
+    /*
+     * One forward over the batch: writes each token's K/V and pos into its slots,
+     * adds every query's attention probabilities to the attended slots' scores, and
+     * writes logits [n_out, vocab] (fp32) for the requested rows.
+     */
+    int (*forward)(void *ctx, const struct be_batch *b, float *logits);
+    void (*destroy)(void *ctx);
+};
+
+struct backend {
+    const struct be_ops *ops;
+    void *ctx;
+};
+
+struct be_cpu_opts {
+    enum dtype dtype; /* DTYPE_F32 or DTYPE_BF16: weights, activations into GEMMs, KV */
+    int n_threads;    /* 0 = OpenMP's default */
+};
+
+/*
+ * Create the CPU backend. Returns 0, or ENG_EUNSUPPORTED when bf16 is asked for on
+ * a CPU without it. Owns: *out (backend_destroy). Thread: the engine thread from
+ * then on.
+ */
+int backend_cpu_create(struct backend *out, const struct be_cpu_opts *opts);
+
+/* Whether this CPU has AVX512-BF16 (the default dtype is bf16 where it does). */
+int backend_cpu_has_bf16(void);
+
+/* Destroy a backend made by any *_create. Safe on a zeroed struct. Thread: engine. */
+void backend_destroy(struct backend *be);
+
+#endif

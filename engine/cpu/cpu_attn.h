@@ -1,0 +1,48 @@
+/*
+ * cpu_attn.h - attention over the paged KV cache, with H2O score accumulation.
+ *
+ * One layer's cache: K and V [n_blocks, n_head, block_size, head_dim] in the KV dtype
+ * (fp32 or bf16), and the slot state pos / score [n_blocks, n_head, block_size].
+ * Scores stay fp32 even with bf16 K/V: the accumulated attention of old heavy
+ * hitters reaches hundreds, where bf16 would round away every new contribution.
+ * Thread: engine (the caller), fanning out to OpenMP over (sequence, head).
+ */
+#ifndef H2O_CPU_ATTN_H
+#define H2O_CPU_ATTN_H
+
+#include "backend.h"
+#include "dtype.h"
+
+#include <stdint.h>
+
+struct cpu_kv_layer {
+    void *k;        /* [n_blocks, n_head, block_size, head_dim] */
+    void *v;        /* [n_blocks, n_head, block_size, head_dim] */
+    int32_t *pos;   /* [n_blocks, n_head, block_size], -1 = free */
+    float *score;   /* [n_blocks, n_head, block_size] accumulated attention */
+};
+
+struct cpu_attn_args {
+    const struct be_batch *batch;
+    const float *qkv;      /* [n_tok, 3 * n_head * head_dim]: q | k | v, q unscaled */
+    void *out;             /* [n_tok, n_head * head_dim] */
+    enum dtype out_dtype;  /* fp32, or bf16 when it feeds a bf16 GEMM */
+    struct cpu_kv_layer kv;
+    enum dtype kv_dtype;
+    int32_t layer, n_head, head_dim, block_size;
+    float scale;           /* head_dim^-0.5 */
+    float *scratch;        /* [n_threads, scratch_stride] attention row buffers */
+    int32_t scratch_stride; /* >= max n_slots of any sequence */
+};
+
+/*
+ * Write the batch's new K/V into their slots (pos = the token's position, score =
+ * 0), then attend: each query sees the slots whose pos is in [0, its own position],
+ * with an fp32 softmax, and adds its probabilities to those slots' scores. Within a
+ * prefill chunk this is the causal mask; across steps it is plain decode attention;
+ * with H2O holes it skips evicted slots. Sums over queries give the prefill column
+ * sums of DESIGN section 5 without a second pass.
+ */
+void cpu_attn_forward(const struct cpu_attn_args *a);
+
+#endif

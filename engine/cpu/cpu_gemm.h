@@ -1,0 +1,60 @@
+/*
+ * cpu_gemm.h - a linear layer (y = x W^T + b, optional ReLU) as one oneDNN matmul.
+ *
+ * Owns: the weights in oneDNN's preferred blocked layout (reordered once at load),
+ * the bias, and a matmul primitive created once with a runtime M dimension, since
+ * the token count changes every step and creating primitives in the hot loop costs
+ * more than the small GEMMs of a decode step.
+ * Thread: the engine thread; the GEMM itself runs on oneDNN's OpenMP threads.
+ */
+#ifndef H2O_CPU_GEMM_H
+#define H2O_CPU_GEMM_H
+
+#include "dtype.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct cpu_dnnl {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+};
+
+/* Create the CPU engine and stream. Returns 0 or ENG_EUNSUPPORTED. Thread: engine. */
+int cpu_dnnl_init(struct cpu_dnnl *d);
+void cpu_dnnl_deinit(struct cpu_dnnl *d);
+
+struct cpu_linear {
+    int64_t k, n;          /* in and out features */
+    enum dtype src_dtype;  /* weights have this dtype too */
+    enum dtype dst_dtype;
+    dnnl_primitive_t prim;
+    dnnl_memory_t weights; /* [k, n] in oneDNN's chosen layout */
+    dnnl_memory_t bias;    /* [1, n] fp32, or NULL */
+    void *weights_buf;
+    float *bias_buf;
+    size_t weights_bytes;
+};
+
+/*
+ * Build the layer from PyTorch-layout weights w [n, k] (fp32) and bias [n] (or
+ * NULL). `relu` fuses the activation as a post-op. Returns 0, ENG_EUNSUPPORTED
+ * (oneDNN refused the configuration) or ENG_ENOMEM.
+ * Owns: copies of w and b in its own layout; the caller may free them.
+ * Thread: engine.
+ */
+int cpu_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *w,
+                    const float *b, int64_t n, int64_t k, enum dtype src_dtype,
+                    enum dtype dst_dtype, bool relu);
+void cpu_linear_deinit(struct cpu_linear *l);
+
+/*
+ * dst [m, n] = src [m, k] W^T (+ b) (ReLU). src has src_dtype, dst dst_dtype, both
+ * row-major with rows of exactly k and n elements. m == 0 is a no-op.
+ * Thread: engine.
+ */
+void cpu_linear_run(const struct cpu_linear *l, struct cpu_dnnl *d, const void *src,
+                    int64_t m, void *dst);
+
+#endif

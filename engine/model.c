@@ -1,0 +1,98 @@
+/*
+ * model.c - load an OPT model (checkpoint folder or dummy) into a backend.
+ *
+ * Owns: the tokenizer and the backend of the loaded model; the weights object is
+ * closed once the backend has copied the tensors into its own layout.
+ */
+#include "model.h"
+
+#include "err.h"
+#include "tokenizer.h"
+#include "util.h"
+#include "weights.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void model_opts_default(struct model_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->dtype = backend_cpu_has_bf16() ? DTYPE_BF16 : DTYPE_F32;
+}
+
+static int file_exists(const char *dir, const char *name)
+{
+    char *p = util_path_join(dir, name);
+    int ok = access(p, R_OK) == 0;
+    free(p);
+    return ok;
+}
+
+static int load_tokenizer(struct tokenizer **out, const struct opt_config *cfg,
+                          const char *dir)
+{
+    if (dir && file_exists(dir, "vocab.json") && file_exists(dir, "merges.txt")) {
+        char *v = util_path_join(dir, "vocab.json"), *mg = util_path_join(dir, "merges.txt");
+        int err = tokenizer_load(out, v, mg);
+        free(v);
+        free(mg);
+        return err;
+    }
+    if (dir) log_warn("%s has no vocab.json + merges.txt: using a byte-level tokenizer", dir);
+    *out = tokenizer_create_bytes(cfg->vocab_size);
+    if (!*out)
+        return err_set(ENG_EFORMAT, "%s: vocab_size %d is too small for the byte-level "
+                                    "tokenizer (needs 260)", cfg->name, cfg->vocab_size);
+    return 0;
+}
+
+static int load_config(struct opt_config *cfg, const char *name)
+{
+    return strncmp(name, "dummy:", 6) == 0 ? opt_config_dummy(cfg, name)
+                                           : opt_config_load(cfg, name);
+}
+
+int model_load_tokenizer(struct tokenizer **out, const char *name)
+{
+    struct opt_config cfg;
+    int err = load_config(&cfg, name);
+    if (err) return err;
+    return load_tokenizer(out, &cfg, strncmp(name, "dummy:", 6) == 0 ? NULL : name);
+}
+
+int model_load(struct model **out, const char *name, const struct model_opts *opts)
+{
+    struct model *m = xcalloc(1, sizeof *m);
+    struct weights *w = NULL;
+    double t0 = time_now();
+    const bool dummy = strncmp(name, "dummy:", 6) == 0;
+    int err = load_config(&m->cfg, name);
+    if (err) goto fail;
+    err = load_tokenizer(&m->tok, &m->cfg, dummy ? NULL : name);
+    if (err) goto fail;
+    err = dummy ? weights_open_dummy(&w, &m->cfg, opts->dummy_seed) : weights_open(&w, name);
+    if (err) goto fail;
+    struct be_cpu_opts bo = {.dtype = opts->dtype, .n_threads = opts->n_threads};
+    err = backend_cpu_create(&m->be, &bo);
+    if (err) goto fail;
+    m->dtype = opts->dtype;
+    err = m->be.ops->load(m->be.ctx, &m->cfg, w);
+    if (err) goto fail;
+    weights_close(w);
+    m->load_seconds = time_now() - t0;
+    *out = m;
+    return 0;
+fail:
+    weights_close(w);
+    model_destroy(m); /* safe on a half-built model */
+    return err;
+}
+
+void model_destroy(struct model *m)
+{
+    if (!m) return;
+    backend_destroy(&m->be);
+    if (m->tok) tokenizer_destroy(m->tok);
+    free(m);
+}
