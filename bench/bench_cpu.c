@@ -1,0 +1,236 @@
+/*
+ * bench_cpu.c - CPU backend throughput and model FLOP utilisation.
+ *
+ * For a model (default dummy:opt-125m) in fp32 and bf16: prefill and decode
+ * tokens/s at batch 1, 16 and 64 with a 512-token context, and the model FLOP
+ * utilisation (MFU): the model FLOP/s achieved divided by the rate oneDNN's matmul
+ * reaches on a 2048x2048x2048 product of the same dtype, measured in the same run.
+ *
+ * Model FLOPs count the work the model needs, not what the code happens to do:
+ * 2 * (parameters of the layer GEMMs) per token, 2 * hidden * vocab (times the
+ * projection when present) per token whose logits are needed, and 4 * hidden per
+ * attended (query, key) pair per layer (QK^T and PV).
+ *
+ * Usage: bench_cpu [--model NAME] [--ctx 512] [--decode-steps 16] [--batches 1,16,64]
+ *                  [--dtypes fp32,bf16] [--max-batched-tokens 2048]
+ */
+#include "batch.h"
+#include "cpu_gemm.h"
+#include "err.h"
+#include "kv_pool.h"
+#include "kv_seq.h"
+#include "model.h"
+#include "util.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct bench_opts {
+    const char *model;
+    int32_t ctx, decode_steps, max_batched;
+    int32_t batches[8], n_batches;
+    enum dtype dtypes[2];
+    int n_dtypes;
+};
+
+/* GFLOP/s of oneDNN's matmul on an n x n x n product in `dt`. */
+static double gemm_peak(enum dtype dt, int64_t n)
+{
+    struct cpu_dnnl d;
+    struct cpu_linear l;
+    CHECK(cpu_dnnl_init(&d) == 0);
+    float *w = xmalloc((size_t)(n * n) * sizeof *w);
+    for (int64_t i = 0; i < n * n; i++) w[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    CHECK(cpu_linear_init(&l, &d, w, NULL, n, n, dt, DTYPE_F32, false) == 0);
+    void *src = xmalloc((size_t)(n * n) * 4);
+    if (dt == DTYPE_F32) memcpy(src, w, (size_t)(n * n) * 4);
+    else for (int64_t i = 0; i < n * n; i++) ((uint16_t *)src)[i] = f32_to_bf16(w[i]);
+    float *dst = xmalloc((size_t)(n * n) * sizeof *dst);
+    cpu_linear_run(&l, &d, src, n, dst); /* warm-up */
+    double best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = time_now();
+        cpu_linear_run(&l, &d, src, n, dst);
+        double t = time_now() - t0;
+        best = t < best ? t : best;
+    }
+    cpu_linear_deinit(&l);
+    cpu_dnnl_deinit(&d);
+    free(w);
+    free(src);
+    free(dst);
+    return 2.0 * (double)n * (double)n * (double)n / best * 1e-9;
+}
+
+/* Model FLOPs per token outside attention and the LM head. */
+static double layer_flops_per_token(const struct opt_config *c)
+{
+    double h = c->hidden, f = c->ffn;
+    return 2.0 * c->n_layer * (4.0 * h * h + 2.0 * h * f);
+}
+
+static double head_flops(const struct opt_config *c)
+{
+    double fl = 2.0 * c->word_embed_proj_dim * c->vocab_size;
+    if (c->word_embed_proj_dim != c->hidden)
+        fl += 2.0 * 2.0 * c->hidden * c->word_embed_proj_dim; /* project_in and _out */
+    return fl;
+}
+
+static double attn_flops(const struct opt_config *c, double pairs)
+{
+    return 4.0 * c->hidden * c->n_layer * pairs;
+}
+
+struct result {
+    double prefill_tps, prefill_gflops, decode_tps, decode_gflops;
+};
+
+static struct result run_batch(struct model *m, const struct bench_opts *o, int32_t B)
+{
+    const struct opt_config *c = &m->cfg;
+    const int32_t P = o->ctx, V = c->vocab_size, S = o->decode_steps;
+    const int32_t bs = 16, per_seq = CEIL_DIV(P + S, bs);
+    struct kv_pool pool;
+    kv_pool_init(&pool, B * per_seq, bs);
+    CHECK(m->be.ops->kv_alloc(m->be.ctx, B * per_seq, bs) == 0);
+    struct kv_seq *kv = xcalloc((size_t)B, sizeof *kv);
+    int32_t *toks = xmalloc((size_t)(P + S) * sizeof *toks);
+    for (int32_t t = 0; t < P + S; t++) toks[t] = 4 + (t * 131) % (V - 4);
+    toks[0] = 2;
+    struct batch_item *items = xcalloc((size_t)B, sizeof *items);
+    struct batch b;
+    batch_init(&b);
+    for (int32_t i = 0; i < B; i++) kv_seq_init(&kv[i]);
+
+    /* Prefill: whole prompts, as many per forward as max_batched_tokens allows. */
+    double t0 = time_now();
+    for (int32_t i = 0; i < B;) {
+        int32_t n = 0, room = o->max_batched;
+        while (i + n < B && (n == 0 || room >= P)) {
+            items[n] = (struct batch_item){.kv = &kv[i + n], .tokens = toks, .n_tok = P};
+            room -= P;
+            n++;
+        }
+        CHECK(batch_run(&b, &m->be, &pool, V, items, n) == 0);
+        i += n;
+    }
+    double tp = time_now() - t0;
+    /* Decode: every sequence one token per step. */
+    t0 = time_now();
+    for (int32_t s = 0; s < S; s++) {
+        for (int32_t i = 0; i < B; i++)
+            items[i] = (struct batch_item){.kv = &kv[i], .tokens = &toks[P + s], .n_tok = 1,
+                                           .pos0 = P + s};
+        CHECK(batch_run(&b, &m->be, &pool, V, items, B) == 0);
+    }
+    double td = time_now() - t0;
+
+    struct result r;
+    double pairs_prefill = (double)B * P * (P + 1) / 2.0;
+    double fl_prefill = (double)B * P * layer_flops_per_token(c) + B * head_flops(c) +
+                        attn_flops(c, pairs_prefill);
+    double pairs_decode = 0;
+    for (int32_t s = 0; s < S; s++) pairs_decode += (double)B * (P + s + 1);
+    double fl_decode = (double)B * S * (layer_flops_per_token(c) + head_flops(c)) +
+                       attn_flops(c, pairs_decode);
+    r.prefill_tps = (double)B * P / tp;
+    r.prefill_gflops = fl_prefill / tp * 1e-9;
+    r.decode_tps = (double)B * S / td;
+    r.decode_gflops = fl_decode / td * 1e-9;
+
+    for (int32_t i = 0; i < B; i++) kv_seq_deinit(&kv[i], &pool);
+    CHECK(pool.n_free == pool.n_blocks);
+    kv_pool_deinit(&pool);
+    batch_deinit(&b);
+    free(kv);
+    free(toks);
+    free(items);
+    return r;
+}
+
+static int parse_list(const char *s, int32_t *out, int max)
+{
+    int n = 0;
+    char *end;
+    while (*s && n < max) {
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0) return -1;
+        out[n++] = (int32_t)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_opts o = {.model = "dummy:opt-125m", .ctx = 512, .decode_steps = 16,
+                           .max_batched = 2048, .batches = {1, 16, 64}, .n_batches = 3,
+                           .dtypes = {DTYPE_F32, DTYPE_BF16}, .n_dtypes = 2};
+    if (!backend_cpu_has_bf16()) o.n_dtypes = 1;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"ctx", required_argument, 0, 'c'},
+        {"decode-steps", required_argument, 0, 's'}, {"batches", required_argument, 0, 'b'},
+        {"dtypes", required_argument, 0, 'd'}, {"max-batched-tokens", required_argument, 0, 't'},
+        {0, 0, 0, 0},
+    };
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'm': o.model = optarg; break;
+        case 'c': o.ctx = atoi(optarg); break;
+        case 's': o.decode_steps = atoi(optarg); break;
+        case 't': o.max_batched = atoi(optarg); break;
+        case 'b':
+            o.n_batches = parse_list(optarg, o.batches, 8);
+            if (o.n_batches <= 0) return fprintf(stderr, "bad --batches\n"), 2;
+            break;
+        case 'd':
+            o.n_dtypes = 0;
+            if (strstr(optarg, "fp32")) o.dtypes[o.n_dtypes++] = DTYPE_F32;
+            if (strstr(optarg, "bf16")) o.dtypes[o.n_dtypes++] = DTYPE_BF16;
+            if (!o.n_dtypes) return fprintf(stderr, "bad --dtypes\n"), 2;
+            break;
+        default:
+            fprintf(stderr, "usage: bench_cpu [--model NAME] [--ctx N] [--decode-steps N] "
+                            "[--batches 1,16,64] [--dtypes fp32,bf16] "
+                            "[--max-batched-tokens N]\n");
+            return 2;
+        }
+    }
+    if (o.ctx <= 0 || o.decode_steps <= 0 || o.max_batched <= 0)
+        return fprintf(stderr, "sizes must be positive\n"), 2;
+
+    printf("model %s, context %d, %d decode steps, %d tokens per prefill forward\n", o.model,
+           o.ctx, o.decode_steps, o.max_batched);
+    printf("%-5s %-8s %6s %12s %10s %7s\n", "dtype", "phase", "batch", "tokens/s", "GFLOP/s",
+           "MFU");
+    for (int di = 0; di < o.n_dtypes; di++) {
+        enum dtype dt = o.dtypes[di];
+        double peak = gemm_peak(dt, 2048);
+        struct model_opts mo;
+        model_opts_default(&mo);
+        mo.dtype = dt;
+        struct model *m = NULL;
+        if (model_load(&m, o.model, &mo)) {
+            fprintf(stderr, "bench_cpu: %s\n", err_msg());
+            return 1;
+        }
+        printf("%-5s %-8s %6s %12s %10.1f %7s\n", dtype_name(dt), "gemm2048", "-", "-", peak,
+               "(peak)");
+        for (int bi = 0; bi < o.n_batches; bi++) {
+            struct result r = run_batch(m, &o, o.batches[bi]);
+            printf("%-5s %-8s %6d %12.1f %10.1f %6.1f%%\n", dtype_name(dt), "prefill",
+                   o.batches[bi], r.prefill_tps, r.prefill_gflops,
+                   100.0 * r.prefill_gflops / peak);
+            printf("%-5s %-8s %6d %12.1f %10.1f %6.1f%%\n", dtype_name(dt), "decode",
+                   o.batches[bi], r.decode_tps, r.decode_gflops, 100.0 * r.decode_gflops / peak);
+            fflush(stdout);
+        }
+        model_destroy(m);
+    }
+    return 0;
+}
