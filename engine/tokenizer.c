@@ -561,6 +561,22 @@ struct tokenizer *tokenizer_create_bytes(int32_t vocab_size)
         tok->str_off = tokenizer_pool_add_display(t, &raw, 1);
         t->byte_tok[b] = 4 + b;
     }
+    /* The ids past the bytes (a dummy OPT has 50272) are never produced by encoding,
+     * but a dummy model samples them all the time. They decode to short made-up
+     * words (" ka", " tobe", ...) so that dummy output is visible text, not nothing. */
+    for (int32_t id = 260; id < vocab_size; id++) {
+        char word[8];
+        int n = 0;
+        word[n++] = ' ';
+        for (uint32_t v = (uint32_t)id * 2654435761u, k = 2 + (uint32_t)id % 4; k > 0; k--) {
+            word[n++] = (char)('a' + v % 26);
+            v /= 26;
+        }
+        struct tokenizer_tok *tok = &t->toks[id];
+        tok->bytes_off = tokenizer_pool_add(t, word, (size_t)n);
+        tok->n_bytes = n;
+        tok->str_off = tokenizer_pool_add_display(t, word, (size_t)n);
+    }
     t->bos = t->eos = 2;
     return t;
 }
