@@ -24,6 +24,12 @@ struct weights;
  * header is validated up front (dtype known, data inside the file, shapes
  * consistent with byte sizes) so that a bad file fails here with a one-line message
  * naming the file and tensor, never later in a read.
+ * Returns 0; ENG_ENOTFOUND when the folder holds no checkpoint or an index names a
+ * missing shard; ENG_EIO when a file cannot be opened or mapped; ENG_EFORMAT for a
+ * malformed, truncated or inconsistent file (bad JSON, zip or pickle, data outside
+ * the file); ENG_EUNSUPPORTED for well-formed input this reader does not take
+ * (dtypes other than fp32/fp16/bf16, non-contiguous tensors, compressed zip members).
+ * The files stay mapped read-only until weights_close; nothing is read eagerly.
  * Owns: the returned object (weights_close). Thread: any.
  */
 int weights_open(struct weights **out, const char *dir);
@@ -32,7 +38,9 @@ int weights_open(struct weights **out, const char *dir);
  * Weights for a dummy model: every tensor of `cfg` generated on demand from `seed`
  * (the same seed, name and index give the same value on every machine). LayerNorm
  * weights are 1 and biases 0; matrices are normal-ish with std 0.02, like OPT's init.
- * Thread: any.
+ * There is no lm_head.weight (it is tied). Nothing is materialised, so any size opens
+ * at once. Returns 0.
+ * Owns: the returned object (weights_close). Thread: any.
  */
 int weights_open_dummy(struct weights **out, const struct opt_config *cfg, uint64_t seed);
 
