@@ -1,7 +1,7 @@
 /*
  * sampler.h - turn one sequence's next-token logits into a token: logit_bias,
- * presence/frequency penalties, logprobs, temperature, top-k, top-p, and a seeded
- * per-sequence random generator.
+ * presence/frequency penalties, logprobs, temperature, top-k, top-p, and one draw
+ * from the sequence's seeded random generator (struct rng, rng.h).
  *
  * The order of the steps, and why:
  *   1. logit_bias is added to the raw logits, as OpenAI documents ("added to the
@@ -40,6 +40,8 @@
 #ifndef H2O_SAMPLER_H
 #define H2O_SAMPLER_H
 
+#include "rng.h"
+
 #include <stdint.h>
 
 /* The most alternatives a request may ask for (OpenAI's logprobs: 0..5). */
@@ -59,14 +61,6 @@ struct sampler_params {
     const float *bias_vals;  /* [n_bias] added to those logits (OpenAI: -100..100) */
     int32_t n_bias;
     int32_t n_logprobs; /* top alternatives to report, 0..5; -1 = no logprobs */
-};
-
-/*
- * A xoshiro256** generator. Each sequence owns one, so a sequence's tokens depend
- * only on its seed and its own logits, never on what else shares the batch.
- */
-struct rng {
-    uint64_t s[4];
 };
 
 /* What one call produced. */
@@ -96,20 +90,6 @@ struct sampler_scratch {
  * Thread: any.
  */
 void sampler_params_default(struct sampler_params *p);
-
-/*
- * Seed `r` from a 64-bit seed, expanded through splitmix64 so that nearby seeds
- * (0, 1, 2, ...) give unrelated streams. A request without a seed gets one from
- * the caller (for example from the clock and the request id).
- * Thread: any (touches only `r`).
- */
-void rng_seed(struct rng *r, uint64_t seed);
-
-/* The next 64 random bits of `r`. Thread: any (touches only `r`). */
-uint64_t rng_next(struct rng *r);
-
-/* A uniform double in [0, 1) with 53 random bits. Thread: any (touches only `r`). */
-double rng_uniform(struct rng *r);
 
 /* Zero `s`; it holds no memory yet. Thread: any. */
 void sampler_scratch_init(struct sampler_scratch *s);
