@@ -253,6 +253,10 @@ static int cpu_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size)
             return err_set(ENG_ENOMEM, "out of memory for a KV pool of %d blocks (%.1f MiB)",
                            n_blocks,
                            (double)cpu_kv_block_bytes(c, block_size) * n_blocks / (1 << 20));
+        /* Touch every page now: a pool that cannot really be backed by memory fails
+         * at start-up, and the first requests do not pay the page faults. */
+        memset(kv->k, 0, kv_bytes);
+        memset(kv->v, 0, kv_bytes);
         for (size_t i = 0; i < slots; i++) kv->pos[i] = -1;
         memset(kv->score, 0, slots * sizeof *kv->score);
     }
@@ -304,7 +308,7 @@ static int cpu_kv_state(void *ctx, int32_t layer, int32_t **pos, float **score)
     return 0;
 }
 
-/* Grow the workspace to n_tok rows and max_slots attention columns. */
+/* Grow the workspace to n_tok rows and attention scratch for max_slots slots. */
 static void ws_reserve(struct cpu_be *c, int32_t n_tok, int32_t max_slots)
 {
     struct cpu_ws *ws = &c->ws;
@@ -322,8 +326,9 @@ static void ws_reserve(struct cpu_be *c, int32_t n_tok, int32_t max_slots)
         ws->emb = xrealloc(ws->emb, n * proj * sizeof(float));
         ws->cap_tok = (int32_t)n;
     }
-    if (max_slots > ws->scratch_stride) {
-        ws->scratch_stride = MAX(max_slots, 2 * ws->scratch_stride);
+    const int32_t need = cpu_attn_scratch_floats(max_slots, c->block_size);
+    if (need > ws->scratch_stride) {
+        ws->scratch_stride = MAX(need, 2 * ws->scratch_stride);
         ws->scratch = xrealloc(ws->scratch, (size_t)omp_get_max_threads() *
                                                 (size_t)ws->scratch_stride * sizeof(float));
     }

@@ -3,22 +3,31 @@
  *
  * Work is split over (sequence, head) pairs: a pair's queries run in order on one
  * thread, so its score updates need no atomics and the sums are deterministic
- * whatever the thread count. That also makes a sequence's result independent of the
- * rest of the batch (batch invariance).
+ * whatever the thread count. Queries are processed in tiles of ATTN_QT so that each
+ * K and V block loaded from memory serves several queries (prefill is then
+ * compute-bound, not bandwidth-bound). Every query's arithmetic is the same whatever
+ * tile it lands in (the same operations in the same order), so a sequence's result
+ * does not depend on the rest of the batch or on how its prompt was chunked.
  */
 #include "cpu_attn.h"
 
+#include "fast_exp.h"
 #include "util.h"
 
 #include <math.h>
 #include <omp.h>
+#include <stdbool.h>
 #include <string.h>
 
-/* Index of (block, head, offset) in a [n_blocks, n_head, block_size] array. */
-static inline int64_t slot_index(int32_t block, int32_t head, int32_t off, int32_t n_head,
-                                 int32_t block_size)
+#define ATTN_QT 8        /* queries per tile */
+#define ATTN_MAX_D 256   /* head_dim bound of the on-stack tiles; every OPT has <= 128 */
+#define ATTN_MAX_BS 64   /* block_size bound of the on-stack tiles */
+
+/* Index of (block, head) in a [n_blocks, n_head, ...] array, in units of a
+ * (block, head) tile. */
+static inline int64_t bh(int32_t block, int32_t head, int32_t n_head)
 {
-    return ((int64_t)block * n_head + head) * block_size + off;
+    return (int64_t)block * n_head + head;
 }
 
 static void write_kv(const struct cpu_attn_args *a)
@@ -26,116 +35,206 @@ static void write_kv(const struct cpu_attn_args *a)
     const struct be_batch *b = a->batch;
     const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
     const int64_t row_stride = 3 * (int64_t)H * D;
-#pragma omp parallel for schedule(static) collapse(2)
+#pragma omp parallel for schedule(static)
     for (int32_t r = 0; r < b->n_tok; r++) {
+        /* Find the row's sequence; rows are in sequence order. */
+        int32_t s = 0;
+        while (r >= b->seqs[s].tok_start + b->seqs[s].n_tok) s++;
+        const struct be_seq *sq = &b->seqs[s];
         for (int32_t h = 0; h < H; h++) {
-            /* Find the row's sequence; batches are small lists, rows are in order. */
-            int32_t s = 0;
-            while (r >= b->seqs[s].tok_start + b->seqs[s].n_tok) s++;
-            const struct be_seq *sq = &b->seqs[s];
             int32_t slot = sq->head_slots ? sq->head_slots[a->layer * H + h]
                                           : sq->slot_start + (r - sq->tok_start);
-            int64_t si = slot_index(sq->blocks[slot / BS], h, slot % BS, H, BS);
+            int32_t off = slot % BS;
+            int64_t t = bh(sq->blocks[slot / BS], h, H);
             const float *k = a->qkv + r * row_stride + (int64_t)H * D + (int64_t)h * D;
             const float *v = k + (int64_t)H * D;
             if (a->kv_dtype == DTYPE_F32) {
-                memcpy((float *)a->kv.k + si * D, k, (size_t)D * sizeof(float));
-                memcpy((float *)a->kv.v + si * D, v, (size_t)D * sizeof(float));
+                float *kt = (float *)a->kv.k + t * D * BS + off;
+                for (int32_t d = 0; d < D; d++) kt[(int64_t)d * BS] = k[d];
+                memcpy((float *)a->kv.v + (t * BS + off) * D, v, (size_t)D * sizeof(float));
             } else {
-                uint16_t *kd = (uint16_t *)a->kv.k + si * D, *vd = (uint16_t *)a->kv.v + si * D;
+                uint16_t *kt = (uint16_t *)a->kv.k + t * D * BS + off;
+                uint16_t *vd = (uint16_t *)a->kv.v + (t * BS + off) * D;
                 for (int32_t d = 0; d < D; d++) {
-                    kd[d] = f32_to_bf16(k[d]);
+                    kt[(int64_t)d * BS] = f32_to_bf16(k[d]);
                     vd[d] = f32_to_bf16(v[d]);
                 }
             }
-            a->kv.pos[si] = b->pos[r];
-            a->kv.score[si] = 0.0f;
+            a->kv.pos[t * BS + off] = b->pos[r];
+            a->kv.score[t * BS + off] = 0.0f;
         }
     }
 }
 
-/* q . k over D elements, k in the KV dtype. */
-static inline float dot_kv(const float *q, const void *k, int64_t off, int32_t D,
-                           enum dtype dt)
+/* One block's K or V row (BS or D elements) as fp32: a view when the cache is
+ * fp32, else converted into buf. */
+static inline const float *row_f32(const void *base, int64_t off, int32_t n, enum dtype dt,
+                                   float *buf)
 {
-    float acc = 0.0f;
-    if (dt == DTYPE_F32) {
-        const float *kf = (const float *)k + off;
-#pragma omp simd reduction(+ : acc)
-        for (int32_t d = 0; d < D; d++) acc += q[d] * kf[d];
-    } else {
-        const uint16_t *kh = (const uint16_t *)k + off;
-#pragma omp simd reduction(+ : acc)
-        for (int32_t d = 0; d < D; d++) acc += q[d] * bf16_to_f32(kh[d]);
-    }
-    return acc;
+    if (dt == DTYPE_F32) return (const float *)base + off;
+    const uint16_t *h = (const uint16_t *)base + off;
+    for (int32_t i = 0; i < n; i++) buf[i] = bf16_to_f32(h[i]);
+    return buf;
 }
 
-/* o += p * v over D elements, v in the KV dtype. */
-static inline void axpy_kv(float *o, float p, const void *v, int64_t off, int32_t D,
-                           enum dtype dt)
+/*
+ * Logits of NQ queries against one block: s[q * stride + j] = q_q . k_j for the
+ * block's slots, -INFINITY where slot j is free, beyond n_valid, or later than the
+ * query. Always inlined with constant NQ and BS, so the accumulators live in vector
+ * registers; fmaf in a fixed order keeps every query's arithmetic identical in
+ * every instantiation.
+ */
+static inline __attribute__((always_inline)) void
+block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const float *qv,
+             const int32_t *qpos, float *s, int32_t stride, const int32_t NQ, const int32_t BS)
 {
-    if (dt == DTYPE_F32) {
-        const float *vf = (const float *)v + off;
-#pragma omp simd
-        for (int32_t d = 0; d < D; d++) o[d] += p * vf[d];
-    } else {
-        const uint16_t *vh = (const uint16_t *)v + off;
-#pragma omp simd
-        for (int32_t d = 0; d < D; d++) o[d] += p * bf16_to_f32(vh[d]);
+    const int32_t D = a->head_dim;
+    float acc[ATTN_QT][ATTN_MAX_BS];
+    float kbuf[ATTN_MAX_BS];
+    for (int32_t q = 0; q < NQ; q++)
+        for (int32_t j = 0; j < BS; j++) acc[q][j] = 0.0f;
+    for (int32_t d = 0; d < D; d++) {
+        const float *kt = row_f32(a->kv.k, (t * D + d) * BS, BS, a->kv_dtype, kbuf);
+        for (int32_t q = 0; q < NQ; q++) {
+            const float qd = qv[q * D + d];
+            for (int32_t j = 0; j < BS; j++) acc[q][j] = fmaf(qd, kt[j], acc[q][j]);
+        }
+    }
+    const int32_t *pos = a->kv.pos + t * BS;
+    for (int32_t q = 0; q < NQ; q++)
+        for (int32_t j = 0; j < BS; j++) {
+            bool vis = j < n_valid && pos[j] >= 0 && pos[j] <= qpos[q];
+            s[q * stride + j] = vis ? acc[q][j] : -INFINITY;
+        }
+}
+
+/* The scores of one block's slots += p, one query at a time in query order, so the
+ * sum is the same whatever the tiling. */
+static inline void block_scores(const struct cpu_attn_args *a, int64_t t, const float *p,
+                                int32_t stride, int32_t nq, int32_t BS)
+{
+    float *score = a->kv.score + t * BS;
+    for (int32_t q = 0; q < nq; q++)
+        for (int32_t j = 0; j < BS; j++) score[j] += p[q * stride + j];
+}
+
+/* out[q] += sum_j p[q][j] v_j over one block, for NQ queries (constant when inlined). */
+static inline __attribute__((always_inline)) void
+block_values(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t stride,
+             float *out, const int32_t NQ, const int32_t BS)
+{
+    const int32_t D = a->head_dim;
+    float vbuf[ATTN_MAX_D];
+    for (int32_t j = 0; j < BS; j++) {
+        bool any = false;
+        for (int32_t q = 0; q < NQ; q++) any |= p[q * stride + j] != 0.0f;
+        if (!any) continue; /* masked or underflowed for every query: skip the load */
+        const float *v = row_f32(a->kv.v, (t * BS + j) * D, D, a->kv_dtype, vbuf);
+        for (int32_t q = 0; q < NQ; q++) {
+            const float pj = p[q * stride + j];
+            float *o = out + q * D;
+            for (int32_t d = 0; d < D; d++) o[d] = fmaf(pj, v[d], o[d]);
+        }
     }
 }
 
-/* All queries of one sequence for one head. */
+/* Pass 1 over every block for a tile of nq queries; s is [nq, width]. */
+static void tile_logits(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
+                        const float *qv, const int32_t *qpos, int32_t nq, float *s,
+                        int32_t width)
+{
+    const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
+    const int32_t nb = CEIL_DIV(sq->n_slots, BS);
+    for (int32_t bi = 0; bi < nb; bi++) {
+        const int64_t t = bh(sq->blocks[bi], h, H);
+        const int32_t n_valid = MIN(BS, sq->n_slots - bi * BS);
+        float *sb = s + bi * BS;
+        if (nq == ATTN_QT && BS == 16) {
+            block_logits(a, t, n_valid, qv, qpos, sb, width, ATTN_QT, 16);
+        } else if (nq == ATTN_QT) {
+            block_logits(a, t, n_valid, qv, qpos, sb, width, ATTN_QT, BS);
+        } else {
+            for (int32_t q = 0; q < nq; q++) {
+                if (BS == 16)
+                    block_logits(a, t, n_valid, qv + q * D, qpos + q, sb + q * width, width, 1,
+                                 16);
+                else
+                    block_logits(a, t, n_valid, qv + q * D, qpos + q, sb + q * width, width, 1,
+                                 BS);
+            }
+        }
+    }
+}
+
+/* Pass 3 over every block for a tile of nq queries: outputs and H2O scores. */
+static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
+                        const float *p, int32_t nq, int32_t width, float *out)
+{
+    const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
+    const int32_t nb = CEIL_DIV(sq->n_slots, BS);
+    for (int32_t bi = 0; bi < nb; bi++) {
+        const int64_t t = bh(sq->blocks[bi], h, H);
+        const float *pb = p + bi * BS;
+        block_scores(a, t, pb, width, nq, BS);
+        if (nq == ATTN_QT && BS == 16) {
+            block_values(a, t, pb, width, out, ATTN_QT, 16);
+        } else if (nq == ATTN_QT) {
+            block_values(a, t, pb, width, out, ATTN_QT, BS);
+        } else {
+            for (int32_t q = 0; q < nq; q++) {
+                if (BS == 16) block_values(a, t, pb + q * width, width, out + q * D, 1, 16);
+                else block_values(a, t, pb + q * width, width, out + q * D, 1, BS);
+            }
+        }
+    }
+}
+
+/* All queries of one sequence for one head; s is [ATTN_QT, n_blocks * BS] scratch. */
 static void attend_seq_head(const struct cpu_attn_args *a, const struct be_seq *sq,
-                            int32_t h, float *logit)
+                            int32_t h, float *s)
 {
     const struct be_batch *b = a->batch;
     const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
     const int64_t row_stride = 3 * (int64_t)H * D;
-    float q[512], o[512]; /* head_dim <= 256 for every OPT; checked at load */
+    const int32_t width = CEIL_DIV(sq->n_slots, BS) * BS;
+    float qv[ATTN_QT * ATTN_MAX_D], out[ATTN_QT * ATTN_MAX_D];
+    int32_t qpos[ATTN_QT];
 
-    for (int32_t i = 0; i < sq->n_tok; i++) {
-        const int32_t r = sq->tok_start + i;
-        const int32_t qpos = b->pos[r];
-        const float *qr = a->qkv + r * row_stride + (int64_t)h * D;
-        for (int32_t d = 0; d < D; d++) q[d] = qr[d] * a->scale;
+    for (int32_t i0 = 0; i0 < sq->n_tok; i0 += ATTN_QT) {
+        const int32_t nq = MIN(ATTN_QT, sq->n_tok - i0);
+        for (int32_t q = 0; q < nq; q++) {
+            const int32_t r = sq->tok_start + i0 + q;
+            const float *qr = a->qkv + r * row_stride + (int64_t)h * D;
+            for (int32_t d = 0; d < D; d++) qv[q * D + d] = qr[d] * a->scale;
+            qpos[q] = b->pos[r];
+        }
 
-        /* Pass 1: logits of the visible slots (-INFINITY marks the others). */
-        float mx = -INFINITY;
-        for (int32_t s = 0; s < sq->n_slots; s++) {
-            int64_t si = slot_index(sq->blocks[s / BS], h, s % BS, H, BS);
-            int32_t p = a->kv.pos[si];
-            if (p < 0 || p > qpos) {
-                logit[s] = -INFINITY;
-                continue;
+        /* Pass 1: logits of every slot for every query of the tile. */
+        tile_logits(a, sq, h, qv, qpos, nq, s, width);
+        /* Pass 2: fp32 softmax per query; a query always sees itself. */
+        for (int32_t q = 0; q < nq; q++) {
+            float *row = s + (int64_t)q * width;
+            float mx = -INFINITY;
+            for (int32_t j = 0; j < width; j++) mx = MAX(mx, row[j]);
+            float sum = 0.0f;
+            for (int32_t j = 0; j < width; j++) {
+                row[j] = fast_exp(row[j] - mx);
+                sum += row[j];
             }
-            logit[s] = dot_kv(q, a->kv.k, si * D, D, a->kv_dtype);
-            mx = MAX(mx, logit[s]);
+            const float inv = 1.0f / sum;
+            for (int32_t j = 0; j < width; j++) row[j] *= inv;
         }
-        /* Pass 2: fp32 softmax. A query always sees itself, so mx is finite. */
-        float sum = 0.0f;
-        for (int32_t s = 0; s < sq->n_slots; s++) {
-            float e = logit[s] == -INFINITY ? 0.0f : expf(logit[s] - mx);
-            logit[s] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        /* Pass 3: output and the H2O score of every attended slot. */
-        memset(o, 0, (size_t)D * sizeof *o);
-        for (int32_t s = 0; s < sq->n_slots; s++) {
-            if (logit[s] == 0.0f) continue;
-            float p = logit[s] * inv;
-            int64_t si = slot_index(sq->blocks[s / BS], h, s % BS, H, BS);
-            axpy_kv(o, p, a->kv.v, si * D, D, a->kv_dtype);
-            a->kv.score[si] += p;
-        }
-        int64_t oi = (int64_t)r * H * D + (int64_t)h * D;
-        if (a->out_dtype == DTYPE_F32) {
-            memcpy((float *)a->out + oi, o, (size_t)D * sizeof *o);
-        } else {
-            uint16_t *out = (uint16_t *)a->out + oi;
-            for (int32_t d = 0; d < D; d++) out[d] = f32_to_bf16(o[d]);
+        /* Pass 3: outputs and H2O scores. */
+        memset(out, 0, (size_t)(nq * D) * sizeof(float));
+        tile_values(a, sq, h, s, nq, width, out);
+        for (int32_t q = 0; q < nq; q++) {
+            const int64_t oi = (int64_t)(sq->tok_start + i0 + q) * H * D + (int64_t)h * D;
+            if (a->out_dtype == DTYPE_F32) {
+                memcpy((float *)a->out + oi, out + q * D, (size_t)D * sizeof(float));
+            } else {
+                uint16_t *o = (uint16_t *)a->out + oi;
+                for (int32_t d = 0; d < D; d++) o[d] = f32_to_bf16(out[q * D + d]);
+            }
         }
     }
 }
@@ -143,14 +242,19 @@ static void attend_seq_head(const struct cpu_attn_args *a, const struct be_seq *
 void cpu_attn_forward(const struct cpu_attn_args *a)
 {
     const struct be_batch *b = a->batch;
-    CHECK(a->head_dim <= 512);
+    CHECK(a->head_dim <= ATTN_MAX_D && a->block_size <= ATTN_MAX_BS);
     write_kv(a);
     const int32_t n_task = b->n_seq * a->n_head;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int32_t t = 0; t < n_task; t++) {
         const struct be_seq *sq = &b->seqs[t / a->n_head];
-        CHECK(sq->n_slots <= a->scratch_stride);
-        float *logit = a->scratch + (int64_t)omp_get_thread_num() * a->scratch_stride;
-        attend_seq_head(a, sq, t % a->n_head, logit);
+        CHECK(cpu_attn_scratch_floats(sq->n_slots, a->block_size) <= a->scratch_stride);
+        float *s = a->scratch + (int64_t)omp_get_thread_num() * a->scratch_stride;
+        attend_seq_head(a, sq, t % a->n_head, s);
     }
+}
+
+int32_t cpu_attn_scratch_floats(int32_t n_slots, int32_t block_size)
+{
+    return ATTN_QT * CEIL_DIV(n_slots, block_size) * block_size;
 }

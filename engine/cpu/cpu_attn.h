@@ -1,8 +1,10 @@
 /*
  * cpu_attn.h - attention over the paged KV cache, with H2O score accumulation.
  *
- * One layer's cache: K and V [n_blocks, n_head, block_size, head_dim] in the KV dtype
- * (fp32 or bf16), and the slot state pos / score [n_blocks, n_head, block_size].
+ * One layer's cache: K [n_blocks, n_head, head_dim, block_size] (each block's keys
+ * transposed, so the logits of a block's slots are one vector FMA per dimension) and
+ * V [n_blocks, n_head, block_size, head_dim] in the KV dtype (fp32 or bf16), and the
+ * slot state pos / score [n_blocks, n_head, block_size].
  * Scores stay fp32 even with bf16 K/V: the accumulated attention of old heavy
  * hitters reaches hundreds, where bf16 would round away every new contribution.
  * Thread: engine (the caller), fanning out to OpenMP over (sequence, head).
@@ -16,7 +18,7 @@
 #include <stdint.h>
 
 struct cpu_kv_layer {
-    void *k;        /* [n_blocks, n_head, block_size, head_dim] */
+    void *k;        /* [n_blocks, n_head, head_dim, block_size] (transposed) */
     void *v;        /* [n_blocks, n_head, block_size, head_dim] */
     int32_t *pos;   /* [n_blocks, n_head, block_size], -1 = free */
     float *score;   /* [n_blocks, n_head, block_size] accumulated attention */
@@ -44,5 +46,8 @@ struct cpu_attn_args {
  * sums of DESIGN section 5 without a second pass.
  */
 void cpu_attn_forward(const struct cpu_attn_args *a);
+
+/* Scratch floats one thread needs for a sequence of n_slots slots. */
+int32_t cpu_attn_scratch_floats(int32_t n_slots, int32_t block_size);
 
 #endif
