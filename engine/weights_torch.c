@@ -139,7 +139,8 @@ static int persistent_load(struct pickle *p, void *ctx, const struct pickle_obj 
         }
     }
     if (!st->data)
-        return pickle_fail(p, "storage %s has no entry %sdata/%s", key, c->prefix, key);
+        return pickle_fail(p, "storage %s has no entry %.*sdata/%s", key, (int)c->prefix_len,
+                           c->prefix, key);
     uint64_t numel = (uint64_t)t->items[4]->i;
     uint64_t esize = st->dtype >= 0 ? (uint64_t)dtype_size(st->dtype) : 1;
     if (numel > st->nbytes / esize)
