@@ -171,8 +171,9 @@ static int cpu_load(void *ctx, const struct opt_config *cfg, const struct weight
     struct cpu_be *c = ctx;
     CHECK(!c->loaded);
     c->cfg = *cfg;
-    if (cfg->head_dim > 512)
-        return err_set(ENG_EUNSUPPORTED, "CPU backend: head_dim %d > 512", cfg->head_dim);
+    if (!cpu_attn_supports(cfg->head_dim, 16))
+        return err_set(ENG_EUNSUPPORTED, "CPU backend: head_dim %d is not a multiple of 16 "
+                                         "up to 256", cfg->head_dim);
     const int64_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim, V = cfg->vocab_size;
     const enum dtype dt = c->opts.dtype;
     int err = read_new(w, "embed_tokens.weight", 2, V, proj, &c->embed);
@@ -240,6 +241,8 @@ static int cpu_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size)
 {
     struct cpu_be *c = ctx;
     CHECK(c->loaded && n_blocks > 0);
+    if (!cpu_attn_supports(c->cfg.head_dim, block_size))
+        return err_set(ENG_EINVAL, "CPU backend: block size %d is not in 1..64", block_size);
     kv_free(c);
     const size_t slots = (size_t)n_blocks * (size_t)c->cfg.n_head * (size_t)block_size;
     const size_t kv_bytes = slots * (size_t)c->cfg.head_dim * (size_t)dtype_size(c->opts.dtype);

@@ -14,6 +14,7 @@
 #include "fast_exp.h"
 #include "util.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -66,22 +67,24 @@ static void write_kv(const struct cpu_attn_args *a)
     }
 }
 
-/* One block's K or V row (BS or D elements) as fp32: a view when the cache is
- * fp32, else converted into buf. */
-static inline const float *row_f32(const void *base, int64_t off, int32_t n, enum dtype dt,
-                                   float *buf)
+/* dst[0..n) = elements off..off+n of a K or V pool, as fp32. */
+static inline void load_f32(float *dst, const void *base, int64_t off, int32_t n,
+                            enum dtype dt)
 {
-    if (dt == DTYPE_F32) return (const float *)base + off;
-    const uint16_t *h = (const uint16_t *)base + off;
-    for (int32_t i = 0; i < n; i++) buf[i] = bf16_to_f32(h[i]);
-    return buf;
+    if (dt == DTYPE_F32) {
+        memcpy(dst, (const float *)base + off, (size_t)n * sizeof(float));
+    } else {
+        const uint16_t *h = (const uint16_t *)base + off;
+        for (int32_t i = 0; i < n; i++) dst[i] = bf16_to_f32(h[i]);
+    }
 }
 
 /*
  * Logits of NQ queries against one block: s[q * stride + j] = q_q . k_j for the
  * block's slots, -INFINITY where slot j is free, beyond n_valid, or later than the
  * query. Always inlined with constant NQ and BS, so the accumulators live in vector
- * registers; fmaf in a fixed order keeps every query's arithmetic identical in
+ * registers; the same multiply-adds (contracted to FMA) in the same order keep every
+ * query's arithmetic identical in
  * every instantiation.
  */
 static inline __attribute__((always_inline)) void
@@ -90,14 +93,14 @@ block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const fl
 {
     const int32_t D = a->head_dim;
     float acc[ATTN_QT][ATTN_MAX_BS];
-    float kbuf[ATTN_MAX_BS];
+    float kt[ATTN_MAX_BS];
     for (int32_t q = 0; q < NQ; q++)
         for (int32_t j = 0; j < BS; j++) acc[q][j] = 0.0f;
     for (int32_t d = 0; d < D; d++) {
-        const float *kt = row_f32(a->kv.k, (t * D + d) * BS, BS, a->kv_dtype, kbuf);
+        load_f32(kt, a->kv.k, (t * D + d) * BS, BS, a->kv_dtype);
         for (int32_t q = 0; q < NQ; q++) {
             const float qd = qv[q * D + d];
-            for (int32_t j = 0; j < BS; j++) acc[q][j] = fmaf(qd, kt[j], acc[q][j]);
+            for (int32_t j = 0; j < BS; j++) acc[q][j] += qd * kt[j];
         }
     }
     const int32_t *pos = a->kv.pos + t * BS;
@@ -118,25 +121,109 @@ static inline void block_scores(const struct cpu_attn_args *a, int64_t t, const 
         for (int32_t j = 0; j < BS; j++) score[j] += p[q * stride + j];
 }
 
-/* out[q] += sum_j p[q][j] v_j over one block, for NQ queries (constant when inlined). */
+/*
+ * out[q] += sum_j p[q][j] v_j over one block, for NQ queries (constant when inlined).
+ * The head dimension is walked in chunks of 16 (one vector) with the NQ partial
+ * outputs of a chunk held in registers across the block's slots, so out is loaded
+ * and stored once per chunk instead of once per slot.
+ */
 static inline __attribute__((always_inline)) void
 block_values(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t stride,
              float *out, const int32_t NQ, const int32_t BS)
 {
-    const int32_t D = a->head_dim;
-    float vbuf[ATTN_MAX_D];
-    for (int32_t j = 0; j < BS; j++) {
-        bool any = false;
-        for (int32_t q = 0; q < NQ; q++) any |= p[q * stride + j] != 0.0f;
-        if (!any) continue; /* masked or underflowed for every query: skip the load */
-        const float *v = row_f32(a->kv.v, (t * BS + j) * D, D, a->kv_dtype, vbuf);
-        for (int32_t q = 0; q < NQ; q++) {
-            const float pj = p[q * stride + j];
-            float *o = out + q * D;
-            for (int32_t d = 0; d < D; d++) o[d] = fmaf(pj, v[d], o[d]);
+    const int32_t D = a->head_dim; /* a multiple of 16, checked at load */
+    for (int32_t d0 = 0; d0 < D; d0 += 16) {
+        float acc[ATTN_QT][16], v[16];
+        for (int32_t q = 0; q < NQ; q++)
+            for (int32_t d = 0; d < 16; d++) acc[q][d] = out[q * D + d0 + d];
+        for (int32_t j = 0; j < BS; j++) {
+            load_f32(v, a->kv.v, (t * BS + j) * D + d0, 16, a->kv_dtype);
+            for (int32_t q = 0; q < NQ; q++) {
+                const float pj = p[q * stride + j];
+                for (int32_t d = 0; d < 16; d++) acc[q][d] += pj * v[d];
+            }
         }
+        for (int32_t q = 0; q < NQ; q++)
+            for (int32_t d = 0; d < 16; d++) out[q * D + d0 + d] = acc[q][d];
     }
 }
+
+/*
+ * Whether any query of a tile can see a slot of this block: some slot holds a
+ * position in [0, qmax]. Blocks entirely in the future of a prefill tile are
+ * skipped (about half the causal square); the skip changes no arithmetic, since
+ * their logits are -inf and their probabilities 0 either way.
+ */
+static inline bool block_visible(const struct cpu_attn_args *a, int64_t t, int32_t n_valid,
+                                 int32_t qmax)
+{
+    const int32_t *pos = a->kv.pos + t * a->block_size;
+    for (int32_t j = 0; j < n_valid; j++)
+        if (pos[j] >= 0 && pos[j] <= qmax) return true;
+    return false;
+}
+
+#ifdef __AVX512F__
+/*
+ * The same two kernels for the default block size of 16 (one 512-bit vector of
+ * fp32 slots) in AVX-512 intrinsics: the compiler's vectoriser transposes these
+ * loops in unhelpful ways, and these two loops are where attention spends its time.
+ * Per element they do exactly what the portable versions above do: the same FMAs in
+ * the same order.
+ */
+static inline __m512 load16(const void *base, int64_t off, enum dtype dt)
+{
+    if (dt == DTYPE_F32) return _mm512_loadu_ps((const float *)base + off);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + off));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline __attribute__((always_inline)) void
+block_logits16(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const float *qv,
+               const int32_t *qpos, float *s, int32_t stride, const int32_t NQ)
+{
+    const int32_t D = a->head_dim;
+    __m512 acc[ATTN_QT];
+    for (int32_t q = 0; q < NQ; q++) acc[q] = _mm512_setzero_ps();
+    for (int32_t d = 0; d < D; d++) {
+        const __m512 k = load16(a->kv.k, (t * D + d) * 16, a->kv_dtype);
+        for (int32_t q = 0; q < NQ; q++)
+            acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(qv[q * D + d]), k, acc[q]);
+    }
+    const __m512i pos = _mm512_loadu_si512(a->kv.pos + t * 16);
+    const __mmask16 valid = (__mmask16)((n_valid >= 16 ? 0xffffu : (1u << n_valid) - 1u) &
+                                        _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()));
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int32_t q = 0; q < NQ; q++) {
+        __mmask16 vis = valid & _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos[q]));
+        _mm512_storeu_ps(s + q * stride, _mm512_mask_blend_ps(vis, ninf, acc[q]));
+    }
+}
+
+static inline __attribute__((always_inline)) void
+block_values16(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t stride,
+               float *out, const int32_t NQ)
+{
+    const int32_t D = a->head_dim;
+    for (int32_t d0 = 0; d0 < D; d0 += 16) {
+        __m512 acc[ATTN_QT];
+        for (int32_t q = 0; q < NQ; q++) acc[q] = _mm512_loadu_ps(out + q * D + d0);
+        for (int32_t j = 0; j < 16; j++) {
+            const __m512 v = load16(a->kv.v, (t * 16 + j) * D + d0, a->kv_dtype);
+            for (int32_t q = 0; q < NQ; q++)
+                acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(p[q * stride + j]), v, acc[q]);
+        }
+        for (int32_t q = 0; q < NQ; q++) _mm512_storeu_ps(out + q * D + d0, acc[q]);
+    }
+}
+#define block_logits_bs16(a, t, n_valid, qv, qpos, s, stride, NQ)                           \
+    block_logits16(a, t, n_valid, qv, qpos, s, stride, NQ)
+#define block_values_bs16(a, t, p, stride, out, NQ) block_values16(a, t, p, stride, out, NQ)
+#else
+#define block_logits_bs16(a, t, n_valid, qv, qpos, s, stride, NQ)                           \
+    block_logits(a, t, n_valid, qv, qpos, s, stride, NQ, 16)
+#define block_values_bs16(a, t, p, stride, out, NQ) block_values(a, t, p, stride, out, NQ, 16)
+#endif
 
 /* Pass 1 over every block for a tile of nq queries; s is [nq, width]. */
 static void tile_logits(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
@@ -145,19 +232,26 @@ static void tile_logits(const struct cpu_attn_args *a, const struct be_seq *sq, 
 {
     const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
     const int32_t nb = CEIL_DIV(sq->n_slots, BS);
+    int32_t qmax = qpos[0];
+    for (int32_t q = 1; q < nq; q++) qmax = MAX(qmax, qpos[q]);
     for (int32_t bi = 0; bi < nb; bi++) {
         const int64_t t = bh(sq->blocks[bi], h, H);
         const int32_t n_valid = MIN(BS, sq->n_slots - bi * BS);
         float *sb = s + bi * BS;
+        if (!block_visible(a, t, n_valid, qmax)) {
+            for (int32_t q = 0; q < nq; q++)
+                for (int32_t j = 0; j < BS; j++) sb[q * width + j] = -INFINITY;
+            continue;
+        }
         if (nq == ATTN_QT && BS == 16) {
-            block_logits(a, t, n_valid, qv, qpos, sb, width, ATTN_QT, 16);
+            block_logits_bs16(a, t, n_valid, qv, qpos, sb, width, ATTN_QT);
         } else if (nq == ATTN_QT) {
             block_logits(a, t, n_valid, qv, qpos, sb, width, ATTN_QT, BS);
         } else {
             for (int32_t q = 0; q < nq; q++) {
                 if (BS == 16)
-                    block_logits(a, t, n_valid, qv + q * D, qpos + q, sb + q * width, width, 1,
-                                 16);
+                    block_logits_bs16(a, t, n_valid, qv + q * D, qpos + q, sb + q * width, width,
+                                      1);
                 else
                     block_logits(a, t, n_valid, qv + q * D, qpos + q, sb + q * width, width, 1,
                                  BS);
@@ -175,14 +269,18 @@ static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, 
     for (int32_t bi = 0; bi < nb; bi++) {
         const int64_t t = bh(sq->blocks[bi], h, H);
         const float *pb = p + bi * BS;
+        bool any = false;
+        for (int32_t q = 0; q < nq && !any; q++)
+            for (int32_t j = 0; j < BS; j++) any |= pb[q * width + j] != 0.0f;
+        if (!any) continue; /* nothing visible: no score, no value */
         block_scores(a, t, pb, width, nq, BS);
         if (nq == ATTN_QT && BS == 16) {
-            block_values(a, t, pb, width, out, ATTN_QT, 16);
+            block_values_bs16(a, t, pb, width, out, ATTN_QT);
         } else if (nq == ATTN_QT) {
             block_values(a, t, pb, width, out, ATTN_QT, BS);
         } else {
             for (int32_t q = 0; q < nq; q++) {
-                if (BS == 16) block_values(a, t, pb + q * width, width, out + q * D, 1, 16);
+                if (BS == 16) block_values_bs16(a, t, pb + q * width, width, out + q * D, 1);
                 else block_values(a, t, pb + q * width, width, out + q * D, 1, BS);
             }
         }
@@ -242,7 +340,7 @@ static void attend_seq_head(const struct cpu_attn_args *a, const struct be_seq *
 void cpu_attn_forward(const struct cpu_attn_args *a)
 {
     const struct be_batch *b = a->batch;
-    CHECK(a->head_dim <= ATTN_MAX_D && a->block_size <= ATTN_MAX_BS);
+    CHECK(cpu_attn_supports(a->head_dim, a->block_size));
     write_kv(a);
     const int32_t n_task = b->n_seq * a->n_head;
 #pragma omp parallel for schedule(dynamic, 1)
@@ -257,4 +355,10 @@ void cpu_attn_forward(const struct cpu_attn_args *a)
 int32_t cpu_attn_scratch_floats(int32_t n_slots, int32_t block_size)
 {
     return ATTN_QT * CEIL_DIV(n_slots, block_size) * block_size;
+}
+
+bool cpu_attn_supports(int32_t head_dim, int32_t block_size)
+{
+    return head_dim > 0 && head_dim <= ATTN_MAX_D && head_dim % 16 == 0 && block_size > 0 &&
+           block_size <= ATTN_MAX_BS;
 }

@@ -15,6 +15,8 @@
 #include "backend.h"
 #include "dtype.h"
 
+#include <stdbool.h>
+
 #include <stdint.h>
 
 struct cpu_kv_layer {
@@ -46,6 +48,10 @@ struct cpu_attn_args {
  * sums of DESIGN section 5 without a second pass.
  */
 void cpu_attn_forward(const struct cpu_attn_args *a);
+
+/* Whether the kernels handle this geometry: head_dim a multiple of 16 up to 256
+ * (every OPT: 64, 80 or 128), block_size up to 64. */
+bool cpu_attn_supports(int32_t head_dim, int32_t block_size);
 
 /* Scratch floats one thread needs for a sequence of n_slots slots. */
 int32_t cpu_attn_scratch_floats(int32_t n_slots, int32_t block_size);
