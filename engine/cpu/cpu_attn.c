@@ -225,14 +225,18 @@ block_values16(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t
 #define block_values_bs16(a, t, p, stride, out, NQ) block_values(a, t, p, stride, out, NQ, 16)
 #endif
 
-/* Pass 1 over every block for a tile of nq queries; s is [nq, width]. */
-static void tile_logits(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
-                        const float *qv, const int32_t *qpos, int32_t nq, float *s,
-                        int32_t width)
+/*
+ * Pass 1 over every block for a tile of nq queries; s is [nq, width]. Returns the
+ * width up to the last block any query of the tile can see (slots past it are
+ * never read again for this tile).
+ */
+static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
+                           const float *qv, const int32_t *qpos, int32_t nq, float *s,
+                           int32_t width)
 {
     const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
     const int32_t nb = CEIL_DIV(sq->n_slots, BS);
-    int32_t qmax = qpos[0];
+    int32_t qmax = qpos[0], nb_vis = 0;
     for (int32_t q = 1; q < nq; q++) qmax = MAX(qmax, qpos[q]);
     for (int32_t bi = 0; bi < nb; bi++) {
         const int64_t t = bh(sq->blocks[bi], h, H);
@@ -243,6 +247,7 @@ static void tile_logits(const struct cpu_attn_args *a, const struct be_seq *sq, 
                 for (int32_t j = 0; j < BS; j++) sb[q * width + j] = -INFINITY;
             continue;
         }
+        nb_vis = bi + 1;
         if (nq == ATTN_QT && BS == 16) {
             block_logits_bs16(a, t, n_valid, qv, qpos, sb, width, ATTN_QT);
         } else if (nq == ATTN_QT) {
@@ -258,21 +263,23 @@ static void tile_logits(const struct cpu_attn_args *a, const struct be_seq *sq, 
             }
         }
     }
+    return nb_vis * BS;
 }
 
-/* Pass 3 over every block for a tile of nq queries: outputs and H2O scores. */
+/* Pass 3 over the blocks of the visible width for a tile of nq queries: outputs and
+ * H2O scores. */
 static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
-                        const float *p, int32_t nq, int32_t width, float *out)
+                        const float *p, const int32_t *qpos, int32_t nq, int32_t width,
+                        int32_t width_vis, float *out)
 {
     const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
-    const int32_t nb = CEIL_DIV(sq->n_slots, BS);
-    for (int32_t bi = 0; bi < nb; bi++) {
+    int32_t qmax = qpos[0];
+    for (int32_t q = 1; q < nq; q++) qmax = MAX(qmax, qpos[q]);
+    for (int32_t bi = 0; bi < width_vis / BS; bi++) {
         const int64_t t = bh(sq->blocks[bi], h, H);
         const float *pb = p + bi * BS;
-        bool any = false;
-        for (int32_t q = 0; q < nq && !any; q++)
-            for (int32_t j = 0; j < BS; j++) any |= pb[q * width + j] != 0.0f;
-        if (!any) continue; /* nothing visible: no score, no value */
+        if (!block_visible(a, t, MIN(BS, sq->n_slots - bi * BS), qmax))
+            continue; /* every probability is 0: no score, no value */
         block_scores(a, t, pb, width, nq, BS);
         if (nq == ATTN_QT && BS == 16) {
             block_values_bs16(a, t, pb, width, out, ATTN_QT);
@@ -285,6 +292,38 @@ static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, 
             }
         }
     }
+}
+
+/*
+ * row[0..n) = softmax(row), in place, fp32. The maximum and the sum are kept in 16
+ * lanes (lane = index mod 16) and reduced in lane order at the end: that
+ * vectorises, and since slots a query cannot see contribute exactly 0, a query's
+ * result does not depend on how many such slots the row has.
+ */
+static void softmax_row(float *row, int32_t n)
+{
+    float m16[16], s16[16];
+    for (int32_t l = 0; l < 16; l++) m16[l] = -INFINITY;
+    int32_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int32_t l = 0; l < 16; l++) m16[l] = row[j + l] > m16[l] ? row[j + l] : m16[l];
+    for (; j < n; j++) m16[j & 15] = row[j] > m16[j & 15] ? row[j] : m16[j & 15];
+    float mx = m16[0];
+    for (int32_t l = 1; l < 16; l++) mx = m16[l] > mx ? m16[l] : mx;
+    for (int32_t l = 0; l < 16; l++) s16[l] = 0.0f;
+    for (j = 0; j + 16 <= n; j += 16)
+        for (int32_t l = 0; l < 16; l++) {
+            row[j + l] = fast_exp(row[j + l] - mx);
+            s16[l] += row[j + l];
+        }
+    for (; j < n; j++) {
+        row[j] = fast_exp(row[j] - mx);
+        s16[j & 15] += row[j];
+    }
+    float sum = 0.0f;
+    for (int32_t l = 0; l < 16; l++) sum += s16[l];
+    const float inv = 1.0f / sum; /* a query always sees itself: sum >= 1 */
+    for (j = 0; j < n; j++) row[j] *= inv;
 }
 
 /* All queries of one sequence for one head; s is [ATTN_QT, n_blocks * BS] scratch. */
@@ -308,23 +347,12 @@ static void attend_seq_head(const struct cpu_attn_args *a, const struct be_seq *
         }
 
         /* Pass 1: logits of every slot for every query of the tile. */
-        tile_logits(a, sq, h, qv, qpos, nq, s, width);
-        /* Pass 2: fp32 softmax per query; a query always sees itself. */
-        for (int32_t q = 0; q < nq; q++) {
-            float *row = s + (int64_t)q * width;
-            float mx = -INFINITY;
-            for (int32_t j = 0; j < width; j++) mx = MAX(mx, row[j]);
-            float sum = 0.0f;
-            for (int32_t j = 0; j < width; j++) {
-                row[j] = fast_exp(row[j] - mx);
-                sum += row[j];
-            }
-            const float inv = 1.0f / sum;
-            for (int32_t j = 0; j < width; j++) row[j] *= inv;
-        }
+        const int32_t width_vis = tile_logits(a, sq, h, qv, qpos, nq, s, width);
+        /* Pass 2: fp32 softmax per query over the visible width. */
+        for (int32_t q = 0; q < nq; q++) softmax_row(s + (int64_t)q * width, width_vis);
         /* Pass 3: outputs and H2O scores. */
         memset(out, 0, (size_t)(nq * D) * sizeof(float));
-        tile_values(a, sq, h, s, nq, width, out);
+        tile_values(a, sq, h, s, qpos, nq, width, width_vis, out);
         for (int32_t q = 0; q < nq; q++) {
             const int64_t oi = (int64_t)(sq->tok_start + i0 + q) * H * D + (int64_t)h * D;
             if (a->out_dtype == DTYPE_F32) {
