@@ -216,6 +216,54 @@ block_values16(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t
         for (int32_t q = 0; q < NQ; q++) _mm512_storeu_ps(out + q * D + d0, acc[q]);
     }
 }
+/*
+ * A decode query (NQ = 1) against four blocks at once: four independent FMA chains
+ * instead of one, and four K streams in flight. Per block the arithmetic is exactly
+ * block_logits16's with NQ = 1.
+ */
+static inline void block_logits16_x4(const struct cpu_attn_args *a, const int64_t *t,
+                                     const int32_t *n_valid, const float *qv, int32_t qpos,
+                                     float *const *s)
+{
+    const int32_t D = a->head_dim;
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
+    for (int32_t d = 0; d < D; d++) {
+        const __m512 qd = _mm512_set1_ps(qv[d]);
+        for (int32_t b = 0; b < 4; b++)
+            acc[b] = _mm512_fmadd_ps(qd, load16(a->kv.k, (t[b] * D + d) * 16, a->kv_dtype),
+                                     acc[b]);
+    }
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int32_t b = 0; b < 4; b++) {
+        const __m512i pos = _mm512_loadu_si512(a->kv.pos + t[b] * 16);
+        __mmask16 vis = (__mmask16)((n_valid[b] >= 16 ? 0xffffu : (1u << n_valid[b]) - 1u) &
+                                    _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()) &
+                                    _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos)));
+        _mm512_storeu_ps(s[b], _mm512_mask_blend_ps(vis, ninf, acc[b]));
+    }
+}
+
+/*
+ * A decode query's values over one block with every 16-wide chunk of the head in
+ * its own register: head_dim / 16 independent FMA chains. Per element the same
+ * operations in the same order as block_values16 with NQ = 1.
+ */
+static inline void block_values16_1(const struct cpu_attn_args *a, int64_t t, const float *p,
+                                    float *out)
+{
+    const int32_t D = a->head_dim, nc = D / 16;
+    __m512 acc[ATTN_MAX_D / 16];
+    for (int32_t c = 0; c < nc; c++) acc[c] = _mm512_loadu_ps(out + c * 16);
+    for (int32_t j = 0; j < 16; j++) {
+        const __m512 pj = _mm512_set1_ps(p[j]);
+        for (int32_t c = 0; c < nc; c++)
+            acc[c] = _mm512_fmadd_ps(pj, load16(a->kv.v, (t * 16 + j) * D + c * 16, a->kv_dtype),
+                                     acc[c]);
+    }
+    for (int32_t c = 0; c < nc; c++) _mm512_storeu_ps(out + c * 16, acc[c]);
+}
+
 #define block_logits_bs16(a, t, n_valid, qv, qpos, s, stride, NQ)                           \
     block_logits16(a, t, n_valid, qv, qpos, s, stride, NQ)
 #define block_values_bs16(a, t, p, stride, out, NQ) block_values16(a, t, p, stride, out, NQ)
@@ -238,6 +286,11 @@ static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *s
     const int32_t nb = CEIL_DIV(sq->n_slots, BS);
     int32_t qmax = qpos[0], nb_vis = 0;
     for (int32_t q = 1; q < nq; q++) qmax = MAX(qmax, qpos[q]);
+#ifdef __AVX512F__
+    int64_t q4_t[4];
+    int32_t q4_valid[4], q4_n = 0;
+    float *q4_s[4];
+#endif
     for (int32_t bi = 0; bi < nb; bi++) {
         const int64_t t = bh(sq->blocks[bi], h, H);
         const int32_t n_valid = MIN(BS, sq->n_slots - bi * BS);
@@ -248,6 +301,19 @@ static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *s
             continue;
         }
         nb_vis = bi + 1;
+#ifdef __AVX512F__
+        if (nq == 1 && BS == 16) {
+            /* Queue visible blocks and run them four at a time. */
+            q4_t[q4_n] = t;
+            q4_valid[q4_n] = n_valid;
+            q4_s[q4_n++] = sb;
+            if (q4_n == 4) {
+                block_logits16_x4(a, q4_t, q4_valid, qv, qpos[0], q4_s);
+                q4_n = 0;
+            }
+            continue;
+        }
+#endif
         if (nq == ATTN_QT && BS == 16) {
             block_logits_bs16(a, t, n_valid, qv, qpos, sb, width, ATTN_QT);
         } else if (nq == ATTN_QT) {
@@ -263,6 +329,10 @@ static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *s
             }
         }
     }
+#ifdef __AVX512F__
+    for (int32_t i = 0; i < q4_n; i++) /* the same arithmetic, one block at a time */
+        block_logits16(a, q4_t[i], q4_valid[i], qv, qpos, q4_s[i], width, 1);
+#endif
     return nb_vis * BS;
 }
 
@@ -287,7 +357,11 @@ static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, 
             block_values(a, t, pb, width, out, ATTN_QT, BS);
         } else {
             for (int32_t q = 0; q < nq; q++) {
+#ifdef __AVX512F__
+                if (BS == 16) block_values16_1(a, t, pb + q * width, out + q * D);
+#else
                 if (BS == 16) block_values_bs16(a, t, pb + q * width, width, out + q * D, 1);
+#endif
                 else block_values(a, t, pb + q * width, width, out + q * D, 1, BS);
             }
         }
