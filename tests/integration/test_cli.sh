@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# test_cli.sh - the h2oserve binary from the outside: generate and tokenize on the
+# built-in and golden models, and clean one-line errors (exit status 1 or 2, no
+# crash) for bad models, bad checkpoints and bad flags. TAP output.
+set -u
+bin=$1
+data=$2
+n=0
+failed=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+
+# expect NAME WANT_STATUS STDERR_PATTERN -- command...
+expect() {
+    local name=$1 want=$2 pat=$3
+    shift 4
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    local st=$?
+    if [ "$st" -eq "$want" ] && grep -Eq -- "$pat" "$tmp/err"; then
+        ok "$name"
+    else
+        not_ok "$name" "exit $st (want $want)" "stderr: $(head -c 400 "$tmp/err")"
+    fi
+}
+
+# Generation on the dummy model prints text and the diagnostics line.
+expect "generate dummy:tiny" 0 "generated tokens" -- \
+    "$bin" generate --model dummy:tiny --prompt "Hello" --max-tokens 8 --temperature 0 --dtype fp32
+[ -s "$tmp/out" ] && ok "generate printed a completion" || not_ok "generate printed a completion"
+
+# Same seed, same text; temperature 0 is deterministic too.
+"$bin" generate --model dummy:tiny --prompt "abc" --max-tokens 12 --seed 7 --dtype fp32 >"$tmp/a" 2>/dev/null
+"$bin" generate --model dummy:tiny --prompt "abc" --max-tokens 12 --seed 7 --dtype fp32 >"$tmp/b" 2>/dev/null
+cmp -s "$tmp/a" "$tmp/b" && ok "same seed, same completion" || not_ok "same seed, same completion"
+
+# Several prompts: one line each.
+"$bin" generate --model dummy:tiny --prompt "a" --prompt "bb" --prompt "ccc" --max-tokens 4 \
+    --temperature 0 --dtype fp32 >"$tmp/out" 2>/dev/null
+[ "$(wc -l <"$tmp/out")" -eq 3 ] && ok "three prompts, three completions" \
+    || not_ok "three prompts, three completions" "$(cat "$tmp/out")"
+
+# A golden checkpoint folder (safetensors and .bin) loads and generates.
+expect "generate golden safetensors" 0 "generated tokens" -- \
+    "$bin" generate --model "$data/golden/tiny-opt" --prompt "x" --max-tokens 4 --dtype fp32
+expect "generate golden .bin" 0 "generated tokens" -- \
+    "$bin" generate --model "$data/golden/tiny-opt-350m-bin" --prompt "x" --max-tokens 4
+
+# tokenize: the byte tokenizer of the dummy models, and --decode back.
+out=$("$bin" tokenize --model dummy:tiny --text "Hi" 2>/dev/null)
+[ "$out" = "[2, 76, 109]" ] && ok "tokenize dummy:tiny" || not_ok "tokenize dummy:tiny" "got $out"
+out=$("$bin" tokenize --model dummy:tiny --decode "[2, 76, 109]" 2>/dev/null)
+[ "$out" = "Hi" ] && ok "decode dummy:tiny" || not_ok "decode dummy:tiny" "got $out"
+
+# Bad models and checkpoints: one clear line naming what is wrong, exit 1.
+expect "missing model folder" 1 "config.json" -- "$bin" generate --model "$tmp/nope" --prompt x
+expect "unknown dummy" 1 "dummy:opt-1t" -- "$bin" generate --model dummy:opt-1t --prompt x
+mkdir -p "$tmp/trunc"
+cp "$data/golden/tiny-opt/config.json" "$tmp/trunc/"
+head -c 5000 "$data/golden/tiny-opt/model.safetensors" >"$tmp/trunc/model.safetensors"
+expect "truncated safetensors" 1 "model.safetensors" -- "$bin" generate --model "$tmp/trunc" --prompt x
+mkdir -p "$tmp/noweights"
+cp "$data/golden/tiny-opt/config.json" "$tmp/noweights/"
+expect "no weights file" 1 "noweights" -- "$bin" generate --model "$tmp/noweights" --prompt x
+mkdir -p "$tmp/badcfg"
+echo '{"hidden_size": "big"' >"$tmp/badcfg/config.json"
+expect "malformed config.json" 1 "config.json" -- "$bin" generate --model "$tmp/badcfg" --prompt x
+
+# Bad flags: usage error, exit 2.
+expect "bad temperature" 2 "--temperature" -- "$bin" generate --model dummy:tiny --prompt x --temperature 9
+expect "bad dtype" 2 "--dtype" -- "$bin" generate --model dummy:tiny --prompt x --dtype fp8
+expect "no prompt" 2 "--prompt" -- "$bin" generate --model dummy:tiny
+expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
+expect "context exceeded" 1 "context length" -- \
+    "$bin" generate --model "$data/golden/tiny-opt" --prompt x --max-tokens 500
+
+echo "1..$n"
+[ "$failed" -eq 0 ]
