@@ -11,7 +11,8 @@ build=${1:-build}
 shift || true
 
 pkgs=(build-essential pkg-config meson ninja-build
-      libuv1-dev libcjson-dev node-llhttp libdnnl-dev libpcre2-dev libsqlite3-dev)
+      libuv1-dev libcjson-dev node-llhttp libdnnl-dev libpcre2-dev libsqlite3-dev
+      python3)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -112,6 +112,8 @@ static void seq_sample(struct gen_seq *s, const struct model *m, float *logits,
     if (s->done && !stopped) {
         detok_flush(&s->dt, &delta, &len);
         append_text(s, delta, len);
+        /* Flushing can complete a stop string that ends in a replacement character. */
+        if (detok_stopped(&s->dt)) s->finish = GEN_FINISH_STOP;
     }
 }
 
