@@ -86,7 +86,17 @@ static double attn_flops(const struct opt_config *c, double pairs)
 
 struct result {
     double prefill_tps, prefill_gflops, decode_tps, decode_gflops;
+    double decode_s;           /* wall time of all decode steps */
+    struct be_profile decode;  /* backend time split of those steps */
 };
+
+/* Time profile of the backend since the last read (zeros if it keeps none). */
+static struct be_profile read_profile(struct model *m)
+{
+    struct be_profile p = {0};
+    if (m->be.ops->profile) m->be.ops->profile(m->be.ctx, &p);
+    return p;
+}
 
 static struct result run_batch(struct model *m, const struct bench_opts *o, int32_t B)
 {
@@ -119,6 +129,7 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
     }
     double tp = time_now() - t0;
     /* Decode: every sequence one token per step. */
+    read_profile(m);
     t0 = time_now();
     for (int32_t s = 0; s < S; s++) {
         for (int32_t i = 0; i < B; i++)
@@ -127,6 +138,7 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
         CHECK(batch_run(&b, &m->be, &pool, V, items, B) == 0);
     }
     double td = time_now() - t0;
+    struct be_profile prof = read_profile(m);
 
     struct result r;
     double pairs_prefill = (double)B * P * (P + 1) / 2.0;
@@ -140,6 +152,8 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
     r.prefill_gflops = fl_prefill / tp * 1e-9;
     r.decode_tps = (double)B * S / td;
     r.decode_gflops = fl_decode / td * 1e-9;
+    r.decode_s = td;
+    r.decode = prof;
 
     for (int32_t i = 0; i < B; i++) kv_seq_deinit(&kv[i], &pool);
     CHECK(pool.n_free == pool.n_blocks);
@@ -221,6 +235,7 @@ int main(int argc, char **argv)
         }
         printf("%-5s %-8s %6s %12s %10.1f %7s\n", dtype_name(dt), "gemm2048", "-", "-", peak,
                "(peak)");
+        struct result prof[8];
         for (int bi = 0; bi < o.n_batches; bi++) {
             struct result r = run_batch(m, &o, o.batches[bi]);
             printf("%-5s %-8s %6d %12.1f %10.1f %6.1f%%\n", dtype_name(dt), "prefill",
@@ -229,6 +244,19 @@ int main(int argc, char **argv)
             printf("%-5s %-8s %6d %12.1f %10.1f %6.1f%%\n", dtype_name(dt), "decode",
                    o.batches[bi], r.decode_tps, r.decode_gflops, 100.0 * r.decode_gflops / peak);
             fflush(stdout);
+            prof[bi] = r;
+        }
+        /* Where a decode step's time goes: weight GEMMs, attention over the KV
+         * cache, the rest of the forward, and the host work around it. */
+        for (int bi = 0; bi < o.n_batches; bi++) {
+            const struct result *r = &prof[bi];
+            const double steps = o.decode_steps, f = r->decode.forward_s;
+            printf("%-5s %-8s %6d   step %.2f ms = gemm %.2f + attention %.2f + other %.2f "
+                   "+ host %.2f\n",
+                   dtype_name(dt), "profile", o.batches[bi], 1e3 * r->decode_s / steps,
+                   1e3 * r->decode.gemm_s / steps, 1e3 * r->decode.attn_s / steps,
+                   1e3 * (f - r->decode.gemm_s - r->decode.attn_s) / steps,
+                   1e3 * (r->decode_s - f) / steps);
         }
         model_destroy(m);
     }

@@ -49,6 +49,14 @@ struct be_batch {
     const int32_t *out_rows;   /* [n_out] rows whose logits are wanted */
 };
 
+/* Where forward time went, summed since the last read. */
+struct be_profile {
+    double forward_s; /* whole forwards */
+    double gemm_s;    /* matrix products (weights) */
+    double attn_s;    /* attention over the KV cache, KV writes included */
+    int64_t n_forward;
+};
+
 struct be_ops {
     const char *name;
     /* Load every tensor of `cfg` from `w`; the backend keeps its own copy. */
@@ -70,6 +78,8 @@ struct be_ops {
      * writes logits [n_out, vocab] (fp32) for the requested rows.
      */
     int (*forward)(void *ctx, const struct be_batch *b, float *logits);
+    /* Read and reset the time profile; NULL when the backend keeps none. */
+    void (*profile)(void *ctx, struct be_profile *out);
     void (*destroy)(void *ctx);
 };
 

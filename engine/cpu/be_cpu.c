@@ -57,6 +57,7 @@ struct cpu_be {
     struct cpu_layer *layers;
     int32_t n_blocks, block_size;
     struct cpu_ws ws;
+    struct be_profile prof; /* time spent since the last profile read */
     bool loaded;
 };
 
@@ -345,6 +346,15 @@ static const void *gemm_in(struct cpu_be *c, const float *x, int64_t n)
     return c->ws.h;
 }
 
+/* A GEMM, with its time added to the profile. */
+static void gemm(struct cpu_be *c, const struct cpu_linear *l, const void *src, int64_t m,
+                 void *dst)
+{
+    double t0 = time_now();
+    cpu_linear_run(l, &c->dnnl, src, m, dst);
+    c->prof.gemm_s += time_now() - t0;
+}
+
 static void layer_forward(struct cpu_be *c, struct cpu_layer *L, int32_t li,
                           const struct be_batch *b)
 {
@@ -361,15 +371,17 @@ static void layer_forward(struct cpu_be *c, struct cpu_layer *L, int32_t li,
     } else {
         in = gemm_in(c, ws->x, (int64_t)n * hd);
     }
-    cpu_linear_run(&L->qkv, &c->dnnl, in, n, ws->qkv); // qkv: [n, 3 * hidden]
+    gemm(c, &L->qkv, in, n, ws->qkv); // qkv: [n, 3 * hidden]
     struct cpu_attn_args aa = {
         .batch = b, .qkv = ws->qkv, .out = ws->attn, .out_dtype = dt, .kv = L->kv,
         .kv_dtype = dt, .layer = li, .n_head = cfg->n_head, .head_dim = cfg->head_dim,
         .block_size = c->block_size, .scale = 1.0f / sqrtf((float)cfg->head_dim),
         .scratch = ws->scratch, .scratch_stride = ws->scratch_stride,
     };
-    cpu_attn_forward(&aa);                                   // attn: [n, hidden]
-    cpu_linear_run(&L->out, &c->dnnl, ws->attn, n, ws->tmp); // tmp: [n, hidden]
+    double t0 = time_now();
+    cpu_attn_forward(&aa); // attn: [n, hidden]
+    c->prof.attn_s += time_now() - t0;
+    gemm(c, &L->out, ws->attn, n, ws->tmp); // tmp: [n, hidden]
     cpu_add(ws->x, ws->tmp, (int64_t)n * hd);
     if (!cfg->ln_before) cpu_layernorm(ws->x, DTYPE_F32, ws->x, L->ln1_w, L->ln1_b, n, hd);
 
@@ -380,15 +392,26 @@ static void layer_forward(struct cpu_be *c, struct cpu_layer *L, int32_t li,
     } else {
         in = gemm_in(c, ws->x, (int64_t)n * hd);
     }
-    cpu_linear_run(&L->fc1, &c->dnnl, in, n, ws->ff);      // ff: [n, ffn], ReLU applied
-    cpu_linear_run(&L->fc2, &c->dnnl, ws->ff, n, ws->tmp); // tmp: [n, hidden]
+    gemm(c, &L->fc1, in, n, ws->ff);      // ff: [n, ffn], ReLU applied
+    gemm(c, &L->fc2, ws->ff, n, ws->tmp); // tmp: [n, hidden]
     cpu_add(ws->x, ws->tmp, (int64_t)n * hd);
     if (!cfg->ln_before) cpu_layernorm(ws->x, DTYPE_F32, ws->x, L->ln2_w, L->ln2_b, n, hd);
 }
 
+static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *logits);
+
 static int cpu_forward(void *ctx, const struct be_batch *b, float *logits)
 {
     struct cpu_be *c = ctx;
+    double t0 = time_now();
+    int err = cpu_forward_timed(c, b, logits);
+    c->prof.forward_s += time_now() - t0;
+    c->prof.n_forward++;
+    return err;
+}
+
+static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *logits)
+{
     const struct opt_config *cfg = &c->cfg;
     const int32_t n = b->n_tok, hd = cfg->hidden, proj = cfg->word_embed_proj_dim;
     CHECK(c->n_blocks > 0);
@@ -401,7 +424,7 @@ static int cpu_forward(void *ctx, const struct be_batch *b, float *logits)
     /* Embeddings: tokens (through project_in when proj != hidden) plus positions. */
     if (proj != hd) {
         cpu_embed(ws->emb, c->embed, b->tokens, n, proj); // emb: [n, proj]
-        cpu_linear_run(&c->project_in, &c->dnnl, gemm_in(c, ws->emb, (int64_t)n * proj), n,
+        gemm(c, &c->project_in, gemm_in(c, ws->emb, (int64_t)n * proj), n,
                        ws->x);
     } else {
         cpu_embed(ws->x, c->embed, b->tokens, n, hd); // x: [n, hidden]
@@ -420,13 +443,20 @@ static int cpu_forward(void *ctx, const struct be_batch *b, float *logits)
         hfin = ws->x; /* the residual stream is dead now; reuse it */
     }
     if (proj != hd) {
-        cpu_linear_run(&c->project_out, &c->dnnl, gemm_in(c, hfin, (int64_t)b->n_out * hd),
+        gemm(c, &c->project_out, gemm_in(c, hfin, (int64_t)b->n_out * hd),
                        b->n_out, ws->emb); // emb: [n_out, proj]
         hfin = ws->emb;
     }
-    cpu_linear_run(&c->lm_head, &c->dnnl, gemm_in(c, hfin, (int64_t)b->n_out * proj), b->n_out,
+    gemm(c, &c->lm_head, gemm_in(c, hfin, (int64_t)b->n_out * proj), b->n_out,
                    logits); // logits: [n_out, vocab]
     return 0;
+}
+
+static void cpu_profile(void *ctx, struct be_profile *out)
+{
+    struct cpu_be *c = ctx;
+    *out = c->prof;
+    memset(&c->prof, 0, sizeof c->prof);
 }
 
 static void cpu_destroy(void *ctx)
@@ -477,5 +507,6 @@ static const struct be_ops cpu_ops = {
     .kv_copy_blocks = cpu_kv_copy_blocks,
     .kv_state = cpu_kv_state,
     .forward = cpu_forward,
+    .profile = cpu_profile,
     .destroy = cpu_destroy,
 };

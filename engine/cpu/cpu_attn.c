@@ -178,6 +178,16 @@ static inline __m512 load16(const void *base, int64_t off, enum dtype dt)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* Ask for one (block, head) tile of a K or V pool ahead of use: a decode step
+ * streams the whole KV cache once, in 2-4 KiB tiles scattered over the pool, and the
+ * hardware prefetchers do not cross from one tile to the next. */
+static inline void prefetch_tile(const struct cpu_attn_args *a, const void *pool, int64_t t)
+{
+    const int64_t bytes = (int64_t)16 * a->head_dim * dtype_size(a->kv_dtype);
+    const char *p = (const char *)pool + t * bytes;
+    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 static inline __attribute__((always_inline)) void
 block_logits16(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const float *qv,
                const int32_t *qpos, float *s, int32_t stride, const int32_t NQ)
@@ -303,6 +313,7 @@ static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *s
         nb_vis = bi + 1;
 #ifdef __AVX512F__
         if (nq == 1 && BS == 16) {
+            if (bi + 4 < nb) prefetch_tile(a, a->kv.k, bh(sq->blocks[bi + 4], h, H));
             /* Queue visible blocks and run them four at a time. */
             q4_t[q4_n] = t;
             q4_valid[q4_n] = n_valid;
@@ -358,6 +369,8 @@ static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, 
         } else {
             for (int32_t q = 0; q < nq; q++) {
 #ifdef __AVX512F__
+                if (BS == 16 && bi + 2 < width_vis / BS)
+                    prefetch_tile(a, a->kv.v, bh(sq->blocks[bi + 2], h, H));
                 if (BS == 16) block_values16_1(a, t, pb + q * width, out + q * D);
 #else
                 if (BS == 16) block_values_bs16(a, t, pb + q * width, width, out + q * D, 1);
