@@ -48,9 +48,11 @@ static double gemm_peak(enum dtype dt, int64_t n)
     if (dt == DTYPE_F32) memcpy(src, w, (size_t)(n * n) * 4);
     else for (int64_t i = 0; i < n * n; i++) ((uint16_t *)src)[i] = f32_to_bf16(w[i]);
     float *dst = xmalloc((size_t)(n * n) * sizeof *dst);
-    cpu_linear_run(&l, &d, src, n, dst); /* warm-up */
+    /* Warm up (page faults, clock ramp), then the best of ten: the peak is the
+     * denominator of every MFU, so a slow outlier must not inflate them. */
+    for (int rep = 0; rep < 3; rep++) cpu_linear_run(&l, &d, src, n, dst);
     double best = 1e30;
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < 10; rep++) {
         double t0 = time_now();
         cpu_linear_run(&l, &d, src, n, dst);
         double t = time_now() - t0;
