@@ -191,7 +191,7 @@ int main(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"ctx", required_argument, 0, 'c'},
         {"decode-steps", required_argument, 0, 's'}, {"batches", required_argument, 0, 'b'},
         {"dtypes", required_argument, 0, 'd'}, {"max-batched-tokens", required_argument, 0, 't'},
-        {0, 0, 0, 0},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -211,10 +211,10 @@ int main(int argc, char **argv)
             if (!o.n_dtypes) return fprintf(stderr, "bad --dtypes\n"), 2;
             break;
         default:
-            fprintf(stderr, "usage: bench_cpu [--model NAME] [--ctx N] [--decode-steps N] "
-                            "[--batches 1,16,64] [--dtypes fp32,bf16] "
-                            "[--max-batched-tokens N]\n");
-            return 2;
+            fprintf(ch == 'h' ? stdout : stderr,
+                    "usage: bench_cpu [--model NAME] [--ctx N] [--decode-steps N] "
+                    "[--batches 1,16,64] [--dtypes fp32,bf16] [--max-batched-tokens N]\n");
+            return ch == 'h' ? 0 : 2;
         }
     }
     if (o.ctx <= 0 || o.decode_steps <= 0 || o.max_batched <= 0)
