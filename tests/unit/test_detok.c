@@ -10,6 +10,7 @@
 #include "detok.h"
 #include "err.h"
 #include "test.h"
+#include "opt_tokenizer.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -441,14 +442,7 @@ TEST(special_tokens_add_no_text)
 
 int main(void)
 {
-    /* test_shared returns a static buffer, so the first path is copied. */
-    char vocab[4096];
-    snprintf(vocab, sizeof vocab, "%s", test_shared("data/opt-tokenizer/vocab.json"));
-    int err = tokenizer_load(&opt_tok, vocab, test_shared("data/opt-tokenizer/merges.txt"));
-    if (err) {
-        printf("Bail out! %s\n", err_msg());
-        return 1;
-    }
+    if (opt_tokenizer_load(&opt_tok)) return 1;
     byte_tok = tokenizer_create_bytes(512);
 
     RUN(random_streams_equal_decode);

@@ -8,6 +8,7 @@
  */
 #include "err.h"
 #include "test.h"
+#include "opt_tokenizer.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -590,14 +591,7 @@ TEST(bad_files_fail_cleanly)
 int main(void)
 {
     double t0 = time_now();
-    /* test_shared returns a static buffer, so the first path is copied. */
-    char vocab[4096];
-    snprintf(vocab, sizeof vocab, "%s", test_shared("data/opt-tokenizer/vocab.json"));
-    int err = tokenizer_load(&opt_tok, vocab, test_shared("data/opt-tokenizer/merges.txt"));
-    if (err) {
-        printf("Bail out! %s\n", err_msg());
-        return 1;
-    }
+    if (opt_tokenizer_load(&opt_tok)) return 1;
     printf("# OPT tokenizer loaded in %.3f s\n", time_now() - t0);
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/test_tokenizer.XXXXXX");
     if (!mkdtemp(tmp_dir)) {
