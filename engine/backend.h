@@ -69,6 +69,14 @@ struct be_ops {
     void (*kv_init_blocks)(void *ctx, const int32_t *blocks, int32_t n);
     /* Copy K, V and slot state of src[i] to dst[i] in every layer (fork). */
     void (*kv_copy_blocks)(void *ctx, const int32_t *src, const int32_t *dst, int32_t n);
+    /*
+     * H2O prefill compaction of one sequence (block table `blocks`, slots
+     * 0..n_slots-1 in use): for every layer and head h, move slot
+     * keep[(layer * n_head + h) * n_keep + i] to slot i (K, V, pos, score) for
+     * i < n_keep, sources ascending; then mark slots n_keep..n_slots-1 free.
+     */
+    void (*kv_compact)(void *ctx, const int32_t *blocks, int32_t n_slots, const int32_t *keep,
+                       int32_t n_keep);
     /* Host pointers to one layer's slot state [n_blocks, n_head, block_size], or
      * -1 when the state lives on a device (then use a read op). */
     int (*kv_state)(void *ctx, int32_t layer, int32_t **pos, float **score);

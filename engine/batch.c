@@ -54,7 +54,7 @@ int batch_run(struct batch *b, struct backend *be, struct kv_pool *pool, int32_t
     int32_t n_tok = 0, n_out = 0;
     for (int32_t i = 0; i < n_items; i++) {
         CHECK(items[i].n_tok > 0);
-        CHECK(!items[i].head_slots || items[i].n_tok == 1);
+        CHECK(!items[i].kv->head_slots || items[i].n_tok == 1);
         n_tok += items[i].n_tok;
         n_out += items[i].all_logits ? items[i].n_tok : 1;
     }
@@ -65,7 +65,7 @@ int batch_run(struct batch *b, struct backend *be, struct kv_pool *pool, int32_t
     for (int32_t i = 0; i < n_items; i++) old_blocks[i] = items[i].kv->n_blocks;
     for (int32_t i = 0; i < n_items; i++) {
         struct batch_item *it = &items[i];
-        int32_t need = it->head_slots ? it->kv->n_slots : it->kv->n_slots + it->n_tok;
+        int32_t need = it->kv->head_slots ? it->kv->n_slots : it->kv->n_slots + it->n_tok;
         int err = kv_seq_grow(it->kv, pool, be, need);
         if (err) {
             for (int32_t j = 0; j <= i; j++) {
@@ -88,8 +88,8 @@ int batch_run(struct batch *b, struct backend *be, struct kv_pool *pool, int32_t
         s->tok_start = row;
         s->n_tok = it->n_tok;
         s->slot_start = it->kv->n_slots;
-        s->head_slots = it->head_slots;
-        s->n_slots = it->head_slots ? it->kv->n_slots : it->kv->n_slots + it->n_tok;
+        s->head_slots = it->kv->head_slots;
+        s->n_slots = it->kv->head_slots ? it->kv->n_slots : it->kv->n_slots + it->n_tok;
         for (int32_t t = 0; t < it->n_tok; t++) {
             b->tokens[row + t] = it->tokens[t];
             b->pos[row + t] = it->pos0 + t;
@@ -108,6 +108,6 @@ int batch_run(struct batch *b, struct backend *be, struct kv_pool *pool, int32_t
     int err = be->ops->forward(be->ctx, &b->be, b->logits);
     if (err) return err;
     for (int32_t i = 0; i < n_items; i++)
-        if (!items[i].head_slots) items[i].kv->n_slots += items[i].n_tok;
+        if (!items[i].kv->head_slots) items[i].kv->n_slots += items[i].n_tok;
     return 0;
 }

@@ -3,8 +3,10 @@
  *
  * Each item is a run of consecutive tokens of one sequence: a prefill chunk or a
  * single decode token. batch_run grows each sequence's block table to cover its new
- * tokens (full-policy slot placement: token i of the item goes to slot
- * kv->n_slots + i), runs one forward, and advances n_slots.
+ * tokens (token i of the item goes to slot kv->n_slots + i, or, for a decode token
+ * of a sequence whose heads are full, to each head's hole kv->head_slots), runs one
+ * forward, and advances n_slots. H2O selection and eviction are the caller's next
+ * step (kv_seq_finish_prefill, kv_seq_after_decode).
  * Owns: reusable scratch arrays for the batch description and the logits.
  * Thread: engine only.
  */
@@ -25,7 +27,6 @@ struct batch_item {
     int32_t n_tok;
     int32_t pos0;          /* logical position of tokens[0] */
     bool all_logits;       /* logits for every token (else only the last one) */
-    const int32_t *head_slots; /* H2O hole per (layer, head) for a decode token, or NULL */
     int32_t logits_row;    /* out: first row of this item's logits in batch_logits */
 };
 

@@ -33,6 +33,8 @@ struct gen_seq {
     size_t text_len, text_cap;
     bool done;
     enum gen_finish finish;
+    int32_t kv_slots, kv_blocks_max; /* stats kept past the release of the blocks */
+    int64_t kv_evicted;
 };
 
 void gen_opts_default(struct gen_opts *o)
@@ -73,10 +75,17 @@ static int seq_setup(struct gen_seq *s, const struct model *m, const struct gen_
         return err_set(ENG_EINVAL, "prompt (%d tokens) + max_tokens (%d) exceeds the "
                                    "context length %d", n, r->max_tokens, m->cfg.max_pos);
     }
+    struct kv_budget budget;
+    int err = kv_budget_resolve(&r->kv, n, r->max_tokens, &budget);
+    if (err) {
+        free(ids);
+        return err;
+    }
     s->req = r;
     s->ids = xrealloc(ids, (size_t)(n + r->max_tokens + 1) * sizeof *ids);
     s->n_prompt = s->n_ids = n;
     kv_seq_init(&s->kv);
+    kv_seq_set_budget(&s->kv, &budget);
     rng_seed(&s->rng, r->seed);
     detok_init(&s->dt, m->tok, r->stops, r->n_stops);
     s->done = r->max_tokens == 0;
@@ -134,7 +143,10 @@ int generate_run(struct model *m, const struct gen_opts *o, const struct gen_req
     for (; n_setup < n_reqs; n_setup++) {
         err = seq_setup(&seqs[n_setup], m, &reqs[n_setup]);
         if (err) goto done;
-        need_blocks += CEIL_DIV(seqs[n_setup].n_prompt + reqs[n_setup].max_tokens, o->block_size);
+        need_blocks += CEIL_DIV(kv_budget_peak_slots(&seqs[n_setup].kv.budget,
+                                                     seqs[n_setup].n_prompt,
+                                                     reqs[n_setup].max_tokens),
+                                o->block_size);
     }
     int32_t n_blocks = o->kv_blocks > 0 ? o->kv_blocks : MAX(need_blocks, 1);
     kv_pool_init(&pool, n_blocks, o->block_size);
@@ -170,11 +182,21 @@ int generate_run(struct model *m, const struct gen_opts *o, const struct gen_req
         if (err) goto done;
         for (int32_t i = 0; i < n_items; i++) {
             struct gen_seq *s = owner[i];
+            const bool decode = s->n_cached >= s->n_prompt;
+            const int32_t t = s->n_cached; /* position of the item's first token */
             s->n_cached += items[i].n_tok;
             if (s->n_cached < s->n_prompt) continue; /* mid-prompt: no token yet */
+            /* The KV policy acts after the forward that wrote the tokens. */
+            if (decode) kv_seq_after_decode(&s->kv, &m->be, &m->cfg, t);
+            else kv_seq_finish_prefill(&s->kv, &pool, &m->be, &m->cfg);
+            s->kv_blocks_max = MAX(s->kv_blocks_max, s->kv.n_blocks);
             seq_sample(s, m, b.logits + (int64_t)items[i].logits_row * m->cfg.vocab_size,
                        &scratch);
-            if (s->done) kv_seq_release(&s->kv, &pool);
+            if (s->done) {
+                s->kv_slots = s->kv.n_slots;
+                s->kv_evicted = s->kv.n_evicted;
+                kv_seq_release(&s->kv, &pool);
+            }
         }
     }
 
@@ -189,6 +211,10 @@ int generate_run(struct model *m, const struct gen_opts *o, const struct gen_req
         memcpy(r->tokens, s->ids + s->n_prompt, (size_t)r->n_tokens * sizeof *r->tokens);
         r->prompt_tokens = s->n_prompt;
         r->finish = s->finish;
+        r->budget = s->kv.budget;
+        r->kv_slots = s->kv_slots;
+        r->kv_blocks_max = s->kv_blocks_max;
+        r->kv_evicted = s->kv_evicted;
     }
     CHECK(pool.n_free == pool.n_blocks);
 done:

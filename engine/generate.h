@@ -10,6 +10,7 @@
 #ifndef H2O_GENERATE_H
 #define H2O_GENERATE_H
 
+#include "h2o.h"
 #include "model.h"
 #include "sampler.h"
 
@@ -28,6 +29,7 @@ struct gen_request {
     const char *const *stops;    /* [n_stops] stop strings */
     int32_t n_stops;
     bool ignore_eos;
+    struct kv_spec kv;           /* KV-cache policy (zeroed = full) */
 };
 
 enum gen_finish {
@@ -42,6 +44,10 @@ struct gen_result {
     int32_t n_tokens;
     int32_t prompt_tokens;
     enum gen_finish finish;
+    struct kv_budget budget;     /* the policy as resolved for this sequence */
+    int32_t kv_slots;            /* slots per (layer, head) in use at the end */
+    int32_t kv_blocks_max;       /* most blocks held after the prompt */
+    int64_t kv_evicted;          /* tokens evicted, summed over layers and heads */
 };
 
 struct gen_opts {

@@ -1,24 +1,32 @@
 /*
- * kv_seq.c - a sequence's block table (see kv_seq.h).
+ * kv_seq.c - a sequence's block table and its H2O bookkeeping (see kv_seq.h).
  */
 #include "kv_seq.h"
 
 #include "backend.h"
 #include "err.h"
 #include "kv_pool.h"
+#include "model.h"
 #include "util.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 void kv_seq_init(struct kv_seq *seq)
 {
-    seq->blocks = NULL;
-    seq->n_blocks = seq->cap = seq->n_slots = 0;
+    memset(seq, 0, sizeof *seq);
+    seq->budget.policy = KV_POLICY_FULL;
+}
+
+void kv_seq_set_budget(struct kv_seq *seq, const struct kv_budget *b)
+{
+    seq->budget = *b;
 }
 
 int kv_seq_grow(struct kv_seq *seq, struct kv_pool *pool, struct backend *be,
                 int32_t n_slots)
 {
+    seq->block_size = pool->block_size;
     int32_t need = CEIL_DIV(n_slots, pool->block_size);
     if (need <= seq->n_blocks) return 0;
     if (need > seq->cap) {
@@ -33,11 +41,104 @@ int kv_seq_grow(struct kv_seq *seq, struct kv_pool *pool, struct backend *be,
     return 0;
 }
 
+/* Index of slot s of head h in a layer's [n_blocks, n_head, block_size] state. */
+static inline int64_t state_index(const struct kv_seq *seq, int32_t s, int32_t h,
+                                  int32_t n_head, int32_t bs)
+{
+    return ((int64_t)seq->blocks[s / bs] * n_head + h) * bs + s % bs;
+}
+
+void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct backend *be,
+                           const struct opt_config *cfg)
+{
+    const int32_t B = kv_budget_slots(&seq->budget), n = seq->n_slots;
+    if (seq->budget.policy == KV_POLICY_FULL || n <= B - 1) return;
+    const int32_t L = cfg->n_layer, H = cfg->n_head, bs = pool->block_size, keep_n = B - 1;
+    int32_t *keep = xmalloc((size_t)L * H * (size_t)n * sizeof *keep);
+    int32_t *scratch = xmalloc((size_t)n * sizeof *scratch);
+    int32_t *pos = xmalloc((size_t)n * sizeof *pos);
+    float *col = xmalloc((size_t)n * sizeof *col);
+    for (int32_t l = 0; l < L; l++) {
+        int32_t *lpos;
+        float *lscore;
+        CHECK(be->ops->kv_state(be->ctx, l, &lpos, &lscore) == 0);
+        for (int32_t h = 0; h < H; h++) {
+            for (int32_t s = 0; s < n; s++) {
+                int64_t i = state_index(seq, s, h, H, bs);
+                pos[s] = lpos[i];
+                col[s] = lscore[i];
+            }
+            int32_t *k = keep + ((int64_t)l * H + h) * keep_n;
+            int32_t got = h2o_select_prefill(col, pos, n, seq->budget.heavy,
+                                             seq->budget.recent, k, scratch);
+            CHECK(got == keep_n);
+        }
+    }
+    be->ops->kv_compact(be->ctx, seq->blocks, n, keep, keep_n);
+    seq->n_evicted += (int64_t)(n - keep_n) * L * H;
+    /* The kept tokens are in slots 0..B-2; the budget needs ceil(B / bs) blocks. */
+    const int32_t need = CEIL_DIV(B, bs);
+    if (seq->n_blocks > need) {
+        kv_pool_free(pool, seq->blocks + need, seq->n_blocks - need);
+        seq->n_blocks = need;
+    }
+    seq->n_slots = keep_n;
+    free(keep);
+    free(scratch);
+    free(pos);
+    free(col);
+}
+
+int32_t kv_seq_next_slots(const struct kv_seq *seq)
+{
+    return seq->head_slots ? seq->n_slots : seq->n_slots + 1;
+}
+
+void kv_seq_after_decode(struct kv_seq *seq, struct backend *be, const struct opt_config *cfg,
+                         int32_t t)
+{
+    const int32_t B = kv_budget_slots(&seq->budget);
+    if (seq->budget.policy == KV_POLICY_FULL || seq->n_slots < B) return;
+    CHECK(seq->n_slots == B);
+    const int32_t L = cfg->n_layer, H = cfg->n_head, bs = seq->block_size;
+    if (!seq->head_slots) {
+        seq->head_slots = xmalloc((size_t)L * H * sizeof *seq->head_slots);
+        seq->ev_score = xmalloc((size_t)B * sizeof *seq->ev_score);
+        seq->ev_pos = xmalloc((size_t)B * sizeof *seq->ev_pos);
+    }
+    for (int32_t l = 0; l < L; l++) {
+        int32_t *lpos;
+        float *lscore;
+        CHECK(be->ops->kv_state(be->ctx, l, &lpos, &lscore) == 0);
+        for (int32_t h = 0; h < H; h++) {
+            /* Every one of the head's B slots is occupied now: gather, pick, free. */
+            for (int32_t s = 0; s < B; s++) {
+                int64_t i = state_index(seq, s, h, H, bs);
+                seq->ev_pos[s] = lpos[i];
+                seq->ev_score[s] = lscore[i];
+            }
+            int32_t e = h2o_select_evict(seq->ev_score, seq->ev_pos, B, t, seq->budget.recent);
+            CHECK(e >= 0);
+            int64_t i = state_index(seq, e, h, H, bs);
+            lpos[i] = -1;
+            lscore[i] = 0.0f;
+            seq->head_slots[l * H + h] = e;
+        }
+    }
+    seq->n_evicted += (int64_t)L * H;
+}
+
 void kv_seq_release(struct kv_seq *seq, struct kv_pool *pool)
 {
     kv_pool_free(pool, seq->blocks, seq->n_blocks);
     seq->n_blocks = 0;
     seq->n_slots = 0;
+    free(seq->head_slots);
+    free(seq->ev_score);
+    free(seq->ev_pos);
+    seq->head_slots = NULL;
+    seq->ev_score = NULL;
+    seq->ev_pos = NULL;
 }
 
 void kv_seq_deinit(struct kv_seq *seq, struct kv_pool *pool)

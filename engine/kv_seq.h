@@ -2,9 +2,18 @@
  * kv_seq.h - one sequence's block table in the paged KV pool.
  *
  * Owns: the list of block ids the sequence holds (the blocks themselves belong to the
- * pool). Slot s of the sequence lives in blocks[s / block_size] at offset
- * s % block_size, in every layer and head. n_slots is the high-water mark of slots
- * written so far; with the full policy it equals the number of cached tokens.
+ * pool) and the sequence's H2O bookkeeping. Slot s of the sequence lives in
+ * blocks[s / block_size] at offset s % block_size, in every layer and head.
+ * n_slots is the high-water mark of slots written so far; with the full policy it
+ * equals the number of cached tokens.
+ *
+ * H2O life cycle (DESIGN.md section 5): the prompt fills slots 0..P-1 in every head;
+ * kv_seq_finish_prefill keeps B - 1 of them per (layer, head), moves them to slots
+ * 0..B-2 and gives back the blocks past ceil(B / block_size). Decode tokens go to
+ * the next slot while heads have room; once a head holds B tokens,
+ * kv_seq_after_decode evicts one per (layer, head) and head_slots[] remembers each
+ * head's hole, where that head's next token goes.
+ * Invariant: after the prompt, n_blocks <= ceil(B / block_size).
  * Thread: engine only.
  */
 #ifndef H2O_KV_SEQ_H
@@ -12,14 +21,23 @@
 
 #include <stdint.h>
 
+#include "h2o.h"
+
 struct kv_pool;
 struct backend;
+struct opt_config;
 
 struct kv_seq {
     int32_t *blocks;
     int32_t n_blocks;
     int32_t cap;
     int32_t n_slots;
+    struct kv_budget budget; /* full unless kv_seq_set_budget says otherwise */
+    int32_t *head_slots;     /* [n_layer * n_head] holes, or NULL while heads have room */
+    int64_t n_evicted;       /* tokens evicted, summed over layers and heads */
+    int32_t block_size;      /* the pool's, set by the first kv_seq_grow */
+    float *ev_score;         /* [B] one head's scores, gathered for eviction */
+    int32_t *ev_pos;         /* [B] one head's positions */
 };
 
 /* An empty table. Caller-owned struct. Thread: engine. */
@@ -32,6 +50,30 @@ void kv_seq_init(struct kv_seq *seq);
  */
 int kv_seq_grow(struct kv_seq *seq, struct kv_pool *pool, struct backend *be,
                 int32_t n_slots);
+
+/* Use this budget from now on (before the prompt). Thread: engine. */
+void kv_seq_set_budget(struct kv_seq *seq, const struct kv_budget *b);
+
+/*
+ * The prompt is in the cache (slots 0..n_slots-1, scores = its column sums): keep
+ * B - 1 tokens per (layer, head) by h2o_select_prefill, compact them to the front
+ * and return the blocks the budget does not need. Nothing happens for full or when
+ * the prompt fits. Thread: engine.
+ */
+void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct backend *be,
+                           const struct opt_config *cfg);
+
+/*
+ * A decode token at position t has been written and attended (batch_run has
+ * counted its slot). Once B slots are occupied, evicts one token per (layer, head)
+ * (h2o_select_evict) and records the holes in head_slots. Thread: engine.
+ */
+void kv_seq_after_decode(struct kv_seq *seq, struct backend *be, const struct opt_config *cfg,
+                         int32_t t);
+
+/* The slots this sequence's next decode token will need: n_slots + 1, or n_slots
+ * when it fills holes. */
+int32_t kv_seq_next_slots(const struct kv_seq *seq);
 
 /* Return every block to the pool and empty the table (reusable). Thread: engine. */
 void kv_seq_release(struct kv_seq *seq, struct kv_pool *pool);

@@ -41,7 +41,14 @@ static void usage_generate(FILE *f)
             "  --dtype fp32|bf16        compute dtype (default bf16 where the CPU has it)\n"
             "  --threads N              OpenMP threads (default: all cores)\n"
             "  --max-batched-tokens N   tokens per forward step (default 2048)\n"
-            "  --block-size N           KV slots per block (default 16)\n",
+            "  --block-size N           KV slots per block (default 16)\n"
+            "  --prompts-file FILE      one prompt per line (added to any --prompt)\n"
+            "  --kv-policy P            full | h2o | local (default h2o)\n"
+            "  --h2o-heavy-ratio X      heavy hitters per (layer, head), as a fraction of\n"
+            "                           prompt + max_tokens (default 0.1)\n"
+            "  --h2o-recent-ratio X     recent window, same fraction (default 0.1)\n"
+            "  --h2o-heavy N            heavy hitters as a token count (overrides the ratio)\n"
+            "  --h2o-recent N           recent window as a token count (overrides the ratio)\n",
             DEFAULT_MODEL);
 }
 
@@ -87,7 +94,8 @@ static int cmd_generate(int argc, char **argv)
 {
     enum {
         O_MODEL = 256, O_PROMPT, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK, O_PRES, O_FREQ, O_SEED,
-        O_STOP, O_IGNEOS, O_DTYPE, O_THREADS, O_MBT, O_BS, O_HELP,
+        O_STOP, O_IGNEOS, O_DTYPE, O_THREADS, O_MBT, O_BS, O_HELP, O_PFILE, O_KVP, O_HR, O_RR,
+        O_HN, O_RN,
     };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
@@ -106,15 +114,24 @@ static int cmd_generate(int argc, char **argv)
         {"max-batched-tokens", required_argument, 0, O_MBT},
         {"block-size", required_argument, 0, O_BS},
         {"help", no_argument, 0, O_HELP},
+        {"prompts-file", required_argument, 0, O_PFILE},
+        {"kv-policy", required_argument, 0, O_KVP},
+        {"h2o-heavy-ratio", required_argument, 0, O_HR},
+        {"h2o-recent-ratio", required_argument, 0, O_RR},
+        {"h2o-heavy", required_argument, 0, O_HN},
+        {"h2o-recent", required_argument, 0, O_RN},
         {0, 0, 0, 0},
     };
     const char *model_name = DEFAULT_MODEL;
+    const char *prompts_file = NULL;
+    char *file_text = NULL;
     const char *prompts[MAX_PROMPTS];
     const char *stops[MAX_STOPS];
     int n_prompts = 0, n_stops = 0;
     long v;
     struct gen_request proto = {.max_tokens = 16};
     sampler_params_default(&proto.sp);
+    kv_spec_default(&proto.kv);
     struct model_opts mo;
     model_opts_default(&mo);
     struct gen_opts go;
@@ -174,17 +191,57 @@ static int cmd_generate(int argc, char **argv)
             bad = parse_int(optarg, "--block-size", 1, 1024, &v);
             go.block_size = (int32_t)v;
             break;
+        case O_PFILE: prompts_file = optarg; break;
+        case O_KVP:
+            if (kv_policy_parse(optarg, &proto.kv.policy)) {
+                fprintf(stderr, "h2oserve: --kv-policy wants full, h2o or local, got '%s'\n",
+                        optarg);
+                bad = 1;
+            }
+            break;
+        case O_HR: bad = parse_float(optarg, "--h2o-heavy-ratio", 0, 1, &proto.kv.heavy_ratio); break;
+        case O_RR:
+            bad = parse_float(optarg, "--h2o-recent-ratio", 0, 1, &proto.kv.recent_ratio);
+            break;
+        case O_HN:
+            bad = parse_int(optarg, "--h2o-heavy", 0, 1 << 20, &v);
+            proto.kv.heavy = (int32_t)v;
+            break;
+        case O_RN:
+            bad = parse_int(optarg, "--h2o-recent", 1, 1 << 20, &v);
+            proto.kv.recent = (int32_t)v;
+            break;
         case O_HELP: usage_generate(stdout); return 0;
         default: usage_generate(stderr); return 2;
         }
         if (bad) return 2;
+    }
+    if (prompts_file) {
+        /* One prompt per line; the buffer stays alive while the prompts point into it. */
+        size_t len;
+        if (util_read_file(prompts_file, &file_text, &len)) {
+            fprintf(stderr, "h2oserve: %s\n", err_msg());
+            return 1;
+        }
+        for (char *line = file_text, *next; line && *line; line = next) {
+            next = strchr(line, '\n');
+            if (next) *next++ = '\0';
+            if (!*line) continue;
+            if (n_prompts == MAX_PROMPTS) {
+                fprintf(stderr, "h2oserve: at most %d prompts\n", MAX_PROMPTS);
+                free(file_text);
+                return 2;
+            }
+            prompts[n_prompts++] = line;
+        }
     }
     if (optind < argc) {
         fprintf(stderr, "h2oserve: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
     if (n_prompts == 0) {
-        fprintf(stderr, "h2oserve: generate needs --prompt\n");
+        free(file_text);
+        fprintf(stderr, "h2oserve: generate needs --prompt or --prompts-file\n");
         usage_generate(stderr);
         return 2;
     }
@@ -221,6 +278,17 @@ static int cmd_generate(int argc, char **argv)
             fputc('\n', stdout);
             n_gen += res[i].n_tokens;
             n_prompt_tok += res[i].prompt_tokens;
+            const struct gen_result *r = &res[i];
+            if (r->budget.policy == KV_POLICY_FULL)
+                fprintf(stderr, "seq %d: %d prompt + %d generated tokens, kv full: %d slots "
+                                "per head, %d blocks\n",
+                        i, r->prompt_tokens, r->n_tokens, r->kv_slots, r->kv_blocks_max);
+            else
+                fprintf(stderr, "seq %d: %d prompt + %d generated tokens, kv %s H=%d R=%d: "
+                                "%d slots per head, %d blocks, %.1f tokens evicted per head\n",
+                        i, r->prompt_tokens, r->n_tokens, kv_policy_name(r->budget.policy),
+                        r->budget.heavy, r->budget.recent, r->kv_slots, r->kv_blocks_max,
+                        (double)r->kv_evicted / (m->cfg.n_layer * m->cfg.n_head));
             gen_result_free(&res[i]);
         }
         fprintf(stderr, "%d prompts, %ld prompt tokens, %ld generated tokens in %.2f s "
@@ -229,6 +297,7 @@ static int cmd_generate(int argc, char **argv)
     }
     free(reqs);
     free(res);
+    free(file_text);
     model_destroy(m);
     return rc;
 }

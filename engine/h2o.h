@@ -1,0 +1,82 @@
+/*
+ * h2o.h - the KV-cache policies (full, h2o, local) as pure functions.
+ *
+ * Budgets and the two H2O decisions of DESIGN.md section 5, with no knowledge of
+ * blocks or backends: which prompt tokens survive the prefill, and which token a
+ * full head evicts after a decode step. kv_seq.c applies them to the paged cache.
+ * Thread: any (no state).
+ */
+#ifndef H2O_H2O_H
+#define H2O_H2O_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum kv_policy {
+    KV_POLICY_FULL = 0,  /* keep every token */
+    KV_POLICY_H2O = 1,   /* heavy hitters + recent window */
+    KV_POLICY_LOCAL = 2, /* recent window only (H = 0), the paper's baseline */
+};
+
+/* A policy as a request or the configuration states it. */
+struct kv_spec {
+    enum kv_policy policy;
+    float heavy_ratio;  /* of L = prompt_len + max_tokens; used when heavy < 0 */
+    float recent_ratio; /* of L; used when recent < 0 */
+    int32_t heavy;      /* absolute heavy-hitter count, or -1 */
+    int32_t recent;     /* absolute recent-window count (>= 1), or -1 */
+};
+
+/* A policy resolved for one sequence: B = heavy + recent slots per (layer, head). */
+struct kv_budget {
+    enum kv_policy policy;
+    int32_t heavy;  /* H */
+    int32_t recent; /* R >= 1 */
+};
+
+/* The default spec: h2o with the paper's 20% (0.1 heavy + 0.1 recent). */
+void kv_spec_default(struct kv_spec *s);
+
+/* "full", "h2o" or "local" -> policy; returns 0 or -1 for an unknown name. */
+int kv_policy_parse(const char *name, enum kv_policy *out);
+const char *kv_policy_name(enum kv_policy p);
+
+/*
+ * Resolve a spec for a sequence of prompt_len + max_tokens tokens:
+ * H = ceil(heavy_ratio * L), R = max(1, ceil(recent_ratio * L)) unless absolute
+ * counts are given; local forces H = 0. Returns 0, or ENG_EINVAL (message set) for
+ * negative ratios or a recent count below 1.
+ */
+int kv_budget_resolve(const struct kv_spec *s, int32_t prompt_len, int32_t max_tokens,
+                      struct kv_budget *out);
+
+/* Slots per (layer, head): H + R, or INT32_MAX for full. */
+int32_t kv_budget_slots(const struct kv_budget *b);
+
+/*
+ * The most slots a sequence ever occupies: the whole prompt while it prefills, then
+ * up to B (or every token for full). Admission reserves ceil(this / block_size).
+ */
+int32_t kv_budget_peak_slots(const struct kv_budget *b, int32_t prompt_len,
+                             int32_t max_tokens);
+
+/*
+ * Prefill selection for one (layer, head). n slots hold the prompt's tokens, with
+ * positions pos[] and accumulated column sums col[]. If n <= B - 1 every slot is
+ * kept; else the R - 1 newest positions plus the H largest col among the rest (ties:
+ * older position first). Writes the kept slot indices in ascending order to keep[]
+ * and returns their count. scratch holds n int32. Expected O(n) (quickselect), no
+ * full sort.
+ */
+int32_t h2o_select_prefill(const float *col, const int32_t *pos, int32_t n, int32_t heavy,
+                           int32_t recent, int32_t *keep, int32_t *scratch);
+
+/*
+ * Decode eviction for one full (layer, head): among the n slots (all occupied),
+ * the argmin score, skipping the R - 1 newest tokens (positions > t - (R - 1), t the
+ * current token's position); ties: older position first. O(n). Returns the slot.
+ */
+int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int32_t t,
+                         int32_t recent);
+
+#endif
