@@ -1,0 +1,85 @@
+/*
+ * sched.h - continuous (iteration-level) batching over the paged, H2O-budgeted KV
+ * cache.
+ *
+ * Owns: the requests it was given (waiting, then running), their sequences and
+ * the sequences' KV blocks; not the model or the pool.
+ * Each sched_step: cancelled requests are dropped; every running decode sequence
+ * contributes its next token; prompt chunks of admitted requests (oldest first)
+ * fill the rest of max_batched_tokens; new requests are admitted, interactive
+ * before batch and first come first served within a class, while their peak KV
+ * footprint fits the blocks nobody has reserved and max_num_seqs allows. One
+ * forward runs; the H2O policy acts (prefill selection, decode eviction); each
+ * sequence that got logits samples a token, detokenizes it and emits an event.
+ * Invariant: the blocks sequences hold never exceed what their requests reserved,
+ * so a forward never finds the pool full (checked); when a step ends, the pool's
+ * free blocks plus the blocks held by sequences equal the pool size.
+ * Thread: the one that owns the model (the engine thread, or a test).
+ */
+#ifndef H2O_SCHED_H
+#define H2O_SCHED_H
+
+#include "req.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct model;
+struct kv_pool;
+struct sched;
+
+struct sched_opts {
+    int32_t max_num_seqs;       /* sequences decoding or prefilling at once */
+    int32_t max_batched_tokens; /* tokens per forward; must exceed max_num_seqs */
+};
+
+/* Events go to the caller through this callback, which takes ownership. */
+typedef void (*sched_emit_fn)(void *arg, struct req_event *ev);
+
+struct sched_stats {
+    int32_t n_waiting;          /* requests not admitted yet */
+    int32_t n_running;          /* requests admitted and not finished */
+    int32_t n_seqs;             /* live sequences */
+    int32_t blocks_used;        /* blocks held by sequences */
+    int32_t blocks_reserved;    /* blocks promised to admitted requests */
+    int32_t blocks_total;
+    int64_t prompt_tokens;      /* counters since creation */
+    int64_t generation_tokens;
+    int64_t tokens_evicted;     /* summed over layers and heads */
+    int64_t steps;
+};
+
+/* Returns NULL for invalid options (message set). Thread: owner. */
+struct sched *sched_create(struct model *m, struct kv_pool *pool, const struct sched_opts *o,
+                           sched_emit_fn emit, void *emit_arg);
+
+/* Cancels everything left (emitting nothing) and frees it. Thread: owner. */
+void sched_destroy(struct sched *s);
+
+/*
+ * Take a request. It is tokenized and checked here; a request that cannot run
+ * (empty prompt, prompt + max_tokens beyond the context, a KV budget that can never
+ * fit the pool) gets one error event at once. Owns: r from now on. Thread: owner.
+ */
+void sched_add(struct sched *s, struct req *r);
+
+/* Cancel a request wherever it is: its blocks are freed at once and each live
+ * sequence gets a finish event (cancelled). Unknown ids are ignored. Thread: owner. */
+void sched_cancel(struct sched *s, uint64_t id);
+
+/* Cancel every request (shutdown). Thread: owner. */
+void sched_cancel_all(struct sched *s);
+
+/*
+ * One iteration. Returns the number of tokens the forward processed (0 when there
+ * was nothing to do), or a negative engine error when the backend failed (the
+ * running requests then got error events and were dropped). Thread: owner.
+ */
+int sched_step(struct sched *s);
+
+/* Whether nothing is waiting or running. Thread: owner. */
+bool sched_idle(const struct sched *s);
+
+void sched_get_stats(const struct sched *s, struct sched_stats *out);
+
+#endif
