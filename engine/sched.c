@@ -1,0 +1,594 @@
+/*
+ * sched.c - continuous batching with KV reservations (see sched.h).
+ *
+ * A request is admitted when its peak KV footprint fits the blocks nobody has
+ * reserved: max(prompt blocks, n * decode blocks), where decode blocks is
+ * ceil(min(P + max_tokens, B) / block_size) (every token for the full policy).
+ * The prompt is prefilled by sequence 0 alone; when its last chunk is done the H2O
+ * selection compacts it, the reservation shrinks to n * decode blocks, and n - 1
+ * more sequences are forked by copying the blocks. Each finishing sequence returns
+ * its decode share. Because no sequence ever holds more than its share, a forward
+ * never runs out of blocks.
+ */
+#include "sched.h"
+
+#include "batch.h"
+#include "detok.h"
+#include "err.h"
+#include "kv_pool.h"
+#include "kv_seq.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sseq {
+    struct sreq *req;
+    int32_t index;      /* 0..n-1 within the request */
+    int32_t *ids;       /* [P + max_tokens] prompt, then generated tokens */
+    int32_t n_ids;
+    int32_t n_cached;   /* tokens whose K/V are in the cache */
+    struct kv_seq kv;
+    struct rng rng;
+    struct detok dt;
+    bool live;
+};
+
+struct sreq {
+    struct req *r;
+    struct sreq *next;      /* waiting queue link */
+    int32_t n_prompt;
+    struct kv_budget budget;
+    int32_t prompt_blocks;  /* ceil(P / bs) */
+    int32_t dec_blocks;     /* one sequence's share after the prompt */
+    int32_t reserved;       /* blocks reserved for this request now */
+    int32_t seqs_reserved;  /* sequences counted against max_num_seqs now */
+    struct sseq *seqs;      /* [r->n]; only seqs[0] is live until the prompt is done */
+    int32_t n_live;
+    bool prefilled;
+};
+
+struct sched {
+    struct model *m;
+    struct kv_pool *pool;
+    struct sched_opts o;
+    sched_emit_fn emit;
+    void *emit_arg;
+    struct sreq *wait_head[2], *wait_tail[2]; /* per priority class, FIFO */
+    struct sreq **running;                    /* admission order */
+    int32_t n_running, cap_running;
+    int32_t n_waiting, n_seqs_reserved, reserved_total;
+    struct batch batch;
+    struct batch_item *items;
+    struct sseq **owner;
+    int32_t cap_items;
+    struct sampler_scratch scratch;
+    float *row;             /* [vocab] a logits row the sampler may modify */
+    struct sched_stats st;
+};
+
+struct sched *sched_create(struct model *m, struct kv_pool *pool, const struct sched_opts *o,
+                           sched_emit_fn emit, void *emit_arg)
+{
+    if (o->max_num_seqs < 1 || o->max_batched_tokens <= o->max_num_seqs) {
+        err_set(ENG_EINVAL, "max_batched_tokens (%d) must exceed max_num_seqs (%d) >= 1, so "
+                            "every step has room for prompt tokens",
+                o->max_batched_tokens, o->max_num_seqs);
+        return NULL;
+    }
+    struct sched *s = xcalloc(1, sizeof *s);
+    s->m = m;
+    s->pool = pool;
+    s->o = *o;
+    s->emit = emit;
+    s->emit_arg = emit_arg;
+    batch_init(&s->batch);
+    sampler_scratch_init(&s->scratch);
+    s->row = xmalloc((size_t)m->cfg.vocab_size * sizeof *s->row);
+    s->st.blocks_total = pool->n_blocks;
+    return s;
+}
+
+static struct req_event *event_new(const struct sreq *q, int32_t seq)
+{
+    struct req_event *ev = xcalloc(1, sizeof *ev);
+    ev->req_id = q->r->id;
+    ev->seq = seq;
+    ev->token = -1;
+    ev->prompt_tokens = q->n_prompt;
+    return ev;
+}
+
+/* The one event of a request that cannot run. Frees the request. */
+static void fail_request(struct sched *s, struct req *r, int code, const char *msg)
+{
+    struct req_event *ev = xcalloc(1, sizeof *ev);
+    ev->req_id = r->id;
+    ev->seq = -1;
+    ev->token = -1;
+    ev->finish = REQ_FINISH_ERROR;
+    ev->error = xstrdup(msg);
+    ev->error_code = code;
+    s->emit(s->emit_arg, ev);
+    req_free(r);
+}
+
+/* A finishing event for sequence i that produced no token (cancel, max_tokens 0). */
+static void emit_finish(struct sched *s, struct sreq *q, int32_t i, enum req_finish f)
+{
+    struct req_event *ev = event_new(q, i);
+    ev->finish = f;
+    ev->text = xstrdup("");
+    if (q->seqs && q->seqs[i].live) {
+        const struct sseq *sq = &q->seqs[i];
+        ev->completion_tokens = sq->n_ids - q->n_prompt;
+        ev->kv_evicted = sq->kv.n_evicted;
+        ev->text_offset = detok_emitted_len(&sq->dt);
+    }
+    s->emit(s->emit_arg, ev);
+}
+
+static void seq_free(struct sched *s, struct sseq *sq)
+{
+    if (!sq->ids) return;
+    kv_seq_deinit(&sq->kv, s->pool);
+    detok_deinit(&sq->dt);
+    free(sq->ids);
+    sq->ids = NULL;
+    sq->live = false;
+}
+
+static void sreq_free(struct sched *s, struct sreq *q)
+{
+    if (q->seqs)
+        for (int32_t i = 0; i < q->r->n; i++) seq_free(s, &q->seqs[i]);
+    free(q->seqs);
+    req_free(q->r);
+    free(q);
+}
+
+static void seq_start(struct sched *s, struct sreq *q, int32_t i, const int32_t *prompt)
+{
+    struct sseq *sq = &q->seqs[i];
+    const struct req *r = q->r;
+    sq->req = q;
+    sq->index = i;
+    sq->ids = xmalloc((size_t)(q->n_prompt + r->max_tokens + 1) * sizeof *sq->ids);
+    memcpy(sq->ids, prompt, (size_t)q->n_prompt * sizeof *sq->ids);
+    sq->n_ids = q->n_prompt;
+    kv_seq_init(&sq->kv);
+    kv_seq_set_budget(&sq->kv, &q->budget);
+    rng_seed(&sq->rng, r->seed + (uint64_t)i);
+    detok_init(&sq->dt, s->m->tok, (const char *const *)r->stops, r->n_stops);
+    sq->live = true;
+    q->n_live++;
+}
+
+void sched_add(struct sched *s, struct req *r)
+{
+    const struct opt_config *cfg = &s->m->cfg;
+    int32_t *ids = NULL, n = 0;
+    if (r->prompt) {
+        if (tokenizer_encode(s->m->tok, r->prompt, r->prompt_len, true, &ids, &n)) {
+            fail_request(s, r, ENG_EINVAL, err_msg());
+            return;
+        }
+    } else {
+        n = r->n_prompt_ids;
+        ids = xmalloc((size_t)MAX(n, 1) * sizeof *ids);
+        memcpy(ids, r->prompt_ids, (size_t)n * sizeof *ids);
+        for (int32_t i = 0; i < n; i++)
+            if (ids[i] < 0 || ids[i] >= cfg->vocab_size) {
+                free(ids);
+                char msg[128];
+                snprintf(msg, sizeof msg, "prompt token %d is not in the vocabulary", ids[i]);
+                fail_request(s, r, ENG_EINVAL, msg);
+                return;
+            }
+    }
+    char msg[256];
+    struct kv_budget budget;
+    int err = 0;
+    if (n == 0) {
+        err = ENG_EINVAL;
+        snprintf(msg, sizeof msg, "the prompt is empty");
+    } else if (r->n < 1 || r->max_tokens < 0) {
+        err = ENG_EINVAL;
+        snprintf(msg, sizeof msg, "n must be >= 1 and max_tokens >= 0");
+    } else if ((int64_t)n + r->max_tokens > cfg->max_pos) {
+        err = ENG_EINVAL;
+        snprintf(msg, sizeof msg, "this model's maximum context length is %d tokens, but the "
+                                  "prompt (%d) plus max_tokens (%d) needs %d", cfg->max_pos, n,
+                 r->max_tokens, n + r->max_tokens);
+    } else if ((err = kv_budget_resolve(&r->kv, n, r->max_tokens, &budget))) {
+        snprintf(msg, sizeof msg, "%s", err_msg());
+    }
+    if (err) {
+        free(ids);
+        fail_request(s, r, err, msg);
+        return;
+    }
+    struct sreq *q = xcalloc(1, sizeof *q);
+    q->r = r;
+    q->n_prompt = n;
+    q->budget = budget;
+    const int32_t bs = s->pool->block_size;
+    const int64_t dec_slots = MIN((int64_t)n + r->max_tokens, (int64_t)kv_budget_slots(&budget));
+    q->prompt_blocks = CEIL_DIV(n, bs);
+    q->dec_blocks = (int32_t)CEIL_DIV(dec_slots, bs);
+    const int64_t need = MAX((int64_t)q->prompt_blocks, (int64_t)r->n * q->dec_blocks);
+    if (need > s->pool->n_blocks || r->n > s->o.max_num_seqs) {
+        free(ids);
+        free(q);
+        snprintf(msg, sizeof msg, "the request needs %lld KV blocks and %d sequences; the "
+                                  "engine has %d blocks and runs at most %d sequences",
+                 (long long)need, r->n, s->pool->n_blocks, s->o.max_num_seqs);
+        fail_request(s, r, ENG_ENOSPC, msg);
+        return;
+    }
+    q->seqs = xcalloc((size_t)r->n, sizeof *q->seqs);
+    /* Sequence 0 carries the prompt ids from now on; it starts at admission. */
+    q->seqs[0].ids = ids;
+    if (r->max_tokens == 0) {
+        /* Nothing to generate: every sequence finishes at once (length). */
+        for (int32_t i = 0; i < r->n; i++) emit_finish(s, q, i, REQ_FINISH_LENGTH);
+        free(ids);
+        q->seqs[0].ids = NULL;
+        sreq_free(s, q);
+        return;
+    }
+    const int p = r->prio == REQ_PRIO_BATCH;
+    if (s->wait_tail[p]) s->wait_tail[p]->next = q;
+    else s->wait_head[p] = q;
+    s->wait_tail[p] = q;
+    s->n_waiting++;
+}
+
+static void running_remove(struct sched *s, struct sreq *q)
+{
+    for (int32_t i = 0; i < s->n_running; i++)
+        if (s->running[i] == q) {
+            memmove(s->running + i, s->running + i + 1,
+                    (size_t)(s->n_running - i - 1) * sizeof *s->running);
+            s->n_running--;
+            return;
+        }
+    CHECK(!"request not running");
+}
+
+/* Drop a running request: free every sequence and its reservation. */
+static void drop_running(struct sched *s, struct sreq *q)
+{
+    s->reserved_total -= q->reserved;
+    s->n_seqs_reserved -= q->seqs_reserved;
+    running_remove(s, q);
+    sreq_free(s, q);
+}
+
+void sched_cancel(struct sched *s, uint64_t id)
+{
+    for (int p = 0; p < 2; p++) {
+        for (struct sreq **pp = &s->wait_head[p]; *pp; pp = &(*pp)->next) {
+            struct sreq *q = *pp;
+            if (q->r->id != id) continue;
+            *pp = q->next;
+            if (s->wait_tail[p] == q) {
+                s->wait_tail[p] = NULL;
+                for (struct sreq *t = s->wait_head[p]; t; t = t->next) s->wait_tail[p] = t;
+            }
+            s->n_waiting--;
+            for (int32_t i = 0; i < q->r->n; i++) emit_finish(s, q, i, REQ_FINISH_CANCELLED);
+            free(q->seqs[0].ids); /* the prompt, never started */
+            q->seqs[0].ids = NULL;
+            sreq_free(s, q);
+            return;
+        }
+    }
+    for (int32_t k = 0; k < s->n_running; k++) {
+        struct sreq *q = s->running[k];
+        if (q->r->id != id) continue;
+        /* Sequences not forked yet (prompt unfinished) finish too: each of the n
+         * completions the client expects gets exactly one finishing event. */
+        for (int32_t i = 0; i < q->r->n; i++)
+            if (q->seqs[i].live || !q->prefilled) emit_finish(s, q, i, REQ_FINISH_CANCELLED);
+        drop_running(s, q);
+        return;
+    }
+}
+
+void sched_cancel_all(struct sched *s)
+{
+    while (s->n_running > 0) sched_cancel(s, s->running[0]->r->id);
+    for (int p = 0; p < 2; p++)
+        while (s->wait_head[p]) sched_cancel(s, s->wait_head[p]->r->id);
+}
+
+void sched_destroy(struct sched *s)
+{
+    if (!s) return;
+    while (s->n_running > 0) drop_running(s, s->running[0]);
+    for (int p = 0; p < 2; p++)
+        while (s->wait_head[p]) {
+            struct sreq *q = s->wait_head[p];
+            s->wait_head[p] = q->next;
+            free(q->seqs[0].ids);
+            q->seqs[0].ids = NULL;
+            sreq_free(s, q);
+        }
+    free(s->running);
+    free(s->items);
+    free(s->owner);
+    free(s->row);
+    batch_deinit(&s->batch);
+    sampler_scratch_deinit(&s->scratch);
+    free(s);
+}
+
+bool sched_idle(const struct sched *s)
+{
+    return s->n_running == 0 && s->n_waiting == 0;
+}
+
+static void add_item(struct sched *s, struct sseq *sq, int32_t n_tok, int32_t *n_items)
+{
+    if (*n_items == s->cap_items) {
+        s->cap_items = MAX(16, 2 * s->cap_items);
+        s->items = xrealloc(s->items, (size_t)s->cap_items * sizeof *s->items);
+        s->owner = xrealloc(s->owner, (size_t)s->cap_items * sizeof *s->owner);
+    }
+    s->items[*n_items] = (struct batch_item){
+        .kv = &sq->kv, .tokens = sq->ids + sq->n_cached, .n_tok = n_tok, .pos0 = sq->n_cached,
+    };
+    s->owner[(*n_items)++] = sq;
+}
+
+/* Admit the head of the highest waiting class if it fits; false when it does not. */
+static bool admit_one(struct sched *s)
+{
+    const int p = s->wait_head[0] ? 0 : 1;
+    struct sreq *q = s->wait_head[p];
+    if (!q) return false;
+    const int32_t need = MAX(q->prompt_blocks, q->r->n * q->dec_blocks);
+    if (s->reserved_total + need > s->pool->n_blocks ||
+        s->n_seqs_reserved + q->r->n > s->o.max_num_seqs)
+        return false; /* strict FCFS: nobody overtakes the head */
+    s->wait_head[p] = q->next;
+    if (!s->wait_head[p]) s->wait_tail[p] = NULL;
+    q->next = NULL;
+    s->n_waiting--;
+    if (s->n_running == s->cap_running) {
+        s->cap_running = MAX(16, 2 * s->cap_running);
+        s->running = xrealloc(s->running, (size_t)s->cap_running * sizeof *s->running);
+    }
+    s->running[s->n_running++] = q;
+    q->reserved = need;
+    q->seqs_reserved = q->r->n;
+    s->reserved_total += need;
+    s->n_seqs_reserved += q->r->n;
+    int32_t *prompt = q->seqs[0].ids;
+    q->seqs[0].ids = NULL;
+    seq_start(s, q, 0, prompt);
+    free(prompt);
+    return true;
+}
+
+/* Sample sequence sq's next token from logits row `logits` and emit its event.
+ * Returns true when the sequence finished. */
+static bool seq_sample_emit(struct sched *s, struct sseq *sq, const float *logits)
+{
+    struct sreq *q = sq->req;
+    const struct req *r = q->r;
+    const int32_t V = s->m->cfg.vocab_size;
+    memcpy(s->row, logits, (size_t)V * sizeof *s->row); /* the sampler edits its input */
+    struct sample_out so;
+    const int32_t n_gen = sq->n_ids - q->n_prompt;
+    int32_t tok = sampler_sample(&r->sp, s->row, V, sq->ids + q->n_prompt, n_gen, &sq->rng,
+                                 &s->scratch, &so);
+    sq->ids[sq->n_ids++] = tok;
+    s->st.generation_tokens++;
+
+    struct req_event *ev = event_new(q, sq->index);
+    ev->token = tok;
+    ev->logprob = so.logprob;
+    ev->n_top = so.n_top;
+    memcpy(ev->top_ids, so.top_ids, sizeof ev->top_ids);
+    memcpy(ev->top_logprobs, so.top_logprobs, sizeof ev->top_logprobs);
+    ev->text_offset = detok_emitted_len(&sq->dt);
+
+    enum req_finish fin = REQ_FINISH_NONE;
+    char *delta = NULL;
+    size_t len = 0;
+    bool stopped = false;
+    if (tok == s->m->cfg.eos_id && !r->ignore_eos) {
+        fin = REQ_FINISH_STOP;
+    } else {
+        detok_push(&sq->dt, tok, &delta, &len, &stopped);
+        if (stopped) fin = REQ_FINISH_STOP;
+        else if (n_gen + 1 >= r->max_tokens) fin = REQ_FINISH_LENGTH;
+    }
+    /* Text held back (an incomplete character, a possible stop-string prefix) is
+     * released when the sequence ends without a stop. */
+    size_t cap = len + 1;
+    ev->text = xmalloc(cap);
+    memcpy(ev->text, delta ? delta : "", len);
+    ev->text_len = len;
+    if (fin != REQ_FINISH_NONE && !stopped) {
+        char *tail;
+        size_t tl;
+        detok_flush(&sq->dt, &tail, &tl);
+        ev->text = xrealloc(ev->text, len + tl + 1);
+        memcpy(ev->text + len, tail, tl);
+        ev->text_len = len + tl;
+        if (detok_stopped(&sq->dt)) fin = REQ_FINISH_STOP;
+    }
+    ev->text[ev->text_len] = '\0';
+    ev->finish = fin;
+    ev->completion_tokens = sq->n_ids - q->n_prompt;
+    ev->kv_evicted = sq->kv.n_evicted;
+    ev->kv_blocks = sq->kv.n_blocks;
+    ev->kv_budget_blocks = q->budget.policy == KV_POLICY_FULL
+                               ? 0
+                               : CEIL_DIV(kv_budget_slots(&q->budget), s->pool->block_size);
+    s->emit(s->emit_arg, ev);
+    return fin != REQ_FINISH_NONE;
+}
+
+/* The prompt is in the cache: H2O selection, shrink the reservation, fork. */
+static void finish_prompt(struct sched *s, struct sreq *q)
+{
+    struct sseq *s0 = &q->seqs[0];
+    kv_seq_finish_prefill(&s0->kv, s->pool, &s->m->be, &s->m->cfg);
+    s->st.tokens_evicted += s0->kv.n_evicted;
+    q->prefilled = true;
+    const int32_t share = q->r->n * q->dec_blocks;
+    CHECK(share <= q->reserved);
+    s->reserved_total -= q->reserved - share;
+    q->reserved = share;
+    for (int32_t i = 1; i < q->r->n; i++) {
+        struct sseq *sq = &q->seqs[i];
+        seq_start(s, q, i, s0->ids);
+        sq->n_cached = s0->n_cached;
+        /* Reserved above, so the pool has these blocks. */
+        CHECK(kv_seq_grow(&sq->kv, s->pool, &s->m->be, s0->kv.n_slots) == 0);
+        CHECK(sq->kv.n_blocks == s0->kv.n_blocks);
+        s->m->be.ops->kv_copy_blocks(s->m->be.ctx, s0->kv.blocks, sq->kv.blocks,
+                                     s0->kv.n_blocks);
+        sq->kv.n_slots = s0->kv.n_slots;
+        sq->kv.n_evicted = s0->kv.n_evicted;
+    }
+}
+
+/* A sequence finished: give back its blocks and its share of the reservation. */
+static void seq_finish(struct sched *s, struct sseq *sq)
+{
+    struct sreq *q = sq->req;
+    seq_free(s, sq);
+    q->n_live--;
+    q->reserved -= q->dec_blocks;
+    s->reserved_total -= q->dec_blocks;
+    q->seqs_reserved--;
+    s->n_seqs_reserved--;
+    if (q->n_live == 0) {
+        CHECK(q->reserved == 0 && q->seqs_reserved == 0);
+        running_remove(s, q);
+        sreq_free(s, q);
+    }
+}
+
+static void check_invariants(const struct sched *s)
+{
+    int32_t held = 0;
+    for (int32_t k = 0; k < s->n_running; k++) {
+        const struct sreq *q = s->running[k];
+        int32_t q_held = 0;
+        for (int32_t i = 0; i < q->r->n; i++) {
+            const struct sseq *sq = &q->seqs[i];
+            if (!sq->live) continue;
+            q_held += sq->kv.n_blocks;
+            /* The H2O memory bound: after the prompt, never more than ceil(B / bs). */
+            if (q->prefilled && q->budget.policy != KV_POLICY_FULL)
+                CHECK(sq->kv.n_blocks <=
+                      CEIL_DIV(kv_budget_slots(&q->budget), s->pool->block_size));
+        }
+        CHECK(q_held <= q->reserved);
+        held += q_held;
+    }
+    CHECK(s->pool->n_free + held == s->pool->n_blocks);
+    CHECK(s->reserved_total <= s->pool->n_blocks);
+}
+
+int sched_step(struct sched *s)
+{
+    int32_t n_items = 0, budget = s->o.max_batched_tokens;
+    /* 1. Every decoding sequence gives its newest token. */
+    for (int32_t k = 0; k < s->n_running; k++) {
+        struct sreq *q = s->running[k];
+        if (!q->prefilled) continue;
+        for (int32_t i = 0; i < q->r->n; i++)
+            if (q->seqs[i].live) {
+                add_item(s, &q->seqs[i], 1, &n_items);
+                budget--;
+            }
+    }
+    CHECK(budget > 0);
+    /* 2. Prompt chunks of admitted requests, oldest first, then new admissions. */
+    for (int32_t k = 0; k < s->n_running && budget > 0; k++) {
+        struct sreq *q = s->running[k];
+        if (q->prefilled) continue;
+        struct sseq *s0 = &q->seqs[0];
+        int32_t chunk = MIN(budget, q->n_prompt - s0->n_cached);
+        add_item(s, s0, chunk, &n_items);
+        budget -= chunk;
+    }
+    while (budget > 0 && admit_one(s)) {
+        struct sseq *s0 = &s->running[s->n_running - 1]->seqs[0];
+        int32_t chunk = MIN(budget, s0->req->n_prompt);
+        add_item(s, s0, chunk, &n_items);
+        budget -= chunk;
+    }
+    if (n_items == 0) return 0;
+
+    int err = batch_run(&s->batch, &s->m->be, s->pool, s->m->cfg.vocab_size, s->items, n_items);
+    CHECK(err != ENG_ENOSPC); /* the reservations make this impossible */
+    if (err) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "the backend failed: %s", err_msg());
+        while (s->n_running > 0) {
+            struct sreq *q = s->running[0];
+            struct req_event *ev = event_new(q, -1);
+            ev->finish = REQ_FINISH_ERROR;
+            ev->error = xstrdup(msg);
+            ev->error_code = err;
+            s->emit(s->emit_arg, ev);
+            drop_running(s, q);
+        }
+        return err;
+    }
+    s->st.steps++;
+    int32_t n_tok = 0;
+    for (int32_t i = 0; i < n_items; i++) {
+        struct sseq *sq = s->owner[i];
+        struct sreq *q = sq->req;
+        const bool decode = q->prefilled;
+        const int32_t t = sq->n_cached;
+        n_tok += s->items[i].n_tok;
+        sq->n_cached += s->items[i].n_tok;
+        const float *logits =
+            s->batch.logits + (int64_t)s->items[i].logits_row * s->m->cfg.vocab_size;
+        if (decode) {
+            const int64_t before = sq->kv.n_evicted;
+            kv_seq_after_decode(&sq->kv, &s->m->be, &s->m->cfg, t);
+            s->st.tokens_evicted += sq->kv.n_evicted - before;
+            if (seq_sample_emit(s, sq, logits)) seq_finish(s, sq);
+            continue;
+        }
+        s->st.prompt_tokens += s->items[i].n_tok;
+        if (sq->n_cached < q->n_prompt) continue; /* more prompt to go */
+        finish_prompt(s, q);
+        /* Every sequence samples its first token from the prompt's last logits. The
+         * request is freed by the last seq_finish, so n is read first. */
+        const int32_t n = q->r->n;
+        for (int32_t j = 0; j < n; j++) {
+            struct sseq *sj = &q->seqs[j]; /* q lives until its last sequence ends */
+            if (seq_sample_emit(s, sj, logits)) seq_finish(s, sj);
+        }
+    }
+    check_invariants(s);
+    return n_tok;
+}
+
+void sched_get_stats(const struct sched *s, struct sched_stats *out)
+{
+    *out = s->st;
+    out->n_waiting = s->n_waiting;
+    out->n_running = s->n_running;
+    out->blocks_total = s->pool->n_blocks;
+    out->blocks_used = s->pool->n_blocks - s->pool->n_free;
+    out->blocks_reserved = s->reserved_total;
+    int32_t n = 0;
+    for (int32_t k = 0; k < s->n_running; k++) n += s->running[k]->n_live;
+    out->n_seqs = n;
+}
