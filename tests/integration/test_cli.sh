@@ -42,6 +42,23 @@ cmp -s "$tmp/a" "$tmp/b" && ok "same seed, same completion" || not_ok "same seed
 [ "$(wc -l <"$tmp/out")" -eq 3 ] && ok "three prompts, three completions" \
     || not_ok "three prompts, three completions" "$(cat "$tmp/out")"
 
+# --prompts-file and the KV flags: one completion per line, KV stats on stderr.
+printf 'first prompt\n\nsecond prompt\nthird\n' >"$tmp/prompts.txt"
+"$bin" generate --model dummy:tiny --prompts-file "$tmp/prompts.txt" --max-tokens 20 \
+    --temperature 0 --dtype fp32 --kv-policy h2o --h2o-heavy 2 --h2o-recent 3 \
+    >"$tmp/out" 2>"$tmp/err"
+[ "$(wc -l <"$tmp/out")" -eq 3 ] && ok "prompts file, three completions" \
+    || not_ok "prompts file, three completions" "$(cat "$tmp/out")"
+grep -q "kv h2o H=2 R=3: 5 slots per head, 1 blocks" "$tmp/err" && grep -q "tokens evicted" "$tmp/err" \
+    && ok "per-sequence KV stats" || not_ok "per-sequence KV stats" "$(cat "$tmp/err")"
+expect "local policy" 0 "kv local H=0" -- \
+    "$bin" generate --model dummy:tiny --prompt "abc" --max-tokens 30 --kv-policy local --dtype fp32
+expect "full policy" 0 "kv full" -- \
+    "$bin" generate --model dummy:tiny --prompt "abc" --max-tokens 30 --kv-policy full --dtype fp32
+expect "bad kv policy" 2 "--kv-policy" -- "$bin" generate --model dummy:tiny --prompt x --kv-policy lru
+expect "recent below 1" 2 "--h2o-recent" -- "$bin" generate --model dummy:tiny --prompt x --h2o-recent 0
+expect "missing prompts file" 1 "nope.txt" -- "$bin" generate --model dummy:tiny --prompts-file "$tmp/nope.txt"
+
 # A golden checkpoint folder (safetensors and .bin) loads and generates.
 expect "generate golden safetensors" 0 "generated tokens" -- \
     "$bin" generate --model "$data/golden/tiny-opt" --prompt "x" --max-tokens 4 --dtype fp32
