@@ -1,0 +1,134 @@
+/*
+ * test_h2o_rules.c - the engine's H2O selection rules (engine/h2o.c) against the
+ * reference's (tests/backend/h2o_ref.c), on many random cases full of ties, and the
+ * budget arithmetic.
+ */
+#include "test.h"
+
+#include "h2o.h"
+#include "h2o_ref.h"
+#include "util.h"
+
+static uint64_t lcg(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* Scores from a small set of values, so that ties are common. */
+static float tie_value(uint64_t *s)
+{
+    return (float)(lcg(s) % 6) * 0.25f;
+}
+
+TEST(prefill_selection_matches_reference)
+{
+    uint64_t st = 1;
+    float col[300];
+    int32_t pos[300], keep[300], scratch[300];
+    bool ref_keep[300];
+    for (int iter = 0; iter < 20000; iter++) {
+        const int32_t P = 1 + (int32_t)(lcg(&st) % 200);
+        const int32_t H = (int32_t)(lcg(&st) % 40), R = 1 + (int32_t)(lcg(&st) % 40);
+        for (int32_t j = 0; j < P; j++) {
+            col[j] = tie_value(&st);
+            pos[j] = j; /* a prompt fills its slots in position order */
+        }
+        int32_t n = h2o_select_prefill(col, pos, P, H, R, keep, scratch);
+        h2o_ref_select_prefill(col, P, H, R, ref_keep);
+        int32_t n_ref = 0;
+        for (int32_t j = 0; j < P; j++) n_ref += ref_keep[j];
+        if (n != n_ref) {
+            TEST_FAIL("P %d H %d R %d: keeps %d, reference %d", P, H, R, n, n_ref);
+            return;
+        }
+        for (int32_t i = 0; i < n; i++) {
+            if (!ref_keep[keep[i]] || (i > 0 && keep[i] <= keep[i - 1])) {
+                TEST_FAIL("P %d H %d R %d: slot %d kept (or out of order)", P, H, R, keep[i]);
+                return;
+            }
+        }
+        EXPECT_EQ(n, MIN(P, H + R - 1));
+    }
+}
+
+TEST(decode_eviction_matches_reference)
+{
+    uint64_t st = 2;
+    float score[300];
+    int32_t pos[300];
+    bool kept[300];
+    for (int iter = 0; iter < 20000; iter++) {
+        const int32_t B = 1 + (int32_t)(lcg(&st) % 120), R = 1 + (int32_t)(lcg(&st) % B);
+        const int32_t t = 3 * B + (int32_t)(lcg(&st) % 500); /* room for the gaps */
+        /* B distinct positions <= t in a random slot order (holes are refilled per
+         * head, so slots are not in position order). The R - 1 newest positions are
+         * always all there, as in the engine (they are never evicted); older ones
+         * have gaps where tokens were evicted. */
+        int32_t p = t;
+        for (int32_t i = 0; i < B; i++) {
+            pos[i] = p;
+            p -= i < R - 1 ? 1 : 1 + (int32_t)(lcg(&st) % 3);
+            score[i] = tie_value(&st);
+            kept[i] = true;
+        }
+        for (int32_t i = B - 1; i > 0; i--) {
+            int32_t j = (int32_t)(lcg(&st) % (uint64_t)(i + 1)), tp = pos[i];
+            float ts = score[i];
+            pos[i] = pos[j], pos[j] = tp;
+            score[i] = score[j], score[j] = ts;
+        }
+        int32_t e = h2o_select_evict(score, pos, B, t, R);
+        int32_t e_ref = h2o_ref_select_evict(score, pos, kept, B, t, R);
+        if (e != e_ref) {
+            TEST_FAIL("B %d R %d t %d: evicts slot %d, reference %d", B, R, t, e, e_ref);
+            return;
+        }
+    }
+}
+
+TEST(budgets_from_ratios_and_counts)
+{
+    struct kv_spec s;
+    struct kv_budget b;
+    kv_spec_default(&s); /* h2o, 0.1 + 0.1 */
+    EXPECT_EQ(kv_budget_resolve(&s, 512, 512, &b), 0);
+    EXPECT_EQ(b.heavy, 103); /* ceil(102.4) */
+    EXPECT_EQ(b.recent, 103);
+    EXPECT_EQ(kv_budget_slots(&b), 206);
+    EXPECT_EQ(kv_budget_resolve(&s, 60, 40, &b), 0);
+    EXPECT_EQ(b.heavy, 10); /* exactly 10, not 11 from float rounding */
+    EXPECT_EQ(b.recent, 10);
+    EXPECT_EQ(kv_budget_peak_slots(&b, 60, 40), 60);  /* the prompt while it prefills */
+    EXPECT_EQ(kv_budget_peak_slots(&b, 10, 40), 20);  /* B once decoding */
+    EXPECT_EQ(kv_budget_peak_slots(&b, 5, 10), 15);   /* never more than the sequence */
+    s.recent_ratio = 0;
+    EXPECT_EQ(kv_budget_resolve(&s, 10, 10, &b), 0);
+    EXPECT_EQ(b.recent, 1); /* the window always holds the current token */
+    s.heavy = 7;
+    s.recent = 2;
+    EXPECT_EQ(kv_budget_resolve(&s, 100, 100, &b), 0);
+    EXPECT_EQ(b.heavy, 7);
+    EXPECT_EQ(b.recent, 2);
+    s.policy = KV_POLICY_LOCAL;
+    EXPECT_EQ(kv_budget_resolve(&s, 100, 100, &b), 0);
+    EXPECT_EQ(b.heavy, 0);
+    s.policy = KV_POLICY_FULL;
+    EXPECT_EQ(kv_budget_resolve(&s, 100, 100, &b), 0);
+    EXPECT_EQ(kv_budget_peak_slots(&b, 100, 100), 200);
+    s.policy = KV_POLICY_H2O;
+    s.recent = 0;
+    EXPECT(kv_budget_resolve(&s, 10, 10, &b) != 0);
+    enum kv_policy p;
+    EXPECT_EQ(kv_policy_parse("local", &p), 0);
+    EXPECT_EQ(p, KV_POLICY_LOCAL);
+    EXPECT(kv_policy_parse("lru", &p) != 0);
+}
+
+int main(void)
+{
+    RUN(prefill_selection_matches_reference);
+    RUN(decode_eviction_matches_reference);
+    RUN(budgets_from_ratios_and_counts);
+    return test_done();
+}
