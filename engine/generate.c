@@ -21,6 +21,7 @@ void gen_opts_default(struct gen_opts *o)
     o->max_batched_tokens = 2048;
     o->block_size = 16;
     o->kv_blocks = 0;
+    o->max_num_seqs = 0;
 }
 
 struct gen_collect {
@@ -110,13 +111,14 @@ int generate_run(struct model *m, const struct gen_opts *o, const struct gen_req
     kv_pool_init(&pool, n_blocks, o->block_size);
     struct gen_collect c = {.res = results, .n = n_reqs};
     struct sched_opts so = {
-        .max_num_seqs = MAX(1, MIN(MAX(n_reqs, 1), o->max_batched_tokens - 1)),
+        .max_num_seqs = o->max_num_seqs > 0 ? o->max_num_seqs
+                                            : MAX(1, MIN(MAX(n_reqs, 1), o->max_batched_tokens - 1)),
         .max_batched_tokens = o->max_batched_tokens,
     };
     struct sched *s = sched_create(m, &pool, &so, collect, &c);
     if (!s) {
         kv_pool_deinit(&pool);
-        return ENG_EINVAL;
+        return ENG_EINVAL; /* message set by sched_create */
     }
     for (int32_t i = 0; i < n_reqs; i++) sched_add(s, to_req(&reqs[i], (uint64_t)i));
     while (!c.err && !sched_idle(s)) {

@@ -53,7 +53,8 @@ struct gen_result {
 struct gen_opts {
     int32_t max_batched_tokens;  /* tokens per forward (prefill chunk budget) */
     int32_t block_size;          /* KV slots per block */
-    int32_t kv_blocks;           /* pool size; 0 = exactly what the requests need */
+    int32_t kv_blocks;           /* pool size; 0 = enough for every request at once */
+    int32_t max_num_seqs;        /* sequences at once; 0 = as many as there are requests */
 };
 
 void gen_opts_default(struct gen_opts *o);

@@ -42,6 +42,9 @@ static void usage_generate(FILE *f)
             "  --threads N              OpenMP threads (default: all cores)\n"
             "  --max-batched-tokens N   tokens per forward step (default 2048)\n"
             "  --block-size N           KV slots per block (default 16)\n"
+            "  --max-num-seqs N         sequences running at once (default: all prompts)\n"
+            "  --kv-cache-bytes SIZE    KV pool size, e.g. 512M or 2G (default: enough for\n"
+            "                           every prompt at once)\n"
             "  --prompts-file FILE      one prompt per line (added to any --prompt)\n"
             "  --kv-policy P            full | h2o | local (default h2o)\n"
             "  --h2o-heavy-ratio X      heavy hitters per (layer, head), as a fraction of\n"
@@ -79,6 +82,24 @@ static int parse_float(const char *s, const char *flag, double lo, double hi, fl
     return 0;
 }
 
+/* "123", "64K", "512M", "2G" (powers of 1024) -> bytes. */
+static int parse_size(const char *s, const char *flag, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mult = 1;
+    if (*end == 'K' || *end == 'k') mult = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mult = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g') mult = 1024.0 * 1024 * 1024, end++;
+    if (errno || end == s || *end || !(v > 0) || v * mult > 9e18) {
+        fprintf(stderr, "h2oserve: %s wants a size like 512M or 2G, got '%s'\n", flag, s);
+        return -1;
+    }
+    *out = (int64_t)(v * mult);
+    return 0;
+}
+
 static int parse_dtype(const char *s, enum dtype *out)
 {
     if (strcmp(s, "fp32") == 0) *out = DTYPE_F32;
@@ -95,7 +116,7 @@ static int cmd_generate(int argc, char **argv)
     enum {
         O_MODEL = 256, O_PROMPT, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK, O_PRES, O_FREQ, O_SEED,
         O_STOP, O_IGNEOS, O_DTYPE, O_THREADS, O_MBT, O_BS, O_HELP, O_PFILE, O_KVP, O_HR, O_RR,
-        O_HN, O_RN,
+        O_HN, O_RN, O_MNS, O_KVB,
     };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
@@ -120,10 +141,13 @@ static int cmd_generate(int argc, char **argv)
         {"h2o-recent-ratio", required_argument, 0, O_RR},
         {"h2o-heavy", required_argument, 0, O_HN},
         {"h2o-recent", required_argument, 0, O_RN},
+        {"max-num-seqs", required_argument, 0, O_MNS},
+        {"kv-cache-bytes", required_argument, 0, O_KVB},
         {0, 0, 0, 0},
     };
     const char *model_name = DEFAULT_MODEL;
     const char *prompts_file = NULL;
+    int64_t kv_bytes = 0;
     char *file_text = NULL;
     const char *prompts[MAX_PROMPTS];
     const char *stops[MAX_STOPS];
@@ -211,6 +235,11 @@ static int cmd_generate(int argc, char **argv)
             bad = parse_int(optarg, "--h2o-recent", 1, 1 << 20, &v);
             proto.kv.recent = (int32_t)v;
             break;
+        case O_MNS:
+            bad = parse_int(optarg, "--max-num-seqs", 1, 1 << 16, &v);
+            go.max_num_seqs = (int32_t)v;
+            break;
+        case O_KVB: bad = parse_size(optarg, "--kv-cache-bytes", &kv_bytes); break;
         case O_HELP: usage_generate(stdout); return 0;
         default: usage_generate(stderr); return 2;
         }
@@ -256,6 +285,18 @@ static int cmd_generate(int argc, char **argv)
     }
     fprintf(stderr, "loaded %s (%s, %d layers, hidden %d) in %.2f s\n", m->cfg.name,
             dtype_name(m->dtype), m->cfg.n_layer, m->cfg.hidden, m->load_seconds);
+    if (kv_bytes > 0) {
+        int64_t per_block = (int64_t)m->be.ops->kv_block_bytes(m->be.ctx, go.block_size);
+        go.kv_blocks = (int32_t)MIN(kv_bytes / per_block, INT32_MAX);
+        if (go.kv_blocks < 1) {
+            fprintf(stderr, "h2oserve: --kv-cache-bytes %lld holds no block (one block of %d "
+                            "slots is %lld bytes)\n",
+                    (long long)kv_bytes, go.block_size, (long long)per_block);
+            model_destroy(m);
+            free(file_text);
+            return 2;
+        }
+    }
 
     struct gen_request *reqs = xcalloc((size_t)n_prompts, sizeof *reqs);
     struct gen_result *res = xcalloc((size_t)n_prompts, sizeof *res);
