@@ -249,8 +249,9 @@ static void engine_unload(struct engine *e)
 }
 
 /* Handle one batch of inbox messages. Returns true once SHUTDOWN was seen. */
-static bool handle_messages(struct engine *e, struct req_node *list, bool stopping)
+static bool handle_messages(struct engine *e, struct req_node *list)
 {
+    bool stopping = false;
     while (list) {
         struct engine_msg *msg = (struct engine_msg *)list;
         list = list->next;
@@ -326,7 +327,7 @@ static void *engine_main(void *arg)
          * work, so an idle engine costs no CPU. */
         struct req_node *msgs = sched_idle(e->sched) ? mailbox_wait_all(&e->inbox, -1)
                                                      : mailbox_take_all(&e->inbox);
-        stopping = handle_messages(e, msgs, false);
+        stopping = handle_messages(e, msgs);
         if (!stopping && !sched_idle(e->sched)) {
             int n = sched_step(e->sched);
             if (n < 0) {
@@ -337,7 +338,7 @@ static void *engine_main(void *arg)
                 publish_stats(e);
                 flush_events(e);
                 struct req_node *more = mailbox_wait_all(&e->inbox, 0.001);
-                stopping = handle_messages(e, more, false);
+                stopping = handle_messages(e, more);
             }
         }
         publish_stats(e); /* first, so a consumer with the last events sees them */
