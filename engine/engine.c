@@ -18,12 +18,6 @@
  *   state changes).
  * - The engine thread sleeps on the inbox only when the scheduler is idle.
  */
-/* engine/sched.h shadows the C library's <sched.h> (the engine folder is on the -I
- * path), and <pthread.h> includes <sched.h> for cpu_set_t, which it declares only
- * under _GNU_SOURCE. POSIX 2008 is all this file needs. */
-#undef _GNU_SOURCE
-#define _POSIX_C_SOURCE 200809L
-
 #include "engine.h"
 
 #include "err.h"

@@ -6,12 +6,6 @@
  * short nor stretches it.
  * Invariant: head == NULL iff tail == NULL, and tail->next == NULL.
  */
-/* engine/sched.h shadows the C library's <sched.h> (the engine folder is on the -I
- * path), and <pthread.h> includes <sched.h> for cpu_set_t, which it declares only
- * under _GNU_SOURCE. POSIX 2008 is all this file needs. */
-#undef _GNU_SOURCE
-#define _POSIX_C_SOURCE 200809L
-
 #include "mailbox.h"
 
 #include "util.h"

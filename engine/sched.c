@@ -182,9 +182,9 @@ void sched_add(struct sched *s, struct req *r)
         memcpy(ids, r->prompt_ids, (size_t)n * sizeof *ids);
         for (int32_t i = 0; i < n; i++)
             if (ids[i] < 0 || ids[i] >= cfg->vocab_size) {
-                free(ids);
                 char msg[128];
                 snprintf(msg, sizeof msg, "prompt token %d is not in the vocabulary", ids[i]);
+                free(ids);
                 fail_request(s, r, ENG_EINVAL, msg);
                 return;
             }

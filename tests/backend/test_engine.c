@@ -9,12 +9,6 @@
  * not exist ends in FAILED with every request answered by an error event; destroy
  * with requests in flight frees everything (the suite runs under ASan in CI).
  */
-/* engine/sched.h shadows the C library's <sched.h> (the engine folder is on the -I
- * path), and <pthread.h> includes <sched.h> for cpu_set_t, which it declares only
- * under _GNU_SOURCE. POSIX 2008 is all this file needs. */
-#undef _GNU_SOURCE
-#define _POSIX_C_SOURCE 200809L
-
 #include "test.h"
 
 #include "engine.h"

@@ -7,12 +7,6 @@
  * message must arrive exactly once, in push order per producer, and every wake-up
  * must find something: the transitions the producers saw equal the non-empty takes.
  */
-/* engine/sched.h shadows the C library's <sched.h> (the engine folder is on the -I
- * path), and <pthread.h> includes <sched.h> for cpu_set_t, which it declares only
- * under _GNU_SOURCE. POSIX 2008 is all this file needs. */
-#undef _GNU_SOURCE
-#define _POSIX_C_SOURCE 200809L
-
 #include "test.h"
 
 #include "mailbox.h"
