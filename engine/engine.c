@@ -253,7 +253,7 @@ static bool handle_messages(struct engine *e, struct req_node *list)
         case ENGINE_MSG_SUBMIT:
             /* Unreachable after SHUTDOWN (see the invariants), but never drop one. */
             if (stopping) {
-                engine_emit(e, error_event(msg->req->id, ENG_EUNSUPPORTED,
+                engine_emit(e, error_event(msg->req->id, ENG_EUNAVAILABLE,
                                            "the engine is shutting down"));
                 req_free(msg->req);
             } else {
@@ -458,7 +458,7 @@ void engine_submit(struct engine *e, struct req *r)
     if (accepted) return;
     /* Refused: answer on this thread, since the engine thread is gone or going. */
     char msg[600];
-    int code = ENG_EUNSUPPORTED; /* err.h has no "unavailable" code yet */
+    int code = ENG_EUNAVAILABLE;
     if (state == ENGINE_FAILED) {
         snprintf(msg, sizeof msg, "the model failed to load: %s", e->err);
         code = e->err_code;

@@ -451,8 +451,10 @@ static void finish_prompt(struct sched *s, struct sreq *q)
         struct sseq *sq = &q->seqs[i];
         seq_start(s, q, i, s0->ids);
         sq->n_cached = s0->n_cached;
-        /* Reserved above, so the pool has these blocks. */
-        CHECK(kv_seq_grow(&sq->kv, s->pool, &s->m->be, s0->kv.n_slots) == 0);
+        /* As many blocks as sequence 0 holds (after compaction that can be one more
+         * than its slots need: B = n_slots + 1). Reserved above, so they exist. */
+        CHECK(kv_seq_grow(&sq->kv, s->pool, &s->m->be,
+                          s0->kv.n_blocks * s->pool->block_size) == 0);
         CHECK(sq->kv.n_blocks == s0->kv.n_blocks);
         s->m->be.ops->kv_copy_blocks(s->m->be.ctx, s0->kv.blocks, sq->kv.blocks,
                                      s0->kv.n_blocks);

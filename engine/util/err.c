@@ -42,6 +42,7 @@ const char *err_name(int code)
     case ENG_EINVAL: return "ENG_EINVAL";
     case ENG_ENOTFOUND: return "ENG_ENOTFOUND";
     case ENG_EUNSUPPORTED: return "ENG_EUNSUPPORTED";
+    case ENG_EUNAVAILABLE: return "ENG_EUNAVAILABLE";
     default: return "unknown error";
     }
 }

@@ -18,6 +18,7 @@ enum eng_err {
     ENG_EINVAL = -1005,       /* an argument is out of range */
     ENG_ENOTFOUND = -1006,    /* a named model, file or tensor does not exist */
     ENG_EUNSUPPORTED = -1007, /* valid input that this build cannot handle */
+    ENG_EUNAVAILABLE = -1008, /* the engine is loading, failed or shutting down (503) */
 };
 
 /*
