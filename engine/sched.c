@@ -177,9 +177,9 @@ void sched_add(struct sched *s, struct req *r)
             return;
         }
     } else {
-        n = r->n_prompt_ids;
+        n = r->prompt_ids ? r->n_prompt_ids : 0; /* neither text nor ids: empty */
         ids = xmalloc((size_t)MAX(n, 1) * sizeof *ids);
-        memcpy(ids, r->prompt_ids, (size_t)n * sizeof *ids);
+        if (n > 0) memcpy(ids, r->prompt_ids, (size_t)n * sizeof *ids);
         for (int32_t i = 0; i < n; i++)
             if (ids[i] < 0 || ids[i] >= cfg->vocab_size) {
                 char msg[128];
