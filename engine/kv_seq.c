@@ -48,12 +48,25 @@ static inline int64_t state_index(const struct kv_seq *seq, int32_t s, int32_t h
     return ((int64_t)seq->blocks[s / bs] * n_head + h) * bs + s % bs;
 }
 
+/* One head's slot state for slots 0..n-1 of the sequence, gathered from a layer's
+ * [n_blocks, n_head, block_size] arrays. */
+static void gather_head(const struct kv_seq *seq, const int32_t *lpos, const float *lscore,
+                        int32_t h, int32_t n_head, int32_t n, int32_t *pos, float *score)
+{
+    for (int32_t s = 0; s < n; s++) {
+        int64_t i = state_index(seq, s, h, n_head, seq->block_size);
+        pos[s] = lpos[i];
+        score[s] = lscore[i];
+    }
+}
+
 void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct backend *be,
                            const struct opt_config *cfg)
 {
     const int32_t B = kv_budget_slots(&seq->budget), n = seq->n_slots;
     if (seq->budget.policy == KV_POLICY_FULL || n <= B - 1) return;
     const int32_t L = cfg->n_layer, H = cfg->n_head, bs = pool->block_size, keep_n = B - 1;
+    CHECK(seq->block_size == bs);
     int32_t *keep = xmalloc((size_t)L * H * (size_t)n * sizeof *keep);
     int32_t *scratch = xmalloc((size_t)n * sizeof *scratch);
     int32_t *pos = xmalloc((size_t)n * sizeof *pos);
@@ -63,11 +76,7 @@ void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct back
         float *lscore;
         CHECK(be->ops->kv_state(be->ctx, l, &lpos, &lscore) == 0);
         for (int32_t h = 0; h < H; h++) {
-            for (int32_t s = 0; s < n; s++) {
-                int64_t i = state_index(seq, s, h, H, bs);
-                pos[s] = lpos[i];
-                col[s] = lscore[i];
-            }
+            gather_head(seq, lpos, lscore, h, H, n, pos, col);
             int32_t *k = keep + ((int64_t)l * H + h) * keep_n;
             int32_t got = h2o_select_prefill(col, pos, n, seq->budget.heavy,
                                              seq->budget.recent, k, scratch);
@@ -112,11 +121,7 @@ void kv_seq_after_decode(struct kv_seq *seq, struct backend *be, const struct op
         CHECK(be->ops->kv_state(be->ctx, l, &lpos, &lscore) == 0);
         for (int32_t h = 0; h < H; h++) {
             /* Every one of the head's B slots is occupied now: gather, pick, free. */
-            for (int32_t s = 0; s < B; s++) {
-                int64_t i = state_index(seq, s, h, H, bs);
-                seq->ev_pos[s] = lpos[i];
-                seq->ev_score[s] = lscore[i];
-            }
+            gather_head(seq, lpos, lscore, h, H, B, seq->ev_pos, seq->ev_score);
             int32_t e = h2o_select_evict(seq->ev_score, seq->ev_pos, B, t, seq->budget.recent);
             CHECK(e >= 0);
             int64_t i = state_index(seq, e, h, H, bs);
