@@ -368,7 +368,7 @@ static void ws_reserve(struct cpu_be *c, int32_t n_tok, int32_t max_slots)
         ws->emb = xrealloc(ws->emb, n * proj * sizeof(float));
         ws->cap_tok = (int32_t)n;
     }
-    const int32_t need = cpu_attn_scratch_floats(max_slots, c->block_size);
+    const int32_t need = cpu_attn_scratch_floats(max_slots, c->block_size, c->cfg.n_head);
     if (need > ws->scratch_stride) {
         ws->scratch_stride = MAX(need, 2 * ws->scratch_stride);
         ws->scratch = xrealloc(ws->scratch, (size_t)omp_get_max_threads() *

@@ -23,6 +23,7 @@
 #define ATTN_QT 8        /* queries per tile */
 #define ATTN_MAX_D 256   /* head_dim bound of the on-stack tiles; every OPT has <= 128 */
 #define ATTN_MAX_BS 64   /* block_size bound of the on-stack tiles */
+#define ATTN_MAX_HEADS 128 /* heads in one decode task's on-stack query (OPT-175B: 96) */
 
 /* Index of (block, head) in a [n_blocks, n_head, ...] array, in units of a
  * (block, head) tile. */
@@ -274,6 +275,32 @@ static inline void block_values16_1(const struct cpu_attn_args *a, int64_t t, co
     for (int32_t c = 0; c < nc; c++) _mm512_storeu_ps(out + c * 16, acc[c]);
 }
 
+/*
+ * One decode query per head for NH consecutive heads of one block (their K tiles
+ * are adjacent in memory): NH independent FMA chains over one contiguous stretch of
+ * the pool. Per head the arithmetic is exactly block_logits16's with NQ = 1.
+ */
+static inline __attribute__((always_inline)) void
+block_logits16_heads(const struct cpu_attn_args *a, int64_t t0, int32_t n_valid, const float *qv,
+                     int32_t qpos, float *s, int32_t stride, const int32_t NH)
+{
+    const int32_t D = a->head_dim;
+    __m512 acc[4];
+    for (int32_t k = 0; k < NH; k++) acc[k] = _mm512_setzero_ps();
+    for (int32_t d = 0; d < D; d++)
+        for (int32_t k = 0; k < NH; k++)
+            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(qv[k * D + d]),
+                                     load16(a->kv.k, ((t0 + k) * D + d) * 16, a->kv_dtype), acc[k]);
+    const __mmask16 in_range = (__mmask16)(n_valid >= 16 ? 0xffffu : (1u << n_valid) - 1u);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int32_t k = 0; k < NH; k++) {
+        const __m512i pos = _mm512_loadu_si512(a->kv.pos + (t0 + k) * 16);
+        __mmask16 vis = in_range & _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()) &
+                        _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos));
+        _mm512_storeu_ps(s + k * stride, _mm512_mask_blend_ps(vis, ninf, acc[k]));
+    }
+}
+
 #define block_logits_bs16(a, t, n_valid, qv, qpos, s, stride, NQ)                           \
     block_logits16(a, t, n_valid, qv, qpos, s, stride, NQ)
 #define block_values_bs16(a, t, p, stride, out, NQ) block_values16(a, t, p, stride, out, NQ)
@@ -452,24 +479,105 @@ static void attend_seq_head(const struct cpu_attn_args *a, const struct be_seq *
     }
 }
 
+#ifdef __AVX512F__
+/*
+ * A decode token (one query) of one sequence, all heads in one task. The pool keeps
+ * a block's heads next to each other, so walking blocks with every head at once
+ * reads the sequence's cache as a few long contiguous runs instead of n_head
+ * scattered 2-4 KiB tiles per block: a decode step streams the whole cache, and
+ * this is what lets the hardware prefetchers keep up. Per head, the same arithmetic
+ * as attend_seq_head (the same kernels, in the same order), so results do not
+ * depend on which path ran. s is [n_head, width] scratch.
+ */
+static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq *sq, float *s)
+{
+    const struct be_batch *b = a->batch;
+    const int32_t H = a->n_head, D = a->head_dim;
+    const int32_t nb = CEIL_DIV(sq->n_slots, 16), width = nb * 16;
+    const int32_t r = sq->tok_start, qpos = b->pos[r];
+    float qv[ATTN_MAX_HEADS * ATTN_MAX_D], out[ATTN_MAX_D];
+    const float *qr = a->qkv + (int64_t)r * 3 * H * D;
+    for (int32_t i = 0; i < H * D; i++) qv[i] = qr[i] * a->scale;
+
+    for (int32_t bi = 0; bi < nb; bi++) {
+        const int64_t t0 = bh(sq->blocks[bi], 0, H);
+        const int32_t n_valid = MIN(16, sq->n_slots - bi * 16);
+        int32_t h = 0;
+        for (; h + 4 <= H; h += 4)
+            block_logits16_heads(a, t0 + h, n_valid, qv + h * D, qpos, s + h * width + bi * 16,
+                                 width, 4);
+        for (; h < H; h++)
+            block_logits16_heads(a, t0 + h, n_valid, qv + h * D, qpos, s + h * width + bi * 16,
+                                 width, 1);
+    }
+    for (int32_t h = 0; h < H; h++) softmax_row(s + (int64_t)h * width, width);
+    for (int32_t h = 0; h < H; h++) {
+        const float *p = s + (int64_t)h * width;
+        memset(out, 0, (size_t)D * sizeof *out);
+        for (int32_t bi = 0; bi < nb; bi++) {
+            const int64_t t = bh(sq->blocks[bi], h, H);
+            block_scores(a, t, p + bi * 16, width, 1, 16);
+            block_values16_1(a, t, p + bi * 16, out);
+        }
+        const int64_t oi = (int64_t)r * H * D + (int64_t)h * D;
+        if (a->out_dtype == DTYPE_F32) {
+            memcpy((float *)a->out + oi, out, (size_t)D * sizeof(float));
+        } else {
+            uint16_t *o = (uint16_t *)a->out + oi;
+            for (int32_t d = 0; d < D; d++) o[d] = f32_to_bf16(out[d]);
+        }
+    }
+}
+#endif
+
 void cpu_attn_forward(const struct cpu_attn_args *a)
 {
     const struct be_batch *b = a->batch;
     CHECK(cpu_attn_supports(a->head_dim, a->block_size));
     write_kv(a);
-    const int32_t n_task = b->n_seq * a->n_head;
+    /* Tasks: a decode sequence as a whole (all heads, see attend_decode_seq) when
+     * there are enough of them to keep every thread busy, else one task per
+     * (sequence, head). head == -1 marks a whole-sequence task. */
+    const int32_t H = a->n_head;
+    int32_t n_decode = 0;
+#ifdef __AVX512F__
+    if (a->block_size == 16 && H <= ATTN_MAX_HEADS)
+        for (int32_t i = 0; i < b->n_seq; i++) n_decode += b->seqs[i].n_tok == 1;
+    if (n_decode < 2 * omp_get_max_threads()) n_decode = 0;
+#endif
+    struct { int32_t seq, head; } *task = xmalloc((size_t)MAX(b->n_seq * H, 1) * sizeof *task);
+    int32_t n_task = 0;
+    for (int32_t i = 0; i < b->n_seq; i++) {
+        if (n_decode && b->seqs[i].n_tok == 1) {
+            task[n_task].seq = i;
+            task[n_task++].head = -1;
+            continue;
+        }
+        for (int32_t h = 0; h < H; h++) {
+            task[n_task].seq = i;
+            task[n_task++].head = h;
+        }
+    }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int32_t t = 0; t < n_task; t++) {
-        const struct be_seq *sq = &b->seqs[t / a->n_head];
-        CHECK(cpu_attn_scratch_floats(sq->n_slots, a->block_size) <= a->scratch_stride);
+        const struct be_seq *sq = &b->seqs[task[t].seq];
+        CHECK(cpu_attn_scratch_floats(sq->n_slots, a->block_size, H) <= a->scratch_stride);
         float *s = a->scratch + (int64_t)omp_get_thread_num() * a->scratch_stride;
-        attend_seq_head(a, sq, t % a->n_head, s);
+#ifdef __AVX512F__
+        if (task[t].head < 0) {
+            attend_decode_seq(a, sq, s);
+            continue;
+        }
+#endif
+        attend_seq_head(a, sq, task[t].head, s);
     }
+    free(task);
 }
 
-int32_t cpu_attn_scratch_floats(int32_t n_slots, int32_t block_size)
+int32_t cpu_attn_scratch_floats(int32_t n_slots, int32_t block_size, int32_t n_head)
 {
-    return ATTN_QT * CEIL_DIV(n_slots, block_size) * block_size;
+    /* A query tile of one head, or one decode query of every head. */
+    return MAX(ATTN_QT, n_head) * CEIL_DIV(n_slots, block_size) * block_size;
 }
 
 bool cpu_attn_supports(int32_t head_dim, int32_t block_size)

@@ -54,6 +54,6 @@ void cpu_attn_forward(const struct cpu_attn_args *a);
 bool cpu_attn_supports(int32_t head_dim, int32_t block_size);
 
 /* Scratch floats one thread needs for a sequence of n_slots slots. */
-int32_t cpu_attn_scratch_floats(int32_t n_slots, int32_t block_size);
+int32_t cpu_attn_scratch_floats(int32_t n_slots, int32_t block_size, int32_t n_head);
 
 #endif
