@@ -18,8 +18,13 @@
     } while (0)
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* <sys/param.h> (pulled in by uv.h) defines the same two macros. */
+#ifndef MIN
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
+#endif
+#ifndef MAX
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
+#endif
 #define CEIL_DIV(a, b) (((a) + (b) - 1) / (b))
 
 /* Print "file:line: CHECK(expr) failed" and abort. Thread: any. */
