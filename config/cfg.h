@@ -1,0 +1,213 @@
+/*
+ * cfg.h - the server configuration: defaults, a JSON file, command-line flags,
+ * validation and --help, all driven by one table of option descriptors.
+ *
+ * Every setting of struct cfg has exactly one descriptor (struct cfg_opt): its JSON
+ * key ("kv_cache_bytes"), which is also its flag with '_' spelled '-'
+ * ("--kv-cache-bytes"), its type, where it lives in struct cfg, its range and its
+ * help text. The file format, the flags and the help are all read from that table,
+ * so they cannot drift apart; the unit test walks the table and checks that every
+ * option can be set both ways.
+ *
+ * The file is one flat JSON object whose keys are the option names (see
+ * config/example.json, config/README.md). Keys that start with '_' are comments and
+ * are ignored; any other unknown key is an error that names the key and the file. A
+ * key given twice is an error too: a config file that says two things about one
+ * setting is a mistake, and "last wins" would hide it.
+ *
+ * Precedence: built-in defaults < --config files (in the order given) < every other
+ * flag, wherever --config appears in argv.
+ *
+ * Owns: the strings in struct cfg (heap copies; cfg_free).
+ * Thread: any; a struct cfg is plain data and is not shared while it is being set.
+ */
+#ifndef H2O_CFG_H
+#define H2O_CFG_H
+
+#include "engine.h"
+#include "h2o.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* The compute dtype as the user asks for it; auto = bf16 where the CPU has
+ * AVX512-BF16, else fp32 (model_opts_default decides). */
+enum cfg_dtype {
+    CFG_DTYPE_AUTO = 0,
+    CFG_DTYPE_FP32 = 1,
+    CFG_DTYPE_BF16 = 2,
+};
+
+struct cfg {
+    /* listen */
+    char *host;   /* address to bind; default "127.0.0.1" */
+    int32_t port; /* 0..65535, 0 = let the kernel pick a free port; default 8000 */
+
+    /* model */
+    char *model; /* checkpoint folder or "dummy:NAME"; default "dummy:opt-125m" */
+    char *served_model_name; /* the id clients use; NULL = the loaded model's name */
+    enum cfg_dtype dtype;    /* default auto */
+    int32_t threads;         /* OpenMP threads; 0 = all cores */
+    int64_t dummy_seed;      /* seed of dummy:* weights; default 0 */
+
+    /* engine */
+    int32_t block_size;         /* KV slots per block; default 16 */
+    int64_t kv_cache_bytes;     /* KV pool bytes; 0 = the engine's default */
+    int32_t kv_cache_blocks;    /* > 0: exactly this many blocks (instead of bytes) */
+    int32_t max_num_seqs;       /* sequences running at once; default 256 */
+    int32_t max_batched_tokens; /* tokens per forward step, > max_num_seqs; default 2048 */
+
+    /* the KV policy of requests that name none */
+    enum kv_policy kv_policy; /* default h2o */
+    double h2o_heavy_ratio;   /* of prompt + max_tokens; default 0.1 */
+    double h2o_recent_ratio;  /* default 0.1 */
+    int32_t h2o_heavy;        /* absolute count, -1 = use the ratio */
+    int32_t h2o_recent;       /* absolute count >= 1, -1 = use the ratio */
+
+    /* server limits */
+    char *api_key;            /* NULL = no authentication */
+    int64_t max_body_bytes;   /* request body (413 beyond); default 32 MiB */
+    int64_t max_header_bytes; /* request line + headers (431 beyond); default 16 KiB */
+    int32_t max_prompts_per_request; /* default 64 */
+    int32_t max_n;                   /* largest n / best_of; default 128 */
+    int32_t max_queue;               /* waiting requests before 429; default 1024 */
+    int32_t max_connections;         /* open connections; default 1024 */
+    int32_t idle_timeout_s;          /* keep-alive idle close; 0 = never; default 60 */
+    int32_t request_timeout_s;       /* whole-request deadline; 0 = none */
+    char *cors_allow_origin;         /* Access-Control-Allow-Origin; NULL = no CORS */
+    int32_t shutdown_grace_s;        /* SIGINT/SIGTERM drain time; default 30 */
+    int64_t write_queue_max_bytes;   /* per-connection unsent bytes; default 8 MiB */
+    bool log_requests;               /* one log line per finished request; default false */
+
+    /* batch */
+    char *data_dir;              /* Files + Batches store; default "./h2oserve-data" */
+    int32_t batch_max_in_flight; /* batch requests handed to the engine at once; 64 */
+};
+
+enum cfg_type {
+    CFG_T_STR = 0, /* char *, owned; JSON string (or null where CFG_F_NULLABLE) */
+    CFG_T_INT,     /* int32_t or int64_t (see size); JSON integer */
+    CFG_T_SIZE,    /* int64_t bytes; a JSON number or a string "512M", "2G", "16KiB" */
+    CFG_T_FLOAT,   /* double; JSON number */
+    CFG_T_BOOL,    /* bool; JSON true/false; flags --x, --no-x, --x=true|false */
+    CFG_T_ENUM,    /* an enum (int-sized) indexing `values`; JSON string */
+};
+
+enum cfg_opt_flags {
+    CFG_F_NULLABLE = 1, /* a string that may be unset: JSON null or "" gives NULL */
+    CFG_F_SECRET = 2,   /* never printed by cfg_to_json(.., redact = true) */
+};
+
+/* One option. The table is static and lives as long as the program. */
+struct cfg_opt {
+    const char *key;   /* JSON key; the flag is "--" + key with '_' -> '-' */
+    const char *group; /* heading in --help */
+    enum cfg_type type;
+    size_t offset;             /* of the field in struct cfg */
+    size_t size;               /* of the field (CFG_T_INT: 4 or 8) */
+    double min, max;           /* inclusive range (numbers and sizes) */
+    const char *const *values; /* CFG_T_ENUM: names, NULL-terminated, index = value */
+    const char *metavar;   /* placeholder in --help ("DIR|dummy:NAME"); NULL = by type */
+    const char *help;      /* one sentence, why and what */
+    const char *dflt_note; /* shown instead of the default value in --help, or NULL */
+    unsigned flags;        /* enum cfg_opt_flags */
+};
+
+/* cfg_parse_args returns this (not an error) when --help or -h was given. */
+#define CFG_HELP 1
+
+/*
+ * Fill *c with the built-in defaults (the values in the comments of struct cfg).
+ * *c may be uninitialised; anything it held is not freed.
+ * Owns: the caller owns the strings now in *c (cfg_free). Thread: any.
+ */
+void cfg_defaults(struct cfg *c);
+
+/* Free the strings of *c and set them to NULL. NULL is fine. Thread: any. */
+void cfg_free(struct cfg *c);
+
+/*
+ * Apply the JSON file at `path` on top of *c: one object, flat keys as in the table.
+ * All or nothing: on error *c is unchanged. Returns 0, ENG_EIO (unreadable, or
+ * larger than 1 MiB), ENG_EFORMAT (not JSON, not an object, a duplicate or unknown
+ * key) or ENG_EINVAL (a value of the wrong type or out of range), with a one-line
+ * message naming the file and the key (err_msg).
+ * Thread: any.
+ */
+int cfg_load_file(struct cfg *c, const char *path);
+
+/* As cfg_load_file, on the text of a JSON object (`name` is used in messages). */
+int cfg_load_string(struct cfg *c, const char *json, const char *name);
+
+/*
+ * Apply command-line flags on top of *c. argv[0] is the command's name and is
+ * skipped. Every --config FILE (or --config=FILE) is applied first, in order, then
+ * every other flag in order, so flags override files wherever --config stands.
+ * Flags: --name VALUE, --name=VALUE; bools also --name, --no-name, --name=true|false.
+ * Parsing stops at the first argument that is not a flag (or just after "--"); its
+ * index is stored in *next (argc when every argument was a flag), and the caller
+ * decides whether positional arguments are welcome.
+ * All or nothing: on error *c is unchanged. Returns 0, CFG_HELP when --help or -h
+ * appears (nothing else is applied), or a negative engine error whose message names
+ * the flag (or the file and key).
+ * Thread: any.
+ */
+int cfg_parse_args(struct cfg *c, int argc, char **argv, int *next);
+
+/*
+ * Set one option from text, as a flag would: `name` is a key ("max_n") or a flag
+ * ("--max-n"), `value` as on the command line ("512M", "true", "h2o"). Checks the
+ * type and range; returns 0, ENG_ENOTFOUND for an unknown name, or ENG_EINVAL,
+ * with a message naming the option. On error *c is unchanged. Thread: any.
+ */
+int cfg_set(struct cfg *c, const char *name, const char *value);
+
+/*
+ * Check every range and the rules that join options: max_batched_tokens >
+ * max_num_seqs, h2o_recent is -1 or >= 1, kv_cache_bytes and kv_cache_blocks not
+ * both set, host / model / data_dir not empty, no control characters in any string
+ * (they end up in HTTP headers). Returns 0 or ENG_EINVAL with a one-line message
+ * naming the option(s). Thread: any.
+ */
+int cfg_validate(const struct cfg *c);
+
+/*
+ * Print "usage: h2oserve CMD [options]" and every flag with its placeholder, help
+ * and built-in default, grouped as in the table. Thread: any.
+ */
+void cfg_usage(FILE *f, const char *cmd);
+
+/*
+ * The engine options for *c: model, dtype (auto -> model_opts_default's choice),
+ * threads, dummy seed, block size, KV pool size, scheduler limits and the default
+ * KV spec. o->model points into c: it must outlive o until engine_create (which
+ * copies it). Thread: any.
+ */
+void cfg_engine_opts(const struct cfg *c, struct engine_opts *o);
+
+/* The KV policy of requests that name none. Thread: any. */
+void cfg_kv_spec(const struct cfg *c, struct kv_spec *s);
+
+/*
+ * *c as a JSON object with every option, loadable by cfg_load_file. With `redact`,
+ * secrets (api_key) are written as "***" if set, for logging the effective
+ * configuration. Owns: the caller frees the string. Thread: any.
+ */
+char *cfg_to_json(const struct cfg *c, bool redact);
+
+/* The option table and its length. Thread: any. */
+const struct cfg_opt *cfg_opts(size_t *n);
+
+/* The option named by key ("max_n") or flag ("--max-n"), or NULL. Thread: any. */
+const struct cfg_opt *cfg_find(const char *name);
+
+/*
+ * Write option o's value in *c as text, the way --help shows defaults ("8000",
+ * "32M", "0.1", "true", "h2o", "127.0.0.1", "none" for an unset string).
+ * Returns buf. Thread: any.
+ */
+char *cfg_format_value(const struct cfg *c, const struct cfg_opt *o, char *buf, size_t len);
+
+#endif

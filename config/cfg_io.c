@@ -1,0 +1,435 @@
+/*
+ * cfg_io.c - struct cfg in and out: the JSON file, command-line flags, --help and a
+ * JSON dump, each walking the option table of cfg.c.
+ *
+ * Loading and parsing work on a copy of the caller's struct and swap it in only when
+ * everything succeeded, so a failed --config or a bad flag leaves the struct as it
+ * was. cJSON stays inside this file (the engine's headers never see it).
+ * Thread: any. (cJSON's parser also writes its global error pointer; nothing here
+ * reads it, and configuration is loaded before other threads parse JSON.)
+ */
+#include "cfg.h"
+#include "cfg_impl.h"
+
+#include "err.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A configuration file is a few hundred bytes; a megabyte is a wrong path. */
+#define CFG_FILE_MAX (1 << 20)
+
+void cfg_format_size(int64_t v, char *buf, size_t len)
+{
+    static const char units[] = "TGMK";
+    for (int i = 0; i < 4 && v != 0; i++) {
+        int64_t u = (int64_t)1 << (10 * (4 - i));
+        if (v % u == 0) {
+            snprintf(buf, len, "%lld%c", (long long)(v / u), units[i]);
+            return;
+        }
+    }
+    snprintf(buf, len, "%lld", (long long)v);
+}
+
+char *cfg_format_value(const struct cfg *c, const struct cfg_opt *o, char *buf, size_t len)
+{
+    int64_t v;
+    const char *s;
+    switch (o->type) {
+    case CFG_T_STR:
+        s = cfg_str_get(c, o);
+        snprintf(buf, len, "%s", s ? s : "none");
+        break;
+    case CFG_T_INT: snprintf(buf, len, "%lld", (long long)cfg_int_get(c, o)); break;
+    case CFG_T_SIZE: cfg_format_size(cfg_int_get(c, o), buf, len); break;
+    case CFG_T_FLOAT: snprintf(buf, len, "%g", cfg_float_get(c, o)); break;
+    case CFG_T_BOOL: snprintf(buf, len, "%s", cfg_int_get(c, o) ? "true" : "false"); break;
+    case CFG_T_ENUM: {
+        v = cfg_int_get(c, o);
+        int n = 0;
+        while (o->values[n])
+            n++;
+        snprintf(buf, len, "%s", v >= 0 && v < n ? o->values[v] : "?");
+        break;
+    }
+    }
+    return buf;
+}
+
+/* ---- the JSON file ---- */
+
+static const char *json_kind(const cJSON *v)
+{
+    if (cJSON_IsString(v)) return "a string";
+    if (cJSON_IsNumber(v)) return "a number";
+    if (cJSON_IsBool(v)) return cJSON_IsTrue(v) ? "true" : "false";
+    if (cJSON_IsNull(v)) return "null";
+    if (cJSON_IsArray(v)) return "an array";
+    return "an object";
+}
+
+static int type_error(const char *who, const char *want, const cJSON *v)
+{
+    return err_set(ENG_EINVAL, "%s wants %s, got %s", who, want, json_kind(v));
+}
+
+static int set_json(struct cfg *c, const struct cfg_opt *o, const cJSON *v, const char *who)
+{
+    struct cfg_val val = {0};
+    switch (o->type) {
+    case CFG_T_STR:
+        if (cJSON_IsString(v))
+            val.s = v->valuestring;
+        else if (!cJSON_IsNull(v) || !(o->flags & CFG_F_NULLABLE))
+            return type_error(
+                who, o->flags & CFG_F_NULLABLE ? "a string or null" : "a string", v);
+        break;
+    case CFG_T_INT:
+        if (!cJSON_IsNumber(v)) return type_error(who, "an integer", v);
+        val.f = v->valuedouble;
+        break;
+    case CFG_T_SIZE:
+        if (cJSON_IsString(v)) return cfg_opt_set_text(c, o, v->valuestring, who);
+        if (!cJSON_IsNumber(v))
+            return type_error(who, "a size (bytes, or a string like \"512M\")", v);
+        val.f = v->valuedouble;
+        break;
+    case CFG_T_FLOAT:
+        if (!cJSON_IsNumber(v)) return type_error(who, "a number", v);
+        val.f = v->valuedouble;
+        break;
+    case CFG_T_BOOL:
+        if (!cJSON_IsBool(v)) return type_error(who, "true or false", v);
+        val.i = cJSON_IsTrue(v);
+        break;
+    case CFG_T_ENUM:
+        if (!cJSON_IsString(v)) return type_error(who, "a string", v);
+        if (cfg_enum_parse(o, v->valuestring, who, &val.i)) return ENG_EINVAL;
+        break;
+    }
+    return cfg_opt_set(c, o, &val, who);
+}
+
+/* Apply every key of root to c; keys starting with '_' are comments. */
+static int apply_object(struct cfg *c, const cJSON *root, const char *name)
+{
+    size_t n_opts;
+    const struct cfg_opt *table = cfg_opts(&n_opts);
+    bool seen[64] = {false};
+    CHECK(n_opts <= ARRAY_LEN(seen));
+    const cJSON *v;
+    cJSON_ArrayForEach(v, root)
+    {
+        const char *key = v->string ? v->string : "";
+        if (key[0] == '_') continue;
+        const struct cfg_opt *o = cfg_find_n(key, strlen(key), false);
+        if (!o) {
+            /* The flag spelling is the likeliest slip; say how keys are spelled. */
+            if (strchr(key, '-') && cfg_find_n(key, strlen(key), true))
+                return err_set(ENG_EFORMAT,
+                               "%.200s: unknown key \"%.64s\" (keys spell '-' "
+                               "as '_')",
+                               name, key);
+            return err_set(ENG_EFORMAT, "%.200s: unknown key \"%.64s\"", name, key);
+        }
+        size_t idx = (size_t)(o - table);
+        if (seen[idx])
+            return err_set(ENG_EFORMAT, "%.200s: key \"%s\" appears twice", name, o->key);
+        seen[idx] = true;
+        char who[300];
+        snprintf(who, sizeof who, "%.200s: key \"%s\"", name, o->key);
+        int err = set_json(c, o, v, who);
+        if (err) return err;
+    }
+    return 0;
+}
+
+int cfg_load_string(struct cfg *c, const char *json, const char *name)
+{
+    const char *end = NULL;
+    /* A UTF-8 byte order mark is harmless; some editors write one. */
+    const char *text = strncmp(json, "\xEF\xBB\xBF", 3) == 0 ? json + 3 : json;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        int line = 1, col = 1;
+        for (const char *p = text; end && p < end && *p; p++) {
+            if (*p == '\n')
+                line++, col = 1;
+            else
+                col++;
+        }
+        return err_set(ENG_EFORMAT, "%.200s:%d:%d: not valid JSON", name, line, col);
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return err_set(ENG_EFORMAT, "%.200s: wants a JSON object of options, got %s", name,
+                       json_kind(root));
+    }
+    struct cfg tmp;
+    cfg_copy(&tmp, c);
+    int err = apply_object(&tmp, root, name);
+    cJSON_Delete(root);
+    if (err) {
+        cfg_free(&tmp);
+        return err;
+    }
+    cfg_free(c);
+    *c = tmp;
+    return 0;
+}
+
+int cfg_load_file(struct cfg *c, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(ENG_EIO, "%.200s: cannot open: %s", path, strerror(errno));
+    char *buf = xmalloc(CFG_FILE_MAX + 2);
+    size_t n = fread(buf, 1, CFG_FILE_MAX + 1, f);
+    int bad = ferror(f), saved = errno;
+    fclose(f);
+    int err = 0;
+    if (bad)
+        err = err_set(ENG_EIO, "%.200s: read error: %s", path, strerror(saved));
+    else if (n > CFG_FILE_MAX)
+        err = err_set(ENG_EIO, "%.200s: larger than %d bytes, not a configuration file",
+                      path, CFG_FILE_MAX);
+    else if (memchr(buf, '\0', n))
+        err = err_set(ENG_EFORMAT, "%.200s: contains a NUL byte, not JSON text", path);
+    if (!err) {
+        buf[n] = '\0';
+        err = cfg_load_string(c, buf, path);
+    }
+    free(buf);
+    return err;
+}
+
+/* ---- the command line ---- */
+
+/* One parsed flag: o == NULL for --config. */
+struct flag_item {
+    const struct cfg_opt *o;
+    const char *value;
+    bool negated; /* --no-NAME */
+};
+
+static void flag_name(const struct cfg_opt *o, bool negated, char *buf, size_t len)
+{
+    snprintf(buf, len, "--%s%s", negated ? "no-" : "", o->key);
+    for (char *p = buf; *p; p++)
+        if (*p == '_') *p = '-';
+}
+
+/* Split argv into items; stops at the first positional argument. */
+static int scan_args(int argc, char **argv, struct flag_item *items, int *n_items,
+                     int *next)
+{
+    int i, n = 0;
+    for (i = MIN(1, argc); i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-' || a[1] == '\0') break; /* a positional ("-" included) */
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return CFG_HELP;
+        if (a[1] != '-') return err_set(ENG_EINVAL, "unknown option '%.64s'", a);
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        struct flag_item *it = &items[n];
+        *it = (struct flag_item){.value = eq ? eq + 1 : NULL};
+        if (len == 6 && strncmp(name, "config", 6) == 0) {
+            it->o = NULL;
+        } else if ((it->o = cfg_find_n(name, len, true))) {
+            if (!it->value && it->o->type == CFG_T_BOOL) it->value = "true";
+        } else if (len > 3 && strncmp(name, "no-", 3) == 0 &&
+                   (it->o = cfg_find_n(name + 3, len - 3, true)) &&
+                   it->o->type == CFG_T_BOOL) {
+            if (it->value)
+                return err_set(ENG_EINVAL, "--%.*s takes no value", (int)len, name);
+            it->negated = true;
+            it->value = "false";
+        } else {
+            return err_set(ENG_EINVAL, "unknown option '--%.*s'", (int)MIN(len, 64), name);
+        }
+        if (!it->value) {
+            if (i + 1 >= argc)
+                return err_set(ENG_EINVAL, "--%.*s needs a value", (int)len, name);
+            it->value = argv[++i];
+        }
+        n++;
+    }
+    *n_items = n;
+    *next = i;
+    return 0;
+}
+
+int cfg_parse_args(struct cfg *c, int argc, char **argv, int *next)
+{
+    struct flag_item *items = xcalloc((size_t)MAX(argc, 1), sizeof *items);
+    int n = 0, first = argc;
+    int err = scan_args(argc, argv, items, &n, &first);
+    if (next) *next = first;
+    if (err) {
+        free(items);
+        return err;
+    }
+    struct cfg tmp;
+    cfg_copy(&tmp, c);
+    /* Files first, in order, so that every other flag overrides them. */
+    for (int k = 0; k < n && !err; k++) {
+        if (items[k].o) continue;
+        if (!items[k].value[0])
+            err = err_set(ENG_EINVAL, "--config needs a file name");
+        else
+            err = cfg_load_file(&tmp, items[k].value);
+    }
+    for (int k = 0; k < n && !err; k++) {
+        if (!items[k].o) continue;
+        char who[80];
+        flag_name(items[k].o, items[k].negated, who, sizeof who);
+        err = cfg_opt_set_text(&tmp, items[k].o, items[k].value, who);
+    }
+    free(items);
+    if (err) {
+        cfg_free(&tmp);
+        return err;
+    }
+    cfg_free(c);
+    *c = tmp;
+    return 0;
+}
+
+/* ---- --help ---- */
+
+/* "  LEFT" then `text` word-wrapped into a column from INDENT to WIDTH; `tail` follows
+ * as one word that is never broken ("(default: the model's name)"). */
+static void print_entry(FILE *f, const char *left, const char *text, const char *tail)
+{
+    enum { INDENT = 30, WIDTH = 80 };
+    int col = fprintf(f, "  %s", left);
+    if (col > INDENT - 2) {
+        fputc('\n', f);
+        col = 0;
+    }
+    fprintf(f, "%*s", INDENT - col, "");
+    col = INDENT;
+    for (const char *p = text;;) {
+        while (*p == ' ')
+            p++;
+        bool last = !*p;
+        if (last && !tail) break;
+        const char *word = last ? tail : p;
+        int w = last ? (int)strlen(tail) : (int)strcspn(p, " ");
+        if (col > INDENT && col + 1 + w > WIDTH) {
+            fprintf(f, "\n%*s", INDENT, "");
+            col = INDENT;
+        } else if (col > INDENT) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(word, 1, (size_t)w, f);
+        col += w;
+        if (last) break;
+        p += w;
+    }
+    fputc('\n', f);
+}
+
+void cfg_usage(FILE *f, const char *cmd)
+{
+    size_t n;
+    const struct cfg_opt *table = cfg_opts(&n);
+    struct cfg d;
+    cfg_defaults(&d);
+    fprintf(
+        f,
+        "usage: h2oserve %s [options]\n\n"
+        "Every option is also a key of the JSON file given with --config: the flag\n"
+        "without its \"--\", with '_' for '-' (--max-num-seqs is \"max_num_seqs\").\n"
+        "Flags override the file wherever --config stands; config/example.json shows\n"
+        "every key with a comment. SIZE takes bytes or K, M, G, T (powers of 1024).\n\n",
+        cmd);
+    print_entry(f, "--config FILE",
+                "read options from a JSON file (repeatable; later files override earlier "
+                "ones)",
+                NULL);
+    print_entry(f, "-h, --help", "show this help and exit", NULL);
+    const char *group = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const struct cfg_opt *o = &table[i];
+        if (!group || strcmp(group, o->group) != 0) {
+            group = o->group;
+            fprintf(f, "\n%s:\n", group);
+        }
+        char flag[80], left[256], val[128], tail[160];
+        flag_name(o, false, flag, sizeof flag);
+        if (o->type == CFG_T_BOOL) {
+            snprintf(left, sizeof left, "--[no-]%s", flag + 2);
+        } else if (o->type == CFG_T_ENUM) {
+            char all[96] = "";
+            for (int k = 0; o->values[k]; k++) {
+                if (k) strncat(all, "|", sizeof all - strlen(all) - 1);
+                strncat(all, o->values[k], sizeof all - strlen(all) - 1);
+            }
+            snprintf(left, sizeof left, "%s %s", flag, all);
+        } else {
+            const char *mv = o->metavar               ? o->metavar
+                             : o->type == CFG_T_INT   ? "N"
+                             : o->type == CFG_T_SIZE  ? "SIZE"
+                             : o->type == CFG_T_FLOAT ? "X"
+                                                      : "STR";
+            snprintf(left, sizeof left, "%s %s", flag, mv);
+        }
+        snprintf(tail, sizeof tail, "(default: %s)",
+                 o->dflt_note ? o->dflt_note : cfg_format_value(&d, o, val, sizeof val));
+        print_entry(f, left, o->help, tail);
+    }
+    cfg_free(&d);
+}
+
+/* ---- JSON out ---- */
+
+char *cfg_to_json(const struct cfg *c, bool redact)
+{
+    size_t n;
+    const struct cfg_opt *table = cfg_opts(&n);
+    cJSON *root = cJSON_CreateObject();
+    CHECK(root);
+    for (size_t i = 0; i < n; i++) {
+        const struct cfg_opt *o = &table[i];
+        char buf[128];
+        cJSON *v = NULL;
+        switch (o->type) {
+        case CFG_T_STR: {
+            const char *s = cfg_str_get(c, o);
+            if (s && redact && (o->flags & CFG_F_SECRET)) s = "***";
+            v = s ? cJSON_CreateString(s) : cJSON_CreateNull();
+            break;
+        }
+        case CFG_T_INT: v = cJSON_CreateNumber((double)cfg_int_get(c, o)); break;
+        case CFG_T_SIZE:
+            /* "32M" where that is exact: what a person would write. */
+            cfg_format_size(cfg_int_get(c, o), buf, sizeof buf);
+            v = strpbrk(buf, "KMGT") ? cJSON_CreateString(buf)
+                                     : cJSON_CreateNumber((double)cfg_int_get(c, o));
+            break;
+        case CFG_T_FLOAT: v = cJSON_CreateNumber(cfg_float_get(c, o)); break;
+        case CFG_T_BOOL: v = cJSON_CreateBool(cfg_int_get(c, o) != 0); break;
+        case CFG_T_ENUM:
+            v = cJSON_CreateString(cfg_format_value(c, o, buf, sizeof buf));
+            break;
+        }
+        CHECK(v);
+        cJSON_AddItemToObject(root, o->key, v);
+    }
+    char *text = cJSON_Print(root);
+    CHECK(text);
+    char *out = xstrdup(text);
+    cJSON_free(text);
+    cJSON_Delete(root);
+    return out;
+}
