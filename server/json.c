@@ -1,0 +1,164 @@
+/*
+ * json.c - the OpenAI error body and shared cJSON helpers (see json.h).
+ */
+#include "json.h"
+
+#include "tokenizer.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int api_error_set(struct api_error *e, int status, const char *type, const char *param,
+                  const char *code, const char *fmt, ...)
+{
+    api_error_clear(e);
+    e->status = status;
+    e->type = type;
+    e->param = param ? xstrdup(param) : NULL;
+    e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    e->message = xmalloc((size_t)(n > 0 ? n : 0) + 1);
+    va_start(ap, fmt);
+    vsnprintf(e->message, (size_t)(n > 0 ? n : 0) + 1, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void api_error_clear(struct api_error *e)
+{
+    free(e->message);
+    free(e->param);
+    memset(e, 0, sizeof *e);
+}
+
+void api_error_move(struct api_error *dst, struct api_error *src)
+{
+    api_error_clear(dst);
+    *dst = *src;
+    memset(src, 0, sizeof *src);
+}
+
+/* A string item, or null for NULL. */
+static cJSON *string_or_null(const char *s)
+{
+    return s ? cJSON_CreateString(s) : cJSON_CreateNull();
+}
+
+cJSON *api_error_object(const struct api_error *e)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *err = cJSON_CreateObject();
+    cJSON_AddItemToObject(root, "error", err);
+    /* An error without a message would leave the user guessing; say so at least. */
+    cJSON_AddItemToObject(err, "message",
+                          cJSON_CreateString(e->message ? e->message : "unknown error"));
+    cJSON_AddItemToObject(err, "type",
+                          cJSON_CreateString(e->type ? e->type : API_ERR_SERVER));
+    cJSON_AddItemToObject(err, "param", string_or_null(e->param));
+    cJSON_AddItemToObject(err, "code", string_or_null(e->code));
+    return root;
+}
+
+char *api_error_json(const struct api_error *e, size_t *len)
+{
+    cJSON *root = api_error_object(e);
+    char *s = json_print(root, len);
+    cJSON_Delete(root);
+    return s;
+}
+
+char *json_print(const cJSON *item, size_t *len)
+{
+    char *s = cJSON_PrintUnformatted(item);
+    CHECK(s != NULL); /* cJSON fails only when malloc does */
+    if (len) *len = strlen(s);
+    return s;
+}
+
+char *json_sse(const cJSON *item, size_t *len)
+{
+    size_t n;
+    char *body = json_print(item, &n);
+    static const char pre[] = "data: ", post[] = "\n\n";
+    const size_t total = sizeof pre - 1 + n + sizeof post - 1;
+    char *out = xmalloc(total + 1);
+    memcpy(out, pre, sizeof pre - 1);
+    memcpy(out + sizeof pre - 1, body, n);
+    memcpy(out + sizeof pre - 1 + n, post, sizeof post); /* with the NUL */
+    free(body);
+    if (len) *len = total;
+    return out;
+}
+
+const char *json_type_name(const cJSON *item)
+{
+    if (!item || cJSON_IsNull(item)) return "null";
+    if (cJSON_IsBool(item)) return "a boolean";
+    if (cJSON_IsNumber(item)) return "a number";
+    if (cJSON_IsString(item)) return "a string";
+    if (cJSON_IsArray(item)) return "an array";
+    if (cJSON_IsObject(item)) return "an object";
+    return "an unknown value";
+}
+
+bool json_int_in(const cJSON *item, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!cJSON_IsNumber(item)) return false;
+    const double d = item->valuedouble;
+    if (!isfinite(d) || d != floor(d)) return false;
+    /* Doubles cannot hold every int64: 9223372036854775807 parses as 2^63, so 2^63
+     * reads as INT64_MAX; anything further out is out of range for every caller. */
+    const double two63 = 9223372036854775808.0;
+    if (d < -two63 || d > two63) return false;
+    const int64_t v = d >= two63 ? INT64_MAX : (int64_t)d;
+    if (v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+bool json_utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        if (p[i] < 0x80) { /* the common case: ASCII */
+            i++;
+            continue;
+        }
+        size_t len;
+        if (tokenizer_utf8_next(p + i, n - i, &len) != TOKENIZER_UTF8_CHAR) return false;
+        i += len;
+    }
+    return true;
+}
+
+bool json_has_nul_escape(const char *s, size_t n)
+{
+    /* Backslashes occur only inside strings in valid JSON, and each escape is a
+     * backslash plus one character, so skipping that character keeps "\\u0000" (an
+     * escaped backslash, then text) from matching. */
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0) return true;
+        i++;
+    }
+    return false;
+}
+
+cJSON *json_float(float f)
+{
+    if (!isfinite(f)) return cJSON_CreateNumber((double)f); /* printed as null */
+    char buf[32];
+    for (int prec = 6; prec <= 9; prec++) { /* 9 significant digits always round-trip */
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        if (strtof(buf, NULL) == f) break;
+    }
+    return cJSON_CreateNumber(strtod(buf, NULL));
+}

@@ -1,0 +1,109 @@
+/*
+ * json.h - the OpenAI error body and the small cJSON helpers every API module
+ * shares (completions, files, batches, admin).
+ *
+ * An API error is what a handler hands the HTTP layer when a request cannot be
+ * served: a status and the four fields of OpenAI's error object,
+ *   {"error":{"message":"...","type":"invalid_request_error","param":"n","code":null}}
+ * with all four keys always present (null when absent), because the official SDKs
+ * read `param` and `code` without checking that they exist.
+ *
+ * Owns: an api_error owns its message and param (heap copies); type and code are
+ * static strings. Everything that returns a char * returns a heap buffer the caller
+ * frees with free() (nothing in h2oserve installs cJSON hooks, so cJSON's
+ * allocations are plain malloc).
+ * Thread: any (no state).
+ */
+#ifndef H2O_SERVER_JSON_H
+#define H2O_SERVER_JSON_H
+
+#include <cjson/cJSON.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * OpenAI's error types. OpenAI answers most client mistakes, 401 (code
+ * "invalid_api_key") and 404 (code "model_not_found") included, with
+ * invalid_request_error; failures on our side are server_error.
+ */
+#define API_ERR_INVALID "invalid_request_error"
+#define API_ERR_SERVER "server_error"
+
+struct api_error {
+    int status;       /* HTTP status, 0 while no error is set */
+    const char *type; /* one of API_ERR_* (static) */
+    char *message;    /* owned; one sentence for the user */
+    char *param;      /* owned; the request field at fault, or NULL */
+    const char *code; /* static, e.g. "context_length_exceeded", or NULL */
+};
+
+/*
+ * Set `e` (freeing what it held): status, type, param (copied; may be NULL), code
+ * (static; may be NULL) and a printf-formatted message. Returns -1 so that a parser
+ * can `return api_error_set(...)`.
+ * Thread: any.
+ */
+int api_error_set(struct api_error *e, int status, const char *type, const char *param,
+                  const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/* Free the message and param and zero `e`. A zeroed or cleared error is fine. */
+void api_error_clear(struct api_error *e);
+
+/* Move `src` into `dst` (dst's old contents are freed, src is left zeroed). */
+void api_error_move(struct api_error *dst, struct api_error *src);
+
+/*
+ * The error body {"error":{"message","type","param","code"}} for `e`, unformatted,
+ * NUL-terminated; *len (may be NULL) gets its length. Caller frees.
+ * Thread: any.
+ */
+char *api_error_json(const struct api_error *e, size_t *len);
+
+/* The cJSON object {"error":{...}} for `e` (caller deletes). */
+cJSON *api_error_object(const struct api_error *e);
+
+/*
+ * Print `item` unformatted into a heap buffer; *len (may be NULL) gets its length.
+ * Caller frees. Thread: any.
+ */
+char *json_print(const cJSON *item, size_t *len);
+
+/*
+ * Print `item` as one server-sent event: "data: <json>\n\n". Caller frees.
+ * Thread: any.
+ */
+char *json_sse(const cJSON *item, size_t *len);
+
+/* "a string", "a number", "an object"... for messages that say what a field was. */
+const char *json_type_name(const cJSON *item);
+
+/* Whether `item` is a JSON number with an integral value in [lo, hi] (1.0 counts as
+ * an integer: JSON has one number type and JavaScript clients cannot tell them
+ * apart). On true, *out gets the value. Infinite values (1e400) are never in range. */
+bool json_int_in(const cJSON *item, int64_t lo, int64_t hi, int64_t *out);
+
+/*
+ * Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates,
+ * nothing above U+10FFFF). JSON text must be UTF-8 (RFC 8259 section 8.1); cJSON
+ * passes any bytes through, and echoing them back would make the response invalid
+ * JSON, so the API rejects such bodies up front.
+ * Thread: any.
+ */
+bool json_utf8_valid(const char *s, size_t n);
+
+/* Whether the JSON text s[0..n) contains the escape \u0000 (a string with a NUL in
+ * it, which cJSON's NUL-terminated strings would silently truncate). */
+bool json_has_nul_escape(const char *s, size_t n);
+
+/*
+ * Append `f` as a JSON number with the fewest decimal digits that still read back as
+ * the same float (-0.1 rather than -0.10000000149011612), so float logprobs print as
+ * what they are. Returns the new item (owned by `parent` when it is added). Non-finite
+ * values print as null (cJSON's rule).
+ */
+cJSON *json_float(float f);
+
+#endif
