@@ -11,7 +11,8 @@
  *                       bytes to write at once
  *   cmpl_resp_done / cmpl_resp_error   whether to finish
  *   cmpl_resp_body      (non-streaming) the JSON body, or
- *   cmpl_resp_stream_tail (streaming) the usage chunk, any error, and [DONE]
+ *   cmpl_resp_stream_tail (streaming) the usage chunk and [DONE], after
+ *                       cmpl_resp_stream_error when the engine failed
  * Nothing here touches sockets or libuv, so the unit test drives it all with
  * hand-made events.
  *
@@ -165,7 +166,8 @@ bool cmpl_resp_done(const struct cmpl_resp *r);
  * ENG_ENOSPC (a request that can never fit the KV pool) -> 400, ENG_EUNAVAILABLE
  * (loading, stopping) -> 503, anything else -> 500. The HTTP layer then cancels the
  * other prompts and answers with this error (non-streaming), or ends the stream with
- * cmpl_resp_stream_tail. Valid until the response is destroyed.
+ * cmpl_resp_stream_error then cmpl_resp_stream_tail. Valid until the response is
+ * destroyed.
  */
 const struct api_error *cmpl_resp_error(const struct cmpl_resp *r);
 
@@ -184,9 +186,10 @@ void cmpl_resp_usage(const struct cmpl_resp *r, int64_t *prompt_tokens,
 char *cmpl_resp_body(struct cmpl_resp *r, size_t *len);
 
 /*
- * The end of a stream: the error event when the engine failed, else the usage chunk
- * ({"choices":[],"usage":{...}}) when stream_options.include_usage; then
- * "data: [DONE]\n\n". Owns: the result (caller frees).
+ * The end of a stream: the usage chunk ({"choices":[],"usage":{...}}) when
+ * stream_options.include_usage and the engine did not fail, then "data: [DONE]\n\n".
+ * After an engine error the caller writes cmpl_resp_stream_error(cmpl_resp_error(r))
+ * first. Owns: the result (caller frees).
  */
 char *cmpl_resp_stream_tail(struct cmpl_resp *r, size_t *len);
 

@@ -512,9 +512,9 @@ char *cmpl_resp_stream_tail(struct cmpl_resp *r, size_t *len)
     static const char done[] = "data: [DONE]\n\n";
     char *head = NULL;
     size_t hl = 0;
-    if (r->err.status) {
-        head = cmpl_resp_stream_error(&r->err, &hl);
-    } else if (r->p->include_usage) {
+    /* After an engine error the caller has sent cmpl_resp_stream_error; usage would
+     * describe a response that never completed, so it is left out. */
+    if (r->p->include_usage && !r->err.status) {
         cJSON *choices;
         cJSON *o = completion_object(r, &choices);
         cJSON_AddItemToObject(o, "usage", usage_object(r));
