@@ -91,6 +91,8 @@ struct req_event {
     int32_t completion_tokens;
     int64_t kv_evicted;          /* tokens this sequence evicted (all layers, heads) */
     int32_t kv_blocks;           /* KV blocks the sequence holds after this step */
+    double queue_s;              /* on a request's first token event: seconds from
+                                    t_submit to admission (-1 elsewhere) */
     int32_t kv_budget_blocks;    /* ceil(B / block_size), or 0 for the full policy */
     char *error;                 /* message when finish == REQ_FINISH_ERROR */
     int error_code;              /* ENG_* */

@@ -46,6 +46,7 @@ struct sreq {
     int32_t dec_blocks;     /* one sequence's share after the prompt */
     int32_t reserved;       /* blocks reserved for this request now */
     int32_t seqs_reserved;  /* sequences counted against max_num_seqs now */
+    double t_admit;         /* time_now() at admission */
     struct sseq *seqs;      /* [r->n]; only seqs[0] is live until the prompt is done */
     int32_t n_live;
     bool prefilled;
@@ -99,6 +100,7 @@ static struct req_event *event_new(const struct sreq *q, int32_t seq)
     ev->seq = seq;
     ev->token = -1;
     ev->prompt_tokens = q->n_prompt;
+    ev->queue_s = -1;
     return ev;
 }
 
@@ -366,6 +368,7 @@ static bool admit_one(struct sched *s)
     s->running[s->n_running++] = q;
     q->reserved = need;
     q->seqs_reserved = q->r->n;
+    q->t_admit = time_now();
     s->reserved_total += need;
     s->n_seqs_reserved += q->r->n;
     int32_t *prompt = q->seqs[0].ids;
@@ -392,6 +395,7 @@ static bool seq_sample_emit(struct sched *s, struct sseq *sq, const float *logit
 
     struct req_event *ev = event_new(q, sq->index);
     ev->token = tok;
+    if (sq->index == 0 && n_gen == 0 && r->t_submit > 0) ev->queue_s = q->t_admit - r->t_submit;
     ev->logprob = so.logprob;
     ev->n_top = so.n_top;
     memcpy(ev->top_ids, so.top_ids, sizeof ev->top_ids);

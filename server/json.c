@@ -22,12 +22,10 @@ int api_error_set(struct api_error *e, int status, const char *type, const char 
     e->code = code;
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *msg = NULL;
+    int n = vasprintf(&msg, fmt, ap); /* GNU; sizes the buffer in one pass */
     va_end(ap);
-    e->message = xmalloc((size_t)(n > 0 ? n : 0) + 1);
-    va_start(ap, fmt);
-    vsnprintf(e->message, (size_t)(n > 0 ? n : 0) + 1, fmt, ap);
-    va_end(ap);
+    e->message = n >= 0 ? msg : xstrdup("error");
     return -1;
 }
 

@@ -6,8 +6,10 @@
  * `run-batch` and `bench` come with the server and benchmark issues.
  * Owns: the process; all configuration is parsed here and passed down.
  */
+#include "cfg.h"
 #include "err.h"
 #include "generate.h"
+#include "srv.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -440,10 +442,35 @@ static int cmd_tokenize(int argc, char **argv)
     return rc;
 }
 
+/* `h2oserve serve`: the OpenAI-compatible HTTP server (flags: config/cfg.c). */
+static int cmd_serve(int argc, char **argv)
+{
+    struct cfg c;
+    cfg_defaults(&c);
+    int next = argc;
+    int err = cfg_parse_args(&c, argc, argv, &next);
+    if (err == CFG_HELP) {
+        cfg_usage(stdout, "serve");
+        cfg_free(&c);
+        return 0;
+    }
+    if (!err && next < argc) err = err_set(ENG_EINVAL, "unexpected argument '%s'", argv[next]);
+    if (!err) err = cfg_validate(&c);
+    if (err) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        cfg_free(&c);
+        return 2;
+    }
+    int rc = srv_run(&c);
+    cfg_free(&c);
+    return rc;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: h2oserve COMMAND [options]\n"
                "commands:\n"
+               "  serve      the OpenAI-compatible HTTP server\n"
                "  generate   complete prompts and print the text\n"
                "  tokenize   text -> token ids, or --decode ids -> text\n"
                "Run 'h2oserve COMMAND --help' for its options.\n");
@@ -456,6 +483,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *cmd = argv[1];
+    if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {

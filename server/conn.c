@@ -1,0 +1,344 @@
+/*
+ * conn.c - one client connection: reading into the HTTP parser, the queue of
+ * exchanges, ordered writes, limits and timeouts.
+ *
+ * Owns: the socket (freed in its close callback, as libuv wants), the parser,
+ * unconsumed input, and the exchanges until their responses are written.
+ * Invariants: only the head exchange writes to the socket; the others buffer. At
+ * most CONN_MAX_EXCH exchanges are open: past that the connection stops reading
+ * (pipelining backpressure) until the head finishes. A connection whose unsent
+ * bytes pass write_queue_max_bytes is a slow reader and is closed.
+ */
+#include "srv.h"
+
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CONN_MAX_EXCH 16
+
+struct wreq {
+    uv_write_t w;
+    struct conn *c;
+    size_t len;
+    char data[];
+};
+
+static void on_close(uv_handle_t *h)
+{
+    struct conn *c = h->data;
+    free(c->pending);
+    free(c);
+}
+
+static void exch_free(struct exch *x)
+{
+    router_abort(x);
+    http_request_free(x->req);
+    free(x->out);
+    free(x);
+}
+
+void conn_close(struct conn *c)
+{
+    if (c->closing) return;
+    c->closing = true;
+    struct srv *s = c->s;
+    while (c->head) {
+        struct exch *x = c->head;
+        c->head = x->next;
+        exch_free(x);
+    }
+    c->tail = NULL;
+    c->n_exch = 0;
+    http_parser_destroy(c->parser);
+    c->parser = NULL;
+    if (c->prev) c->prev->next = c->next;
+    else s->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    s->n_conns--;
+    uv_close((uv_handle_t *)&c->tcp, on_close);
+}
+
+static void on_written(uv_write_t *w, int status)
+{
+    struct wreq *r = (struct wreq *)w;
+    struct conn *c = r->c;
+    c->wq_bytes -= r->len;
+    free(r);
+    if (c->closing) return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    c->last_active = uv_now(c->s->loop);
+    if (c->close_after_write && c->wq_bytes == 0) conn_close(c);
+}
+
+static void sock_write(struct conn *c, const char *data, size_t len)
+{
+    if (c->closing || len == 0) return;
+    if (c->wq_bytes + len > (size_t)c->s->cfg->write_queue_max_bytes) {
+        /* The client does not read what it asked for: drop it rather than buffer
+         * without bound. */
+        log_warn("closing a connection with %zu unsent bytes (slow client)", c->wq_bytes);
+        conn_close(c);
+        return;
+    }
+    struct wreq *r = xmalloc(sizeof *r + len);
+    r->c = c;
+    r->len = len;
+    memcpy(r->data, data, len);
+    uv_buf_t b = uv_buf_init(r->data, (unsigned)len);
+    c->wq_bytes += len;
+    if (uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
+        c->wq_bytes -= len;
+        free(r);
+        conn_close(c);
+    }
+}
+
+void exch_write(struct exch *x, const char *data, size_t len)
+{
+    if (x->is_head) {
+        sock_write(x->c, data, len);
+        return;
+    }
+    if (x->out_len + len > x->out_cap) {
+        x->out_cap = MAX(x->out_len + len, 2 * x->out_cap + 256);
+        x->out = xrealloc(x->out, x->out_cap);
+    }
+    memcpy(x->out + x->out_len, data, len);
+    x->out_len += len;
+}
+
+static void read_more(struct conn *c);
+
+/* Pop finished exchanges off the head; let the next one write what it has. */
+static void advance(struct conn *c)
+{
+    while (c->head && c->head->done && !c->closing) {
+        struct exch *x = c->head;
+        bool keep = x->req->keep_alive && !c->s->draining;
+        c->head = x->next;
+        if (!c->head) c->tail = NULL;
+        c->n_exch--;
+        exch_free(x);
+        if (!keep) {
+            /* The response said "Connection: close": finish writing, then close. */
+            c->close_after_write = true;
+            if (c->wq_bytes == 0) conn_close(c);
+            return;
+        }
+        if (c->head) {
+            c->head->is_head = true;
+            sock_write(c, c->head->out, c->head->out_len);
+            free(c->head->out);
+            c->head->out = NULL;
+            c->head->out_len = c->head->out_cap = 0;
+        }
+    }
+    if (!c->closing && !c->reading && c->n_exch < CONN_MAX_EXCH) read_more(c);
+}
+
+void exch_finish(struct exch *x)
+{
+    x->done = true;
+    if (x->is_head) advance(x->c);
+}
+
+void exch_respond(struct exch *x, int status, const char *content_type, const char *body,
+                  size_t len, const char *extra_headers)
+{
+    struct conn *c = x->c;
+    const struct cfg *cfg = c->s->cfg;
+    char extra[1024];
+    int n = snprintf(extra, sizeof extra, "%s", extra_headers ? extra_headers : "");
+    if (cfg->cors_allow_origin && n >= 0 && (size_t)n < sizeof extra)
+        snprintf(extra + n, sizeof extra - (size_t)n, "Access-Control-Allow-Origin: %s\r\n",
+                 cfg->cors_allow_origin);
+    char head[2048];
+    bool keep = x->req->keep_alive && !c->s->draining;
+    size_t hl = http_format_head(head, sizeof head, status, content_type ? content_type
+                                                                         : "application/json",
+                                 (int64_t)len, keep, extra);
+    x->status = status;
+    exch_write(x, head, hl);
+    exch_write(x, body, len);
+    exch_finish(x);
+}
+
+void exch_error(struct exch *x, struct api_error *e)
+{
+    size_t len;
+    char *body = api_error_json(e, &len);
+    const char *extra = NULL;
+    char buf[64];
+    if (e->status == 429) {
+        snprintf(buf, sizeof buf, "Retry-After: 1\r\n");
+        extra = buf;
+    } else if (e->status == 401) {
+        extra = "WWW-Authenticate: Bearer\r\n";
+    }
+    exch_respond(x, e->status, "application/json", body, len, extra);
+    free(body);
+    api_error_clear(e);
+}
+
+void exch_stream_start(struct exch *x, int status, const char *content_type)
+{
+    struct conn *c = x->c;
+    char extra[512];
+    int n = snprintf(extra, sizeof extra, "Cache-Control: no-cache\r\n");
+    if (c->s->cfg->cors_allow_origin)
+        snprintf(extra + n, sizeof extra - (size_t)n, "Access-Control-Allow-Origin: %s\r\n",
+                 c->s->cfg->cors_allow_origin);
+    char head[1024];
+    size_t hl = http_format_head(head, sizeof head, status, content_type, -1,
+                                 x->req->keep_alive && !c->s->draining, extra);
+    x->status = status;
+    x->chunked = true;
+    exch_write(x, head, hl);
+}
+
+void exch_chunk(struct exch *x, const char *data, size_t len)
+{
+    if (len == 0) return; /* a zero-length chunk would end the body */
+    char h[20];
+    size_t hl = http_format_chunk_head(h, len);
+    exch_write(x, h, hl);
+    exch_write(x, data, len);
+    exch_write(x, "\r\n", 2);
+}
+
+/* Answer a protocol error (400, 413, 431, ...) and close after it is written. */
+static void protocol_error(struct conn *c, int status)
+{
+    struct exch *x = xcalloc(1, sizeof *x);
+    x->c = c;
+    x->req = xcalloc(1, sizeof *x->req); /* keep_alive false: closes after the write */
+    if (c->tail) c->tail->next = x;
+    else c->head = x;
+    c->tail = x;
+    c->n_exch++;
+    x->is_head = c->head == x;
+    struct api_error e = {0};
+    api_error_set(&e, status, API_ERR_INVALID, NULL, NULL, "%s", http_status_reason(status));
+    exch_error(x, &e);
+    if (c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = false;
+}
+
+/* Feed pending input to the parser and start exchanges for complete requests. */
+static void consume(struct conn *c)
+{
+    while (!c->closing && c->parser) {
+        size_t used = 0;
+        int status = http_parser_feed(c->parser, c->pending, c->pending_len, &used);
+        memmove(c->pending, c->pending + used, c->pending_len - used);
+        c->pending_len -= used;
+        if (http_parser_take_continue(c->parser)) sock_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        struct http_request *r;
+        while (!c->closing && (r = http_parser_take(c->parser))) {
+            struct exch *x = xcalloc(1, sizeof *x);
+            x->c = c;
+            x->req = r;
+            x->t_start = uv_hrtime() * 1e-9;
+            if (c->tail) c->tail->next = x;
+            else c->head = x;
+            c->tail = x;
+            c->n_exch++;
+            x->is_head = c->head == x;
+            router_dispatch(x);
+        }
+        if (status) {
+            protocol_error(c, status);
+            return;
+        }
+        if (used == 0 || c->pending_len == 0) break;
+        if (c->n_exch >= CONN_MAX_EXCH) break;
+    }
+    if (c->reading && c->n_exch >= CONN_MAX_EXCH) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = false;
+    }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    (void)suggested;
+    struct conn *c = h->data;
+    /* Read straight onto the end of the pending bytes. */
+    c->pending = xrealloc(c->pending, c->pending_len + 65536);
+    *buf = uv_buf_init(c->pending + c->pending_len, 65536);
+}
+
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+{
+    (void)buf;
+    struct conn *c = st->data;
+    if (n < 0) {
+        conn_close(c); /* EOF or error: cancels what the client was waiting for */
+        return;
+    }
+    if (n == 0) return;
+    const bool was_idle = http_parser_idle(c->parser) && c->pending_len == 0;
+    c->pending_len += (size_t)n;
+    c->last_active = uv_now(c->s->loop);
+    if (was_idle) c->req_started = c->last_active;
+    consume(c);
+}
+
+static void read_more(struct conn *c)
+{
+    if (c->pending_len) consume(c);
+    if (c->closing || c->n_exch >= CONN_MAX_EXCH || c->reading) return;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = true;
+}
+
+void conn_accept(struct srv *s)
+{
+    struct conn *c = xcalloc(1, sizeof *c);
+    c->s = s;
+    uv_tcp_init(s->loop, &c->tcp);
+    c->tcp.data = c;
+    if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) < 0) {
+        uv_close((uv_handle_t *)&c->tcp, on_close);
+        return;
+    }
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    s->n_conns++;
+    if (s->n_conns > s->cfg->max_connections) {
+        log_warn("connection limit %d reached: closing a new one", s->cfg->max_connections);
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    struct http_limits lim = http_limits_default();
+    lim.max_body_bytes = (size_t)s->cfg->max_body_bytes;
+    lim.max_header_bytes = (size_t)s->cfg->max_header_bytes;
+    c->parser = http_parser_create(&lim);
+    c->last_active = uv_now(s->loop);
+    read_more(c);
+}
+
+void conn_sweep(struct srv *s)
+{
+    const uint64_t now = uv_now(s->loop);
+    const uint64_t idle_ms = (uint64_t)s->cfg->idle_timeout_s * 1000;
+    for (struct conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        bool quiet = !c->head && c->wq_bytes == 0;
+        bool partial = c->parser && (!http_parser_idle(c->parser) || c->pending_len > 0);
+        /* Idle keep-alive connections are closed, and so are clients that take longer
+         * than the idle timeout to send one request, however steadily they trickle
+         * it (slowloris). A connection waiting on its own long generation is busy,
+         * not idle. */
+        if (idle_ms && quiet && !partial && now - c->last_active > idle_ms) conn_close(c);
+        else if (idle_ms && quiet && partial && now - c->req_started > idle_ms) conn_close(c);
+        else if (s->draining && quiet && !partial) conn_close(c);
+    }
+}

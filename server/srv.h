@@ -1,0 +1,164 @@
+/*
+ * srv.h - the HTTP server: one libuv loop, its connections, and the exchanges
+ * (request -> response) they carry. Internal to server/.
+ *
+ * Owns (struct srv): the listener, the engine, the loop-side tokenizer and model
+ * facts, every connection, the registry from engine request ids to exchanges, and
+ * the metrics. A connection owns its socket, its HTTP parser and its queue of
+ * exchanges; responses are written in request order (pipelining), so an exchange
+ * that finishes before the ones ahead of it keeps its bytes until they are done.
+ * Invariants: an engine request id is in the registry iff its exchange is alive;
+ * events for ids not in the registry (client gone) are dropped.
+ * Thread: loop only, except the async handle the engine pokes.
+ */
+#ifndef H2O_SRV_H
+#define H2O_SRV_H
+
+#include "cfg.h"
+#include "engine.h"
+#include "http.h"
+#include "json.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct srv;
+struct conn;
+
+/* One request and its response. */
+struct exch {
+    struct exch *next;         /* the connection's queue, oldest first */
+    struct conn *c;
+    struct http_request *req;
+    int status;                /* response status once decided */
+    char *out;                 /* response bytes waiting for their turn */
+    size_t out_len, out_cap;
+    bool done;                 /* the whole response is in out or written */
+    bool is_head;              /* first in the queue: writes go straight out */
+    bool chunked;              /* streaming with chunked transfer encoding */
+    /* An engine-backed request (completions): */
+    struct cmpl_params *params;
+    struct cmpl_resp *resp;
+    uint64_t base_id;          /* engine ids base_id .. base_id + n_prompts - 1 */
+    int32_t n_prompts;
+    int32_t n_live;            /* engine requests not finished yet */
+    double t_start, t_first, t_last; /* for TTFT, ITL and e2e metrics */
+};
+
+struct conn {
+    uv_tcp_t tcp;
+    struct srv *s;
+    struct conn *prev, *next;
+    struct http_parser *parser;
+    struct exch *head, *tail;
+    int32_t n_exch;
+    char *pending;             /* bytes read but not yet consumed by the parser */
+    size_t pending_len;
+    size_t wq_bytes;           /* bytes handed to uv_write and not yet written */
+    uint64_t last_active;      /* uv_now() of the last read or write */
+    uint64_t req_started;      /* uv_now() when the partial request buffered began */
+    bool reading, closing, close_after_write;
+};
+
+/* Server-side metrics (the engine's counters come from engine_get_stats). */
+#define SRV_HIST_BUCKETS 14
+struct srv_hist {
+    double sum;
+    int64_t count;
+    int64_t bucket[SRV_HIST_BUCKETS]; /* cumulative at render time, not here */
+};
+
+struct srv_metrics {
+    int64_t requests_total, finished[5]; /* by enum req_finish */
+    int64_t http_errors[6];              /* 4xx by 400,401,404,405,413,429 ... */
+    struct srv_hist ttft, itl, e2e, queue;
+};
+
+struct srv_reg_slot {
+    uint64_t id;       /* 0 = empty (ids start at 1) */
+    struct exch *x;
+};
+
+struct srv {
+    uv_loop_t *loop;
+    const struct cfg *cfg;
+    uv_tcp_t listener;
+    uv_async_t wake;
+    uv_signal_t sig_int, sig_term;
+    uv_timer_t tick;
+    struct engine *eng;
+    struct tokenizer *tok;
+    struct opt_config mcfg;
+    char *model_id;
+    struct conn *conns;
+    int32_t n_conns;
+    struct srv_reg_slot *reg;  /* open addressing, linear probing, power of two */
+    int32_t reg_cap, reg_n;
+    uint64_t next_id;
+    bool draining;
+    uint64_t drain_deadline;   /* uv_now() ms */
+    int bound_port;
+    struct srv_metrics m;
+    int exit_code;
+};
+
+/* ---- srv.c ---- */
+
+/*
+ * Run the server until SIGINT / SIGTERM and the drain finish. Prints
+ * "listening on http://HOST:PORT" on stderr once bound (tests read the port from
+ * there when --port 0). Returns the process exit code. Thread: main.
+ */
+int srv_run(const struct cfg *cfg);
+
+/* Registry of engine ids. Thread: loop. */
+void srv_reg_put(struct srv *s, uint64_t id, struct exch *x);
+struct exch *srv_reg_get(struct srv *s, uint64_t id);
+void srv_reg_del(struct srv *s, uint64_t id);
+
+/* Record a finished completion in the metrics. Thread: loop. */
+void srv_hist_add(struct srv_hist *h, double v);
+
+/* ---- conn.c ---- */
+
+/* Accept a connection on the listener. Thread: loop. */
+void conn_accept(struct srv *s);
+
+/* Close (cancelling its engine requests). Safe twice. Thread: loop. */
+void conn_close(struct conn *c);
+
+/* Append response bytes for x: written now if x is at the head of its
+ * connection's queue, else kept until it is. Thread: loop. */
+void exch_write(struct exch *x, const char *data, size_t len);
+
+/* The response of x is complete (after its last exch_write). Thread: loop. */
+void exch_finish(struct exch *x);
+
+/* A whole response with a body (JSON unless content_type says otherwise). */
+void exch_respond(struct exch *x, int status, const char *content_type, const char *body,
+                  size_t len, const char *extra_headers);
+
+/* An OpenAI error response for e (clears e). */
+void exch_error(struct exch *x, struct api_error *e);
+
+/* Start a streamed (chunked) response; then exch_chunk for each piece. */
+void exch_stream_start(struct exch *x, int status, const char *content_type);
+void exch_chunk(struct exch *x, const char *data, size_t len);
+
+/* Close idle keep-alive connections and those past the drain. Thread: loop. */
+void conn_sweep(struct srv *s);
+
+/* ---- router.c ---- */
+
+/* Handle one complete request. Thread: loop. */
+void router_dispatch(struct exch *x);
+
+/* Engine events for x (already looked up by id). Thread: loop. */
+void router_event(struct exch *x, struct req_event *ev);
+
+/* The exchange is going away before the engine finished (client gone): cancel
+ * its engine requests and free its completion state. Thread: loop. */
+void router_abort(struct exch *x);
+
+#endif

@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""test_server.py - the real h2oserve binary on 127.0.0.1, over real HTTP.
+
+Starts `h2oserve serve --model dummy:tiny --port 0`, reads the port from its
+"listening on" line, and talks HTTP/1.1 to it with the standard library (a raw
+socket where the test needs control of the bytes: pipelining, disconnects, bad
+input). TAP output. Usage: test_server.py H2OSERVE_BINARY
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+BIN = sys.argv[1]
+MODEL = "dummy:tiny"
+results = []
+
+
+def tap(ok, name, detail=""):
+    results.append(ok)
+    print(("ok" if ok else "not ok") + f" {len(results)} - {name}")
+    if not ok and detail:
+        for line in str(detail).splitlines()[:20]:
+            print("# " + line)
+    sys.stdout.flush()
+
+
+class Server:
+    def __init__(self, *extra):
+        self.proc = subprocess.Popen(
+            [BIN, "serve", "--model", MODEL, "--port", "0", "--dtype", "fp32",
+             "--max-num-seqs", "32", "--max-batched-tokens", "256", *extra],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            env=dict(os.environ, OMP_NUM_THREADS="1"))
+        self.port = None
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if self.port is None:
+            raise RuntimeError("server did not start")
+        # The rest of stderr is drained by a thread so the server never blocks on it.
+        import threading
+        self.log = []
+        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr],
+                         daemon=True).start()
+        while time.time() < deadline:
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("server never became healthy")
+
+    def conn(self):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+
+    def request(self, method, path, body=None, headers=None, conn=None):
+        c = conn or self.conn()
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        if conn is None:
+            c.close()
+        return r.status, data, r
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return -999
+
+
+def metric(srv, name):
+    st, body, _ = srv.get("/metrics")
+    m = re.search(r"^h2oserve:" + re.escape(name) + r" ([0-9.e+-]+)$", body.decode(), re.M)
+    return float(m.group(1)) if m else None
+
+
+def completion(srv, **fields):
+    body = {"model": MODEL, "prompt": "Hello", "max_tokens": 8}
+    body.update(fields)
+    st, data, r = srv.post("/v1/completions", body)
+    try:
+        return st, json.loads(data), r
+    except ValueError:
+        return st, data, r
+
+
+def sse_events(raw):
+    events = []
+    for block in raw.split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: "):
+                events.append(line[6:])
+    return events
+
+
+def main():
+    srv = Server()
+    # --- admin endpoints
+    st, body, _ = srv.get("/health")
+    tap(st == 200 and json.loads(body)["status"] == "ready", "health is 200 when ready", body)
+    st, body, _ = srv.get("/v1/models")
+    ok = st == 200 and json.loads(body)["data"][0]["id"] == MODEL
+    tap(ok and json.loads(body)["object"] == "list", "GET /v1/models", body)
+    st, body, _ = srv.get("/v1/models/" + MODEL)
+    tap(st == 200 and json.loads(body)["max_model_len"] == 2048, "GET /v1/models/{id}", body)
+    st, body, _ = srv.get("/v1/models/nope")
+    tap(st == 404 and json.loads(body)["error"]["code"] == "model_not_found", "unknown model id 404", body)
+    st, body, _ = srv.post("/v1/models", {})
+    tap(st == 405, "wrong method 405", body)
+    st, body, _ = srv.get("/nope")
+    tap(st == 404 and "error" in json.loads(body), "unknown route 404", body)
+    st, body, _ = srv.get("/metrics")
+    tap(st == 200 and b"h2oserve:kv_cache_usage_perc" in body and b"_bucket{le=" in body,
+        "metrics in Prometheus text format", body[:300])
+
+    # --- completions
+    st, r, _ = completion(srv, max_tokens=12, temperature=0, ignore_eos=True)
+    ok = (st == 200 and r["object"] == "text_completion" and len(r["choices"]) == 1
+          and r["choices"][0]["finish_reason"] == "length" and r["usage"]["completion_tokens"] == 12
+          and r["choices"][0]["logprobs"] is None and r["id"].startswith("cmpl-"))
+    tap(ok, "non-streaming completion", r)
+    st2, r2, _ = completion(srv, max_tokens=12, temperature=0, ignore_eos=True)
+    tap(st2 == 200 and r2["choices"][0]["text"] == r["choices"][0]["text"], "greedy is deterministic", r2)
+    a = completion(srv, max_tokens=16, seed=42, ignore_eos=True)[1]
+    b = completion(srv, max_tokens=16, seed=42, ignore_eos=True)[1]
+    tap(a["choices"][0]["text"] == b["choices"][0]["text"], "same seed, same text", (a, b))
+    st, r, _ = completion(srv, prompt=["one", "two"], n=2, max_tokens=4, ignore_eos=True)
+    idx = [c["index"] for c in r.get("choices", [])]
+    tap(st == 200 and idx == [0, 1, 2, 3] and r["usage"]["completion_tokens"] == 16,
+        "several prompts and n: prompt-major choices", r)
+    st, r, _ = completion(srv, prompt=[2, 76, 109], max_tokens=3, ignore_eos=True)
+    tap(st == 200 and r["usage"]["prompt_tokens"] == 3, "token-id prompt", r)
+    st, r, _ = completion(srv, max_tokens=5, logprobs=2, ignore_eos=True, temperature=0)
+    lp = r["choices"][0]["logprobs"] if st == 200 else None
+    ok = (lp is not None and len(lp["tokens"]) == 5 and len(lp["token_logprobs"]) == 5
+          and len(lp["top_logprobs"]) == 5 and len(lp["text_offset"]) == 5)
+    tap(ok, "logprobs arrays", r)
+    st, r, _ = completion(srv, prompt="Hi there", max_tokens=3, echo=True, ignore_eos=True)
+    tap(st == 200 and r["choices"][0]["text"].startswith("Hi there"), "echo", r)
+    st, r, _ = completion(srv, max_tokens=40, temperature=0, ignore_eos=True)
+    full = r["choices"][0]["text"]
+    if len(full) > 6:
+        stop = full[3:6]
+        st, r, _ = completion(srv, max_tokens=40, temperature=0, ignore_eos=True, stop=[stop])
+        t = r["choices"][0]["text"]
+        tap(st == 200 and stop not in t and r["choices"][0]["finish_reason"] == "stop"
+            and full.startswith(t), "stop string excluded, finish stop", (full, stop, r))
+    else:
+        tap(False, "stop string test needs text", full)
+
+    # --- streaming
+    c = srv.conn()
+    c.request("POST", "/v1/completions", json.dumps({
+        "model": MODEL, "prompt": "Hello", "max_tokens": 6, "stream": True, "n": 2,
+        "ignore_eos": True, "stream_options": {"include_usage": True}}),
+        {"Content-Type": "application/json"})
+    resp = c.getresponse()
+    raw = resp.read().decode()
+    c.close()
+    ev = sse_events(raw)
+    chunks = [json.loads(e) for e in ev if e != "[DONE]"]
+    finishes = [ch["choices"][0]["finish_reason"] for ch in chunks if ch["choices"]]
+    ok = (resp.status == 200 and resp.getheader("Content-Type").startswith("text/event-stream")
+          and ev[-1] == "[DONE]" and chunks[-1]["choices"] == []
+          and chunks[-1]["usage"]["completion_tokens"] == 12
+          and finishes.count("length") == 2 and all(ch.get("usage") is None for ch in chunks[:-1]))
+    tap(ok, "streaming with include_usage", raw[:800])
+
+    # --- errors
+    st, body, _ = srv.post("/v1/completions", "{not json")
+    e = json.loads(body)["error"] if body.startswith(b"{") else {}
+    tap(st == 400 and set(e) == {"message", "type", "param", "code"}, "invalid JSON 400", body)
+    st, r, _ = completion(srv, temperature="hot")
+    tap(st == 400 and r["error"]["param"] == "temperature", "bad field names its param", r)
+    st, r, _ = completion(srv, max_tokens=5000)
+    tap(st == 400 and r["error"]["code"] == "context_length_exceeded", "context length 400", r)
+    st, r, _ = completion(srv, model="gpt-4")
+    tap(st == 404 and r["error"]["code"] == "model_not_found", "unknown model 404", r)
+    st, r, _ = completion(srv, suffix="x")
+    tap(st == 400, "suffix unsupported 400", r)
+
+    # --- keep-alive and pipelining
+    c = srv.conn()
+    ok = True
+    for i in range(3):
+        st, body, _ = srv.get("/health", conn=c)
+        ok = ok and st == 200
+    c.close()
+    tap(ok, "keep-alive: three requests on one connection")
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 2, "ignore_eos": True})
+    req = (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\n\r\n{body}")
+    s.sendall((req + "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" + req).encode())
+    data = b""
+    s.settimeout(30)
+    # Three complete responses: the last completion body ends the stream of bytes.
+    while data.count(b"HTTP/1.1 200") < 3 or data.count(b'"total_tokens"') < 2:
+        got = s.recv(65536)
+        if not got:
+            break
+        data += got
+    s.close()
+    parts = data.split(b"HTTP/1.1 200")
+    ok = len(parts) == 4 and b"text_completion" in parts[1] and b'"object":"list"' in parts[2] \
+        and b"text_completion" in parts[3]
+    tap(ok, "pipelined requests answered in order", data[:600])
+
+    # --- bad input at the HTTP layer
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n")
+    s.settimeout(10)
+    got = s.recv(4096)
+    s.close()
+    tap(got.startswith(b"HTTP/1.1 413"), "oversized body 413", got[:200])
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
+    got = s.recv(4096)
+    s.close()
+    tap(got.startswith(b"HTTP/1.1 431"), "oversized headers 431", got[:200])
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"\x00\x01garbage\r\n\r\n")
+    got = s.recv(4096)
+    s.close()
+    tap(got.startswith(b"HTTP/1.1 400"), "garbage 400", got[:200])
+    st, _, _ = srv.get("/health")
+    tap(st == 200, "still healthy after bad input")
+
+    # --- a client that disconnects mid-stream frees its KV blocks
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    body = json.dumps({"model": MODEL, "prompt": "long", "max_tokens": 1500, "stream": True,
+                       "ignore_eos": True})
+    s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    s.settimeout(30)
+    first = b""
+    while b"data: " not in first:  # the head goes out at once; wait for a token
+        got = s.recv(4096)
+        if not got:
+            break
+        first += got
+    used_during = metric(srv, "kv_cache_blocks_used")
+    s.close()
+    freed = None
+    for _ in range(100):
+        freed = metric(srv, "kv_cache_blocks_used")
+        if freed == 0:
+            break
+        time.sleep(0.05)
+    tap(first.startswith(b"HTTP/1.1 200") and used_during and used_during > 0 and freed == 0,
+        "disconnect mid-stream frees the KV blocks", (first[:100], used_during, freed))
+
+    code = srv.stop()
+    tap(code == 0, "SIGTERM: graceful exit 0", code)
+
+    # --- API key
+    srv = Server("--api-key", "sekret")
+    st, body, _ = srv.get("/v1/models")
+    tap(st == 401 and json.loads(body)["error"]["code"] == "invalid_api_key", "missing key 401", body)
+    st, body, _ = srv.get("/v1/models", headers={"Authorization": "Bearer wrong"})
+    tap(st == 401, "wrong key 401", body)
+    st, body, _ = srv.get("/v1/models", headers={"Authorization": "Bearer sekret"})
+    tap(st == 200, "right key 200", body)
+    st, _, _ = srv.get("/health")
+    tap(st == 200, "health needs no key")
+    tap(srv.stop() == 0, "second server exits 0")
+
+    print(f"1..{len(results)}")
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
