@@ -238,7 +238,11 @@ static void consume(struct conn *c)
         int status = http_parser_feed(c->parser, c->pending, c->pending_len, &used);
         memmove(c->pending, c->pending + used, c->pending_len - used);
         c->pending_len -= used;
-        if (http_parser_take_continue(c->parser)) sock_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+        /* 100 Continue belongs to the request being parsed, which is behind every
+         * queued one: send it only when nothing is queued ahead (else the client
+         * sends its body after its own timeout, as RFC 9110 allows). */
+        if (http_parser_take_continue(c->parser) && !c->head)
+            sock_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
         struct http_request *r;
         while (!c->closing && (r = http_parser_take(c->parser))) {
             struct exch *x = xcalloc(1, sizeof *x);

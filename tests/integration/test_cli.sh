@@ -93,5 +93,12 @@ expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
 expect "context exceeded" 1 "context length" -- \
     "$bin" generate --model "$data/golden/tiny-opt" --prompt x --max-tokens 500
 
+# serve --help lists every flag with its default; bad serve flags are usage errors.
+"$bin" serve --help >"$tmp/help" 2>&1
+grep -q -- "--kv-cache-bytes" "$tmp/help" && grep -q -- "--api-key" "$tmp/help" \
+    && grep -q "default" "$tmp/help" && ok "serve --help" || not_ok "serve --help" "$(head -5 "$tmp/help")"
+expect "serve bad flag" 2 "--no-such-flag" -- "$bin" serve --no-such-flag
+expect "serve bad value" 2 "--port" -- "$bin" serve --port 99999
+
 echo "1..$n"
 [ "$failed" -eq 0 ]

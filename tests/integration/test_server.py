@@ -276,8 +276,82 @@ def main():
     tap(first.startswith(b"HTTP/1.1 200") and used_during and used_during > 0 and freed == 0,
         "disconnect mid-stream frees the KV blocks", (first[:100], used_during, freed))
 
+    # --- Expect: 100-continue
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.settimeout(30)
+    body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 2}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Expect: 100-continue\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+    interim = s.recv(4096)
+    s.sendall(body)
+    final = b""
+    while b"total_tokens" not in final:
+        got = s.recv(65536)
+        if not got:
+            break
+        final += got
+    s.close()
+    tap(interim.startswith(b"HTTP/1.1 100 Continue") and final.startswith(b"HTTP/1.1 200"),
+        "Expect: 100-continue", (interim[:40], final[:40]))
+
+    # --- chunked request body
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.settimeout(30)
+    half = len(body) // 2
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+              + b"%x\r\n" % half + body[:half] + b"\r\n"
+              + b"%x\r\n" % (len(body) - half) + body[half:] + b"\r\n0\r\n\r\n")
+    final = b""
+    while b"total_tokens" not in final:
+        got = s.recv(65536)
+        if not got:
+            break
+        final += got
+    s.close()
+    tap(final.startswith(b"HTTP/1.1 200"), "chunked request body", final[:80])
+
     code = srv.stop()
     tap(code == 0, "SIGTERM: graceful exit 0", code)
+
+    # --- queue full: 429 with Retry-After (one sequence at a time, one may wait)
+    srv = Server("--max-num-seqs", "1", "--max-batched-tokens", "64", "--max-queue", "1")
+    socks = []
+    got429 = None
+    long_req = json.dumps({"model": MODEL, "prompt": "q", "max_tokens": 1500, "stream": True,
+                           "ignore_eos": True}).encode()
+    for i in range(20):
+        c = socket.create_connection(("127.0.0.1", srv.port))
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(long_req)).encode() + b"\r\n\r\n" + long_req)
+        c.settimeout(30)
+        head = c.recv(4096)
+        socks.append(c)
+        if head.startswith(b"HTTP/1.1 429"):
+            got429 = head
+            break
+        time.sleep(0.05)
+    for c in socks:
+        c.close()
+    tap(got429 is not None and b"Retry-After:" in got429 and b"rate_limit_exceeded" in got429,
+        "queue full: 429 with Retry-After", got429)
+    tap(srv.stop() == 0, "queue server exits 0")
+
+    # --- a config file, with flags overriding it
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"api_key": "fromfile", "max_n": 2}, f)
+        path = f.name
+    srv = Server("--config", path, "--max-n", "3")
+    auth = {"Authorization": "Bearer fromfile"}
+    st, body, _ = srv.get("/v1/models", headers=auth)
+    st2, r, _ = srv.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1,
+                                             "n": 3}, headers=auth)
+    st3, r3, _ = srv.post("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 1,
+                                              "n": 4}, headers=auth)
+    tap(st == 200 and st2 == 200 and st3 == 400, "--config file, flags override it",
+        (st, st2, st3, r3))
+    os.unlink(path)
+    tap(srv.stop() == 0, "config server exits 0")
 
     # --- API key
     srv = Server("--api-key", "sekret")
