@@ -327,6 +327,11 @@ def main():
         head = c.recv(4096)
         socks.append(c)
         if head.startswith(b"HTTP/1.1 429"):
+            while b"}}" not in head:  # the body may come in a second segment
+                more = c.recv(4096)
+                if not more:
+                    break
+                head += more
             got429 = head
             break
         time.sleep(0.05)
