@@ -174,6 +174,26 @@ def main():
     else:
         tap(False, "stop string test needs text", full)
 
+    # --- the other sampling fields and the extensions
+    st, r, _ = completion(srv, max_tokens=6, logit_bias={"100": 100}, logprobs=0,
+                          ignore_eos=True)
+    toks = r["choices"][0]["logprobs"]["tokens"] if st == 200 else None
+    tap(st == 200 and toks and len(set(toks)) == 1, "logit_bias +100 forces one token", r)
+    st, r, _ = completion(srv, max_tokens=6, n=2, best_of=4, seed=3, ignore_eos=True)
+    tap(st == 200 and len(r["choices"]) == 2 and r["usage"]["completion_tokens"] == 24,
+        "best_of returns n of best_of sequences", r)
+    st, r, _ = completion(srv, max_tokens=8, top_p=0.5, top_k=3, presence_penalty=1.5,
+                          frequency_penalty=-1.0, seed=9, ignore_eos=True)
+    tap(st == 200 and r["usage"]["completion_tokens"] == 8, "top_p, top_k and penalties", r)
+    outs = []
+    for kv in ({"policy": "full"}, "local", {"policy": "h2o", "heavy": 2, "recent": 2},
+               {"policy": "h2o", "heavy_ratio": 0.05, "recent_ratio": 0.05}):
+        st, r, _ = completion(srv, max_tokens=30, temperature=0, ignore_eos=True, kv_cache=kv)
+        outs.append((st, r["choices"][0]["text"] if st == 200 else r))
+    before = metric(srv, "kv_tokens_evicted_total")
+    tap(all(o[0] == 200 for o in outs) and before and before > 0,
+        "kv_cache policies per request; evictions counted", (outs, before))
+
     # --- streaming
     c = srv.conn()
     c.request("POST", "/v1/completions", json.dumps({
