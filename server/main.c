@@ -9,6 +9,7 @@
 #include "cfg.h"
 #include "err.h"
 #include "generate.h"
+#include "run_batch.h"
 #include "srv.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -471,6 +472,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: h2oserve COMMAND [options]\n"
                "commands:\n"
                "  serve      the OpenAI-compatible HTTP server\n"
+               "  run-batch  an OpenAI Batch JSONL file in, its results out (-i, -o)\n"
                "  generate   complete prompts and print the text\n"
                "  tokenize   text -> token ids, or --decode ids -> text\n"
                "Run 'h2oserve COMMAND --help' for its options.\n");
@@ -484,6 +486,7 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "run-batch") == 0) return run_batch_main(argc - 1, argv + 1);
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {

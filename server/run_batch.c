@@ -1,0 +1,477 @@
+/*
+ * run_batch.c - the offline batch job (see run_batch.h).
+ *
+ * Owns: the model, a KV pool and a scheduler driven on this thread, and one slot
+ * per input line (its parsed request, response assembly and, once done, its output
+ * line). Lines are fed to the scheduler a window at a time (bounded memory for
+ * large files); outputs are written as soon as every earlier line is written, so
+ * out.jsonl grows in input order while the job runs.
+ */
+#include "run_batch.h"
+
+#include "api_completions.h"
+#include "cfg.h"
+#include "err.h"
+#include "kv_pool.h"
+#include "model.h"
+#include "sched.h"
+#include "tokenizer.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Lines in flight at once: enough to keep every scheduler slot busy, few enough
+ * that a 50,000-line file is never all in memory as parsed requests. */
+#define RB_WINDOW 1024
+
+struct rb_line {
+    char *custom_id;
+    struct cmpl_params *params;   /* NULL when the line failed before the engine */
+    struct cmpl_resp *resp;
+    char *out;                    /* the finished output line, without newline */
+    int32_t n_prompts;
+    uint64_t base_id;
+};
+
+struct rb {
+    struct model *m;
+    struct api_model am;
+    struct kv_pool pool;
+    struct sched *s;
+    struct rb_line *lines;
+    int32_t n_lines, cap_lines;
+    int32_t next_write;           /* first line not yet written */
+    int32_t n_done, n_ok, n_failed;
+    uint64_t next_id;
+    /* engine request id -> line: ids are handed out in line order, so a sorted
+     * array of (base id, line) would do; a direct map from id offset is simpler. */
+    int32_t *id_line;             /* [next_id] line of each engine id */
+    int64_t cap_ids;
+    FILE *out;
+    uint64_t *cancel;             /* engine ids to cancel after the current step */
+    int32_t n_cancel, cap_cancel;
+    double t0, last_progress;
+    bool tty;
+};
+
+static char *output_line(const char *custom_id, int status, const char *request_id,
+                         cJSON *body, const char *err_code, const char *err_msg,
+                         uint64_t index)
+{
+    cJSON *o = cJSON_CreateObject();
+    char id[64];
+    snprintf(id, sizeof id, "batch_req_%06llu", (unsigned long long)index);
+    cJSON_AddStringToObject(o, "id", id);
+    if (custom_id) cJSON_AddStringToObject(o, "custom_id", custom_id);
+    else cJSON_AddNullToObject(o, "custom_id");
+    if (body) {
+        cJSON *resp = cJSON_AddObjectToObject(o, "response");
+        cJSON_AddNumberToObject(resp, "status_code", status);
+        if (request_id) cJSON_AddStringToObject(resp, "request_id", request_id);
+        else cJSON_AddNullToObject(resp, "request_id");
+        cJSON_AddItemToObject(resp, "body", body);
+    } else {
+        cJSON_AddNullToObject(o, "response");
+    }
+    if (err_code) {
+        cJSON *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", err_code);
+        cJSON_AddStringToObject(e, "message", err_msg ? err_msg : "");
+    } else {
+        cJSON_AddNullToObject(o, "error");
+    }
+    char *s = json_print(o, NULL);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* A line that failed with an HTTP-style error: the error body as the response. */
+static void line_fail_api(struct rb *b, int32_t k, struct api_error *e)
+{
+    struct rb_line *l = &b->lines[k];
+    cJSON *body = api_error_object(e);
+    l->out = output_line(l->custom_id, e->status, NULL, body, NULL, NULL, (uint64_t)k);
+    api_error_clear(e);
+    b->n_failed++;
+    b->n_done++;
+}
+
+/* A line that is not a request at all (no response, only an error). */
+static void line_fail(struct rb *b, int32_t k, const char *code, const char *msg)
+{
+    struct rb_line *l = &b->lines[k];
+    l->out = output_line(l->custom_id, 0, NULL, NULL, code, msg, (uint64_t)k);
+    b->n_failed++;
+    b->n_done++;
+}
+
+/* ---- a small string set for custom_id uniqueness ---- */
+
+struct rb_set {
+    char **slot;
+    size_t cap, n;
+};
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Insert; returns false when already present. */
+static bool set_add(struct rb_set *set, const char *s)
+{
+    if (2 * (set->n + 1) > set->cap) {
+        struct rb_set bigger = {.cap = set->cap ? 2 * set->cap : 1024};
+        bigger.slot = xcalloc(bigger.cap, sizeof *bigger.slot);
+        for (size_t i = 0; i < set->cap; i++)
+            if (set->slot[i]) {
+                size_t j = str_hash(set->slot[i]) & (bigger.cap - 1);
+                while (bigger.slot[j]) j = (j + 1) & (bigger.cap - 1);
+                bigger.slot[j] = set->slot[i];
+            }
+        free(set->slot);
+        bigger.n = set->n;
+        *set = bigger;
+    }
+    size_t j = str_hash(s) & (set->cap - 1);
+    for (; set->slot[j]; j = (j + 1) & (set->cap - 1))
+        if (strcmp(set->slot[j], s) == 0) return false;
+    set->slot[j] = xstrdup(s);
+    set->n++;
+    return true;
+}
+
+static void set_free(struct rb_set *set)
+{
+    for (size_t i = 0; i < set->cap; i++) free(set->slot[i]);
+    free(set->slot);
+}
+
+/* Parse input line k and hand its requests to the scheduler (or fail it). */
+static void line_start(struct rb *b, int32_t k, const char *text, size_t len,
+                       struct rb_set *ids, uint64_t seed)
+{
+    struct rb_line *l = &b->lines[k];
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        line_fail(b, k, "invalid_json", "the line is not a JSON object");
+        return;
+    }
+    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(j, "method");
+    const cJSON *url = cJSON_GetObjectItemCaseSensitive(j, "url");
+    const cJSON *body = cJSON_GetObjectItemCaseSensitive(j, "body");
+    if (cJSON_IsString(cid)) l->custom_id = xstrdup(cid->valuestring);
+    const char *code = NULL, *msg = NULL;
+    if (!cJSON_IsString(cid) || !*cid->valuestring)
+        code = "missing_custom_id", msg = "custom_id must be a non-empty string";
+    else if (!set_add(ids, cid->valuestring))
+        code = "duplicate_custom_id", msg = "custom_id is used by an earlier line";
+    else if (!cJSON_IsString(method) || strcmp(method->valuestring, "POST") != 0)
+        code = "invalid_method", msg = "method must be POST";
+    else if (!cJSON_IsString(url) || strcmp(url->valuestring, "/v1/completions") != 0)
+        code = "invalid_url", msg = "url must be /v1/completions";
+    else if (!cJSON_IsObject(body))
+        code = "invalid_body", msg = "body must be a JSON object";
+    if (code) {
+        cJSON_Delete(j);
+        line_fail(b, k, code, msg);
+        return;
+    }
+    char *btext = cJSON_PrintUnformatted(body);
+    cJSON_Delete(j);
+    struct api_error e = {0};
+    l->params = xcalloc(1, sizeof *l->params);
+    int err = cmpl_parse(btext, strlen(btext), &b->am, l->params, &e);
+    free(btext);
+    if (!err && l->params->stream)
+        api_error_set(&e, 400, API_ERR_INVALID, "stream", NULL,
+                      "stream is not supported in a batch"), err = -1;
+    if (err) {
+        cmpl_params_free(l->params);
+        free(l->params);
+        l->params = NULL;
+        line_fail_api(b, k, &e);
+        return;
+    }
+    char rid[64];
+    snprintf(rid, sizeof rid, "cmpl-batch-%06d", k);
+    l->resp = cmpl_resp_create(l->params, b->m->tok, rid, (int64_t)time(NULL));
+    l->n_prompts = l->params->n_prompts;
+    l->base_id = b->next_id;
+    for (int32_t i = 0; i < l->n_prompts; i++) {
+        uint64_t id = b->next_id++;
+        if ((int64_t)id >= b->cap_ids) {
+            b->cap_ids = MAX(2 * b->cap_ids, (int64_t)id + 1024);
+            b->id_line = xrealloc(b->id_line, (size_t)b->cap_ids * sizeof *b->id_line);
+        }
+        b->id_line[id] = k;
+        /* Per-line seeds: a line without a seed is still reproducible run to run. */
+        uint64_t s = l->params->has_seed ? (uint64_t)l->params->seed
+                                         : seed ^ ((uint64_t)k * 0x9e3779b97f4a7c15ull);
+        struct req *r = cmpl_make_req(l->params, i, id, s + (uint64_t)i * 1000003u);
+        r->prio = REQ_PRIO_BATCH;
+        sched_add(b->s, r);
+    }
+}
+
+static void line_finish(struct rb *b, int32_t k)
+{
+    struct rb_line *l = &b->lines[k];
+    const struct api_error *err = cmpl_resp_error(l->resp);
+    if (err) {
+        struct api_error e = {0};
+        api_error_set(&e, err->status, err->type, err->param, err->code, "%s", err->message);
+        line_fail_api(b, k, &e);
+    } else {
+        size_t len;
+        char *body = cmpl_resp_body(l->resp, &len);
+        cJSON *bj = cJSON_ParseWithLength(body, len);
+        free(body);
+        char rid[64];
+        snprintf(rid, sizeof rid, "cmpl-batch-%06d", k);
+        l->out = output_line(l->custom_id, 200, rid, bj, NULL, NULL, (uint64_t)k);
+        b->n_ok++;
+        b->n_done++;
+    }
+    cmpl_resp_destroy(l->resp);
+    l->resp = NULL;
+    cmpl_params_free(l->params);
+    free(l->params);
+    l->params = NULL;
+}
+
+/* Engine events arrive inside sched_add / sched_step, where the scheduler must not
+ * be changed under its feet: cancels are queued and done after the step. */
+static void defer_cancel(struct rb *b, uint64_t id)
+{
+    if (b->n_cancel == b->cap_cancel) {
+        b->cap_cancel = MAX(64, 2 * b->cap_cancel);
+        b->cancel = xrealloc(b->cancel, (size_t)b->cap_cancel * sizeof *b->cancel);
+    }
+    b->cancel[b->n_cancel++] = id;
+}
+
+static void on_event(void *arg, struct req_event *ev)
+{
+    struct rb *b = arg;
+    CHECK((int64_t)ev->req_id < b->cap_ids);
+    int32_t k = b->id_line[ev->req_id];
+    struct rb_line *l = &b->lines[k];
+    if (l->resp) {
+        char *chunk = cmpl_resp_event(l->resp, (int32_t)(ev->req_id - l->base_id), ev, NULL);
+        free(chunk); /* not streaming: always NULL */
+        if (cmpl_resp_done(l->resp) || cmpl_resp_error(l->resp)) {
+            const bool failed = cmpl_resp_error(l->resp) != NULL;
+            line_finish(b, k);
+            /* One prompt failed: the line is answered; stop its other prompts. */
+            for (int32_t i = 0; failed && i < l->n_prompts; i++)
+                defer_cancel(b, l->base_id + (uint64_t)i);
+        }
+    }
+    req_event_free(ev);
+}
+
+static void run_cancels(struct rb *b)
+{
+    for (int32_t i = 0; i < b->n_cancel; i++) sched_cancel(b->s, b->cancel[i]);
+    b->n_cancel = 0;
+}
+
+static void write_ready(struct rb *b)
+{
+    while (b->next_write < b->n_lines && b->lines[b->next_write].out) {
+        struct rb_line *l = &b->lines[b->next_write];
+        fputs(l->out, b->out);
+        fputc('\n', b->out);
+        free(l->out);
+        free(l->custom_id);
+        l->out = NULL;
+        l->custom_id = NULL;
+        b->next_write++;
+    }
+}
+
+static void progress(struct rb *b, bool final)
+{
+    double now = time_now(), dt = now - b->t0;
+    if (!final && now - b->last_progress < (b->tty ? 0.2 : 5.0)) return;
+    b->last_progress = now;
+    double rate = dt > 0 ? b->n_done / dt : 0;
+    double eta = rate > 0 ? (b->n_lines - b->n_done) / rate : 0;
+    if (b->tty) {
+        int width = 30, fill = b->n_lines ? (int)((int64_t)width * b->n_done / b->n_lines) : width;
+        char bar[64];
+        for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '-';
+        bar[width] = '\0';
+        fprintf(stderr, "\r[%s] %d/%d  %.1f req/s  ETA %.0fs ", bar, b->n_done, b->n_lines,
+                rate, eta);
+        if (final) fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "run-batch: %d/%d done, %.1f req/s, ETA %.0f s\n", b->n_done,
+                b->n_lines, rate, eta);
+    }
+}
+
+/* Pull -i/--input-file and -o/--output-file out of argv; the rest goes to cfg. */
+static int take_io_flags(int *argc, char **argv, const char **in, const char **out)
+{
+    int w = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        const char **dst = NULL;
+        if (!strcmp(a, "-i") || !strcmp(a, "--input-file")) dst = in;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output-file")) dst = out;
+        if (!dst) {
+            argv[w++] = argv[i];
+            continue;
+        }
+        if (i + 1 >= *argc) {
+            fprintf(stderr, "h2oserve: %s needs a file name\n", a);
+            return -1;
+        }
+        *dst = argv[++i];
+    }
+    *argc = w;
+    return 0;
+}
+
+int run_batch_main(int argc, char **argv)
+{
+    const char *in_path = NULL, *out_path = NULL;
+    if (take_io_flags(&argc, argv, &in_path, &out_path)) return 2;
+    struct cfg c;
+    cfg_defaults(&c);
+    int next = argc;
+    int err = cfg_parse_args(&c, argc, argv, &next);
+    if (err == CFG_HELP) {
+        printf("usage: h2oserve run-batch -i IN.jsonl -o OUT.jsonl [options]\n"
+               "  -i, --input-file FILE    OpenAI Batch input lines\n"
+               "  -o, --output-file FILE   one output line per input line, in order\n");
+        cfg_usage(stdout, "run-batch");
+        cfg_free(&c);
+        return 0;
+    }
+    if (!err && next < argc) err = err_set(ENG_EINVAL, "unexpected argument '%s'", argv[next]);
+    if (!err && (!in_path || !out_path))
+        err = err_set(ENG_EINVAL, "run-batch needs -i IN.jsonl and -o OUT.jsonl");
+    if (!err) err = cfg_validate(&c);
+    if (err) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        cfg_free(&c);
+        return 2;
+    }
+    FILE *in = fopen(in_path, "r");
+    if (!in) {
+        fprintf(stderr, "h2oserve: cannot open %s\n", in_path);
+        cfg_free(&c);
+        return 1;
+    }
+    struct rb b = {0};
+    struct rb_set ids = {0};
+    int rc = 1;
+    struct engine_opts eo;
+    cfg_engine_opts(&c, &eo);
+    if (model_load(&b.m, c.model, &eo.model_opts)) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        goto done;
+    }
+    b.am.id = c.served_model_name ? c.served_model_name : c.model;
+    b.am.max_model_len = b.m->cfg.max_pos;
+    b.am.vocab_size = b.m->cfg.vocab_size;
+    b.am.tok = b.m->tok;
+    b.am.kv_default = eo.kv_default;
+    b.am.max_prompts = c.max_prompts_per_request;
+    b.am.max_n = c.max_n;
+    /* The pool: the engine's size rule, through the same options as serve. */
+    int64_t per_block = (int64_t)b.m->be.ops->kv_block_bytes(b.m->be.ctx, eo.block_size);
+    int64_t bytes = eo.kv_cache_bytes > 0 ? eo.kv_cache_bytes : (int64_t)1 << 30;
+    int32_t n_blocks = eo.kv_blocks > 0 ? eo.kv_blocks : (int32_t)MAX(bytes / per_block, 1);
+    if (b.m->be.ops->kv_alloc(b.m->be.ctx, n_blocks, eo.block_size)) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        goto done;
+    }
+    kv_pool_init(&b.pool, n_blocks, eo.block_size);
+    b.s = sched_create(b.m, &b.pool, &eo.sched, on_event, &b);
+    if (!b.s) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        goto done;
+    }
+    b.out = fopen(out_path, "w");
+    if (!b.out) {
+        fprintf(stderr, "h2oserve: cannot write %s\n", out_path);
+        goto done;
+    }
+    b.tty = isatty(2);
+    b.t0 = b.last_progress = time_now();
+    const uint64_t seed = (uint64_t)c.dummy_seed * 0x9e3779b97f4a7c15ull + 1;
+    char *line = NULL;
+    size_t line_cap = 0;
+    bool eof = false;
+    while (!eof || b.next_write < b.n_lines) {
+        /* Keep up to RB_WINDOW lines between reading and writing. */
+        while (!eof && b.n_lines - b.next_write < RB_WINDOW) {
+            ssize_t n = getline(&line, &line_cap, in);
+            if (n < 0) {
+                eof = true;
+                break;
+            }
+            while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+            if (n == 0) continue; /* blank lines are not requests */
+            if (b.n_lines == b.cap_lines) {
+                b.cap_lines = MAX(1024, 2 * b.cap_lines);
+                b.lines = xrealloc(b.lines, (size_t)b.cap_lines * sizeof *b.lines);
+            }
+            memset(&b.lines[b.n_lines], 0, sizeof b.lines[0]);
+            line_start(&b, b.n_lines++, line, (size_t)n, &ids, seed);
+        }
+        run_cancels(&b);
+        write_ready(&b);
+        if (!sched_idle(b.s)) {
+            if (sched_step(b.s) < 0) {
+                fprintf(stderr, "h2oserve: %s\n", err_msg());
+                goto done;
+            }
+        } else if (b.next_write < b.n_lines && eof) {
+            CHECK(!"idle scheduler with unfinished lines");
+        }
+        progress(&b, false);
+    }
+    write_ready(&b);
+    progress(&b, true);
+    double dt = time_now() - b.t0;
+    fprintf(stderr, "run-batch: %d lines, %d ok, %d failed, %.1f s (%.1f req/s)\n", b.n_lines,
+            b.n_ok, b.n_failed, dt, dt > 0 ? b.n_lines / dt : 0.0);
+    rc = fflush(b.out) == 0 && !ferror(b.out) ? 0 : 1;
+    if (rc) fprintf(stderr, "h2oserve: error writing %s\n", out_path);
+    free(line);
+done:
+    if (b.out && fclose(b.out) != 0) rc = 1;
+    fclose(in);
+    sched_destroy(b.s);
+    if (b.pool.free_stack) kv_pool_deinit(&b.pool);
+    for (int32_t k = 0; k < b.n_lines; k++) {
+        free(b.lines[k].out);
+        free(b.lines[k].custom_id);
+        if (b.lines[k].resp) cmpl_resp_destroy(b.lines[k].resp);
+        if (b.lines[k].params) {
+            cmpl_params_free(b.lines[k].params);
+            free(b.lines[k].params);
+        }
+    }
+    free(b.lines);
+    free(b.id_line);
+    free(b.cancel);
+    set_free(&ids);
+    model_destroy(b.m);
+    cfg_free(&c);
+    return rc;
+}
