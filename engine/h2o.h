@@ -44,8 +44,10 @@ const char *kv_policy_name(enum kv_policy p);
 /*
  * Resolve a spec for a sequence of prompt_len + max_tokens tokens:
  * H = ceil(heavy_ratio * L), R = max(1, ceil(recent_ratio * L)) unless absolute
- * counts are given; local forces H = 0. Returns 0, or ENG_EINVAL (message set) for
- * negative ratios or a recent count below 1.
+ * counts are given; local forces H = 0. H and R are then clamped to L: a budget
+ * that large never evicts either way, and B stays far from int32 overflow.
+ * Returns 0, or ENG_EINVAL (message set) for negative ratios or a recent count
+ * below 1.
  */
 int kv_budget_resolve(const struct kv_spec *s, int32_t prompt_len, int32_t max_tokens,
                       struct kv_budget *out);
