@@ -2,12 +2,14 @@
  * conn.c - one client connection: reading into the HTTP parser, the queue of
  * exchanges, ordered writes, limits and timeouts.
  *
- * Owns: the socket (freed in its close callback, as libuv wants), the parser,
- * unconsumed input, and the exchanges until their responses are written.
+ * Owns: the socket, the parser, unconsumed input, and the exchanges until their
+ * responses are written; all of them are freed in the socket's close callback (as
+ * libuv wants for the handle, and so that no caller sees its exchange vanish).
  * Invariants: only the head exchange writes to the socket; the others buffer. At
  * most CONN_MAX_EXCH exchanges are open: past that the connection stops reading
  * (pipelining backpressure) until the head finishes. A connection whose unsent
- * bytes pass write_queue_max_bytes is a slow reader and is closed.
+ * bytes (what libuv still queues, not what the kernel took) pass
+ * write_queue_max_bytes is a slow reader and is closed.
  */
 #include "srv.h"
 
@@ -25,13 +27,6 @@ struct wreq {
     char data[];
 };
 
-static void on_close(uv_handle_t *h)
-{
-    struct conn *c = h->data;
-    free(c->pending);
-    free(c);
-}
-
 static void exch_free(struct exch *x)
 {
     router_abort(x);
@@ -40,20 +35,29 @@ static void exch_free(struct exch *x)
     free(x);
 }
 
-void conn_close(struct conn *c)
+/* The exchanges, the parser and the input are freed here, in the close callback,
+ * and not in conn_close: conn_close runs under callers that still use their
+ * exchange (a write that finds a slow client, a protocol error mid-dispatch), and
+ * an exchange must outlive every call that holds it. Engine requests are cancelled
+ * here too, within the same loop iteration. */
+static void on_close(uv_handle_t *h)
 {
-    if (c->closing) return;
-    c->closing = true;
-    struct srv *s = c->s;
+    struct conn *c = h->data;
     while (c->head) {
         struct exch *x = c->head;
         c->head = x->next;
         exch_free(x);
     }
-    c->tail = NULL;
-    c->n_exch = 0;
     http_parser_destroy(c->parser);
-    c->parser = NULL;
+    free(c->pending);
+    free(c);
+}
+
+void conn_close(struct conn *c)
+{
+    if (c->closing) return;
+    c->closing = true;
+    struct srv *s = c->s;
     if (c->prev) c->prev->next = c->next;
     else s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
@@ -79,13 +83,6 @@ static void on_written(uv_write_t *w, int status)
 static void sock_write(struct conn *c, const char *data, size_t len)
 {
     if (c->closing || len == 0) return;
-    if (c->wq_bytes + len > (size_t)c->s->cfg->write_queue_max_bytes) {
-        /* The client does not read what it asked for: drop it rather than buffer
-         * without bound. */
-        log_warn("closing a connection with %zu unsent bytes (slow client)", c->wq_bytes);
-        conn_close(c);
-        return;
-    }
     struct wreq *r = xmalloc(sizeof *r + len);
     r->c = c;
     r->len = len;
@@ -95,6 +92,17 @@ static void sock_write(struct conn *c, const char *data, size_t len)
     if (uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
         c->wq_bytes -= len;
         free(r);
+        conn_close(c);
+        return;
+    }
+    /* uv_write hands the socket what it takes at once; libuv's queue holds only what
+     * the client has not read yet. wq_bytes would also count bytes already sent
+     * (their callbacks run later), so a fast reader of one big response would look
+     * slow. A client that does not read is dropped rather than buffered without
+     * bound. */
+    size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+    if (unsent > (size_t)c->s->cfg->write_queue_max_bytes) {
+        log_warn("closing a connection with %zu unsent bytes (slow client)", unsent);
         conn_close(c);
     }
 }

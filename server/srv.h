@@ -125,7 +125,9 @@ void srv_hist_add(struct srv_hist *h, double v);
 /* Accept a connection on the listener. Thread: loop. */
 void conn_accept(struct srv *s);
 
-/* Close (cancelling its engine requests). Safe twice. Thread: loop. */
+/* Close: unlinked from the server at once; its exchanges (and their engine
+ * requests, cancelled) are freed in the close callback, so an exchange a caller
+ * holds stays valid until that caller returns. Safe twice. Thread: loop. */
 void conn_close(struct conn *c);
 
 /* Append response bytes for x: written now if x is at the head of its

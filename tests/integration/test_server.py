@@ -119,6 +119,29 @@ def sse_events(raw):
     return events
 
 
+def read_until(s, done, limit=30):
+    """Read from socket s until done(data), EOF or `limit` seconds; return the bytes."""
+    data = b""
+    end = time.time() + limit
+    s.settimeout(limit)
+    try:
+        while time.time() < end and not done(data):
+            got = s.recv(65536)
+            if not got:
+                break
+            data += got
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return data
+
+
+def healthy(srv):
+    try:
+        return srv.get("/health")[0] == 200
+    except OSError:
+        return False
+
+
 def main():
     srv = Server()
     # --- admin endpoints
@@ -390,8 +413,46 @@ def main():
     tap(st == 200, "health needs no key")
     tap(srv.stop() == 0, "second server exits 0")
 
+    connection_robustness()
     print(f"1..{len(results)}")
     return 0 if all(results) else 1
+
+
+def connection_robustness():
+    """Connection lifecycle edge cases: write limits, deep pipelines, protocol errors
+    behind requests in flight, HTTP/1.0 streaming, pipelines across a drain."""
+    # --- the write queue limit: unsent bytes, not bytes already handed to the socket
+    srv = Server("--write-queue-max-bytes", "4096")
+    try:
+        st, body, _ = srv.get("/metrics")  # a body over 4 KiB, to a client that reads it
+    except (OSError, http.client.HTTPException) as e:
+        st, body = e, b""
+    tap(st == 200 and len(body) > 4096, "a response over the write limit reaches a reader",
+        (st, len(body)))
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 200)
+    data = read_until(s, lambda d: d.count(b"HTTP/1.1 200") >= 200)
+    s.close()
+    tap(data.count(b"HTTP/1.1 200") == 200, "200 pipelined answers past the write limit",
+        data.count(b"HTTP/1.1 200"))
+    # A client that reads nothing is dropped while its responses are being written,
+    # a streaming completion among them; the server goes on.
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", srv.port))
+    body = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 50, "stream": True,
+                       "ignore_eos": True})
+    s.settimeout(10)
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 2000
+                  + (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}"
+                     f"\r\n\r\n{body}").encode())
+    except OSError:
+        pass
+    time.sleep(1)
+    s.close()
+    tap(healthy(srv), "a client that reads nothing is dropped; the server goes on")
+    tap(srv.stop() == 0, "write-limit server exits 0")
 
 
 if __name__ == "__main__":
