@@ -41,8 +41,9 @@ struct cpu_ws {
     void *ff;      /* [n_tok, ffn] fc1 output (dtype) */
     float *tmp;    /* [n_tok, max(hidden, proj)] GEMM output before the residual add */
     float *emb;    /* [n_tok, proj] embedding before project_in */
-    float *scratch; /* [n_threads, scratch_stride] attention rows */
+    float *scratch; /* [scratch_rows, scratch_stride] attention rows */
     int32_t scratch_stride;
+    int32_t scratch_rows; /* threads the scratch was sized for */
 };
 
 struct cpu_be {
@@ -368,10 +369,17 @@ static void ws_reserve(struct cpu_be *c, int32_t n_tok, int32_t max_slots)
         ws->emb = xrealloc(ws->emb, n * proj * sizeof(float));
         ws->cap_tok = (int32_t)n;
     }
+    /* One row per thread of the coming parallel regions. The thread count is the
+     * calling thread's OpenMP setting, which another backend_cpu_create (or anyone
+     * calling omp_set_num_threads) may have raised since the scratch last grew, so
+     * it is checked on every forward, not only when the rows get longer. */
     const int32_t need = cpu_attn_scratch_floats(max_slots, c->block_size, c->cfg.n_head);
-    if (need > ws->scratch_stride) {
-        ws->scratch_stride = MAX(need, 2 * ws->scratch_stride);
-        ws->scratch = xrealloc(ws->scratch, (size_t)omp_get_max_threads() *
+    const int32_t rows = omp_get_max_threads();
+    if (need > ws->scratch_stride || rows > ws->scratch_rows) {
+        ws->scratch_stride = need > ws->scratch_stride ? MAX(need, 2 * ws->scratch_stride)
+                                                       : ws->scratch_stride;
+        ws->scratch_rows = MAX(rows, ws->scratch_rows);
+        ws->scratch = xrealloc(ws->scratch, (size_t)ws->scratch_rows *
                                                 (size_t)ws->scratch_stride * sizeof(float));
     }
 }
