@@ -220,7 +220,10 @@ void exch_chunk(struct exch *x, const char *data, size_t len)
     exch_write(x, "\r\n", 2);
 }
 
-/* Answer a protocol error (400, 413, 431, ...) and close after it is written. */
+/* Answer a protocol error (400, 413, 431, ...) and close after it is written. The
+ * parser's error is sticky, so the connection never reads or parses again: a
+ * second feed would queue a second answer, and reading on would buffer whatever
+ * the client sends while requests ahead of the error are still running. */
 static void protocol_error(struct conn *c, int status)
 {
     struct exch *x = xcalloc(1, sizeof *x);
@@ -231,19 +234,38 @@ static void protocol_error(struct conn *c, int status)
     c->tail = x;
     c->n_exch++;
     x->is_head = c->head == x;
+    c->failed = true;
+    if (c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = false;
+    free(c->pending);
+    c->pending = NULL;
+    c->pending_len = 0;
     struct api_error e = {0};
     api_error_set(&e, status, API_ERR_INVALID, NULL, NULL, "%s", http_status_reason(status));
     exch_error(x, &e);
-    if (c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
-    c->reading = false;
 }
 
-/* Feed pending input to the parser and start exchanges for complete requests. */
-static void consume(struct conn *c)
+/* Queue a parsed request and hand it to the router. */
+static void start_exchange(struct conn *c, struct http_request *r)
 {
-    while (!c->closing && c->parser) {
+    struct exch *x = xcalloc(1, sizeof *x);
+    x->c = c;
+    x->req = r;
+    x->t_start = uv_hrtime() * 1e-9;
+    if (c->tail) c->tail->next = x;
+    else c->head = x;
+    c->tail = x;
+    c->n_exch++;
+    x->is_head = c->head == x;
+    router_dispatch(x);
+}
+
+static void consume_input(struct conn *c)
+{
+    while (!c->closing && !c->failed && c->pending_len) {
         size_t used = 0;
         int status = http_parser_feed(c->parser, c->pending, c->pending_len, &used);
+        if (status) used = 0; /* meaningless after an error */
         memmove(c->pending, c->pending + used, c->pending_len - used);
         c->pending_len -= used;
         /* 100 Continue belongs to the request being parsed, which is behind every
@@ -252,25 +274,26 @@ static void consume(struct conn *c)
         if (http_parser_take_continue(c->parser) && !c->head)
             sock_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
         struct http_request *r;
-        while (!c->closing && (r = http_parser_take(c->parser))) {
-            struct exch *x = xcalloc(1, sizeof *x);
-            x->c = c;
-            x->req = r;
-            x->t_start = uv_hrtime() * 1e-9;
-            if (c->tail) c->tail->next = x;
-            else c->head = x;
-            c->tail = x;
-            c->n_exch++;
-            x->is_head = c->head == x;
-            router_dispatch(x);
-        }
+        while (!c->closing && (r = http_parser_take(c->parser))) start_exchange(c, r);
         if (status) {
-            protocol_error(c, status);
+            if (!c->closing) protocol_error(c, status);
             return;
         }
-        if (used == 0 || c->pending_len == 0) break;
-        if (c->n_exch >= CONN_MAX_EXCH) break;
+        if (used == 0 || c->n_exch >= CONN_MAX_EXCH) break;
     }
+}
+
+/* Feed pending input to the parser and start exchanges for complete requests. A
+ * request answered at once finishes inside router_dispatch, and finishing calls
+ * back here (advance -> read_more): that nested call returns at once and the loop
+ * of the outer one goes on, so the stack does not grow with every pipelined
+ * request. */
+static void consume(struct conn *c)
+{
+    if (c->consuming) return;
+    c->consuming = true;
+    consume_input(c);
+    c->consuming = false;
     if (c->reading && c->n_exch >= CONN_MAX_EXCH) {
         uv_read_stop((uv_stream_t *)&c->tcp);
         c->reading = false;
@@ -305,7 +328,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 static void read_more(struct conn *c)
 {
     if (c->pending_len) consume(c);
-    if (c->closing || c->n_exch >= CONN_MAX_EXCH || c->reading) return;
+    if (c->closing || c->failed || c->n_exch >= CONN_MAX_EXCH || c->reading) return;
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = true;
 }
 

@@ -59,6 +59,8 @@ struct conn {
     uint64_t last_active;      /* uv_now() of the last read or write */
     uint64_t req_started;      /* uv_now() when the partial request buffered began */
     bool reading, closing, close_after_write;
+    bool failed;               /* a protocol error was answered: never parse again */
+    bool consuming;            /* inside consume (it is not re-entered) */
 };
 
 /* Server-side metrics (the engine's counters come from engine_get_stats). */

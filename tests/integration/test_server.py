@@ -454,6 +454,34 @@ def connection_robustness():
     tap(healthy(srv), "a client that reads nothing is dropped; the server goes on")
     tap(srv.stop() == 0, "write-limit server exits 0")
 
+    srv = Server()
+    # --- a deep pipeline answered at once, behind a full window of requests in flight:
+    # each answer lets the next request in, which must not nest one call per request
+    # (ASan: stack-overflow in consume -> router_dispatch -> exch_finish -> advance).
+    def post(max_tokens, stream=False):
+        b = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": max_tokens,
+                        "stream": stream, "ignore_eos": True})
+        return (f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(b)}"
+                f"\r\n\r\n{b}").encode()
+    n = 1700
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(post(2) * 16 + b"GET / HTTP/1.1\r\n\r\n" * n)
+    data = read_until(s, lambda d: d.count(b"HTTP/1.1 404") >= n)
+    s.close()
+    tap(data.count(b"HTTP/1.1 200") == 16 and data.count(b"HTTP/1.1 404") == n,
+        "16 completions then 1700 pipelined requests", (data.count(b"HTTP/1.1 200"),
+                                                        data.count(b"HTTP/1.1 404")))
+    # --- a protocol error behind requests in flight: answered once, after them.
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(post(2) + post(1500, stream=True) + b"\x00garbage\r\n\r\n")
+    data = read_until(s, lambda d: False, 60)
+    s.close()
+    tap(data.startswith(b"HTTP/1.1 200") and data.count(b"HTTP/1.1 400") == 1
+        and data.index(b"data: [DONE]") < data.index(b"HTTP/1.1 400"),
+        "a protocol error after requests in flight: one 400, last", data[-300:])
+    tap(healthy(srv), "healthy after the pipelines")
+    tap(srv.stop() == 0, "pipeline server exits 0")
+
 
 if __name__ == "__main__":
     sys.exit(main())
