@@ -128,7 +128,7 @@ static void advance(struct conn *c)
 {
     while (c->head && c->head->done && !c->closing) {
         struct exch *x = c->head;
-        bool keep = x->req->keep_alive && !c->s->draining;
+        const bool keep = x->keep_alive; /* what its head told the client */
         c->head = x->next;
         if (!c->head) c->tail = NULL;
         c->n_exch--;
@@ -156,23 +156,45 @@ void exch_finish(struct exch *x)
     if (x->is_head) advance(x->c);
 }
 
+/* Format a response head and queue it. The head is formatted again on the heap
+ * when it does not fit the stack buffer (a long CORS origin), rather than sent cut
+ * short: http_format_head returns the length it needed, like snprintf. */
+static void write_head(struct exch *x, int status, const char *content_type,
+                       int64_t content_length, const char *extra)
+{
+    char buf[1024];
+    size_t n = http_format_head(buf, sizeof buf, status, content_type, content_length,
+                                x->keep_alive, extra);
+    if (n < sizeof buf) {
+        exch_write(x, buf, n);
+        return;
+    }
+    char *big = xmalloc(n + 1);
+    http_format_head(big, n + 1, status, content_type, content_length, x->keep_alive, extra);
+    exch_write(x, big, n);
+    free(big);
+}
+
+/* extra_headers plus the CORS header when configured (caller frees). */
+static char *extra_with_cors(const struct conn *c, const char *extra)
+{
+    const char *origin = c->s->cfg->cors_allow_origin;
+    if (!extra) extra = "";
+    if (!origin) return xstrdup(extra);
+    size_t n = strlen(extra) + strlen(origin) + 64;
+    char *out = xmalloc(n);
+    snprintf(out, n, "%sAccess-Control-Allow-Origin: %s\r\n", extra, origin);
+    return out;
+}
+
 void exch_respond(struct exch *x, int status, const char *content_type, const char *body,
                   size_t len, const char *extra_headers)
 {
-    struct conn *c = x->c;
-    const struct cfg *cfg = c->s->cfg;
-    char extra[1024];
-    int n = snprintf(extra, sizeof extra, "%s", extra_headers ? extra_headers : "");
-    if (cfg->cors_allow_origin && n >= 0 && (size_t)n < sizeof extra)
-        snprintf(extra + n, sizeof extra - (size_t)n, "Access-Control-Allow-Origin: %s\r\n",
-                 cfg->cors_allow_origin);
-    char head[2048];
-    bool keep = x->req->keep_alive && !c->s->draining;
-    size_t hl = http_format_head(head, sizeof head, status, content_type ? content_type
-                                                                         : "application/json",
-                                 (int64_t)len, keep, extra);
+    char *extra = extra_with_cors(x->c, extra_headers);
+    x->keep_alive = x->req->keep_alive && !x->c->s->draining;
     x->status = status;
-    exch_write(x, head, hl);
+    write_head(x, status, content_type ? content_type : "application/json", (int64_t)len, extra);
+    free(extra);
     exch_write(x, body, len);
     exch_finish(x);
 }
@@ -196,28 +218,34 @@ void exch_error(struct exch *x, struct api_error *e)
 
 void exch_stream_start(struct exch *x, int status, const char *content_type)
 {
-    struct conn *c = x->c;
-    char extra[512];
-    int n = snprintf(extra, sizeof extra, "Cache-Control: no-cache\r\n");
-    if (c->s->cfg->cors_allow_origin)
-        snprintf(extra + n, sizeof extra - (size_t)n, "Access-Control-Allow-Origin: %s\r\n",
-                 c->s->cfg->cors_allow_origin);
-    char head[1024];
-    size_t hl = http_format_head(head, sizeof head, status, content_type, -1,
-                                 x->req->keep_alive && !c->s->draining, extra);
+    /* HTTP/1.0 has no chunked encoding: the body then ends when the connection
+     * closes, so that response can never keep the connection. */
+    x->chunked = !(x->req->http_major == 1 && x->req->http_minor == 0);
+    x->keep_alive = x->chunked && x->req->keep_alive && !x->c->s->draining;
     x->status = status;
-    x->chunked = true;
-    exch_write(x, head, hl);
+    char *extra = extra_with_cors(x->c, "Cache-Control: no-cache\r\n");
+    write_head(x, status, content_type, x->chunked ? -1 : -2, extra);
+    free(extra);
 }
 
 void exch_chunk(struct exch *x, const char *data, size_t len)
 {
     if (len == 0) return; /* a zero-length chunk would end the body */
+    if (!x->chunked) {
+        exch_write(x, data, len);
+        return;
+    }
     char h[20];
     size_t hl = http_format_chunk_head(h, len);
     exch_write(x, h, hl);
     exch_write(x, data, len);
     exch_write(x, "\r\n", 2);
+}
+
+void exch_stream_end(struct exch *x)
+{
+    if (x->chunked) exch_write(x, http_chunk_last, strlen(http_chunk_last));
+    exch_finish(x);
 }
 
 /* Answer a protocol error (400, 413, 431, ...) and close after it is written. The

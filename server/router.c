@@ -285,8 +285,7 @@ static void completion_done(struct exch *x)
         /* After the 200 an error goes out as an SSE event, then [DONE]. */
         if (ebuf) exch_chunk(x, ebuf, elen);
         exch_chunk(x, tail, tlen);
-        exch_write(x, http_chunk_last, strlen(http_chunk_last));
-        exch_finish(x);
+        exch_stream_end(x);
     } else if (err) {
         exch_error(x, &e);
     } else {

@@ -37,6 +37,7 @@ struct exch {
     bool done;                 /* the whole response is in out or written */
     bool is_head;              /* first in the queue: writes go straight out */
     bool chunked;              /* streaming with chunked transfer encoding */
+    bool keep_alive;           /* the response head said keep-alive (else close after) */
     /* An engine-backed request (completions): */
     struct cmpl_params *params;
     struct cmpl_resp *resp;
@@ -146,9 +147,12 @@ void exch_respond(struct exch *x, int status, const char *content_type, const ch
 /* An OpenAI error response for e (clears e). */
 void exch_error(struct exch *x, struct api_error *e);
 
-/* Start a streamed (chunked) response; then exch_chunk for each piece. */
+/* Start a streamed response: chunked, or for an HTTP/1.0 client unframed and
+ * ended by closing the connection. Then exch_chunk for each piece and
+ * exch_stream_end (which finishes x, like exch_finish). */
 void exch_stream_start(struct exch *x, int status, const char *content_type);
 void exch_chunk(struct exch *x, const char *data, size_t len);
+void exch_stream_end(struct exch *x);
 
 /* Close idle keep-alive connections and those past the drain. Thread: loop. */
 void conn_sweep(struct srv *s);

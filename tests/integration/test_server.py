@@ -480,7 +480,37 @@ def connection_robustness():
         and data.index(b"data: [DONE]") < data.index(b"HTTP/1.1 400"),
         "a protocol error after requests in flight: one 400, last", data[-300:])
     tap(healthy(srv), "healthy after the pipelines")
+    # --- HTTP/1.0 cannot read chunked: a stream to it is unframed and ends with the
+    # connection, even when it asked for keep-alive.
+    for extra in (b"", b"Connection: keep-alive\r\n"):
+        b = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 5, "stream": True,
+                        "ignore_eos": True}).encode()
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        s.sendall(b"POST /v1/completions HTTP/1.0\r\n" + extra + b"Content-Length: "
+                  + str(len(b)).encode() + b"\r\n\r\n" + b)
+        data = read_until(s, lambda d: False, 30)
+        s.close()
+        head, _, rest = data.partition(b"\r\n\r\n")
+        ok = (data.startswith(b"HTTP/1.1 200") and b"chunked" not in head.lower()
+              and b"connection: close" in head.lower() and rest.startswith(b"data: {")
+              and rest.endswith(b"data: [DONE]\n\n"))
+        tap(ok, "HTTP/1.0 stream is close-delimited " + extra.decode().strip(), data[:300])
     tap(srv.stop() == 0, "pipeline server exits 0")
+
+    # --- a long CORS origin: every head is whole, not cut at a fixed buffer size
+    origin = "https://" + "a" * 700 + ".example"
+    srv = Server("--cors-allow-origin", origin)
+    b = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 3, "stream": True,
+                    "ignore_eos": True}).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nConnection: close\r\nContent-Length: "
+              + str(len(b)).encode() + b"\r\n\r\n" + b)
+    data = read_until(s, lambda d: False, 30)
+    s.close()
+    head = data.partition(b"\r\n\r\n")[0]
+    tap(("Access-Control-Allow-Origin: " + origin + "\r\n").encode() in head + b"\r\n"
+        and data.rstrip().endswith(b"0"), "a long CORS origin on a streamed head", data[:120])
+    tap(srv.stop() == 0, "CORS server exits 0")
 
 
 if __name__ == "__main__":
