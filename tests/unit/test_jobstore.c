@@ -1,0 +1,852 @@
+/*
+ * test_jobstore.c - the Files/Batches job store (server/jobstore.c) as a specification.
+ *
+ * Every test works in its own mkdtemp data dir. Crashes are simulated the way they
+ * look on disk: a result line in the output file that the database never counted
+ * (the process died between the fsync and the commit), a torn last line (it died
+ * mid-write), a temporary upload or an orphan body; the store is then reopened and
+ * must neither lose nor duplicate anything. Run under ASan: nothing may leak.
+ */
+#include "jobstore.h"
+#include "err.h"
+#include "test.h"
+#include "util.h"
+
+#include <sqlite3.h>
+
+#include <dirent.h>
+#include <ftw.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- harness ---- */
+
+static char *tmp_dir(void)
+{
+    char tmpl[] = "/tmp/test_jobstore.XXXXXX";
+    char *d = mkdtemp(tmpl);
+    if (!d) abort();
+    return xstrdup(d);
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void rm_rf(char *dir)
+{
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(dir);
+}
+
+static struct jobstore *open_ok(const char *dir)
+{
+    struct jobstore *js = NULL;
+    int err = jobstore_open(&js, dir);
+    if (err) TEST_FAIL("jobstore_open: %s", err_msg());
+    return js;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    char *s = NULL;
+    size_t n = 0;
+    if (util_read_file(path, &s, &n) != 0) return NULL;
+    if (len) *len = n;
+    return s;
+}
+
+static bool exists(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
+static void append_raw(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "a");
+    if (!f) abort();
+    fputs(text, f);
+    fclose(f);
+}
+
+static int count_substr(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = s; p && (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    return n;
+}
+
+/* An OpenAI batch output line for `cid` with usage 3 + 5 tokens. */
+static const char *result_line(const char *cid)
+{
+    static char buf[512];
+    snprintf(
+        buf, sizeof buf,
+        "{\"id\":\"batch_req_1\",\"custom_id\":\"%s\",\"response\":{\"status_code\":200,"
+        "\"request_id\":\"cmpl-1\",\"body\":{\"usage\":{\"prompt_tokens\":3,"
+        "\"completion_tokens\":5,\"total_tokens\":8}}},\"error\":null}",
+        cid);
+    return buf;
+}
+
+/* An input file and a batch with requests r1..rN, moved to in_progress. */
+static void make_running_batch(struct jobstore *js, int n, struct jobstore_batch *b)
+{
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_file_create(js, "in.jsonl", "batch", "{}\n", 3, &f), 0);
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, b), 0);
+    jobstore_file_deinit(&f);
+    struct jobstore_request reqs[16];
+    char cids[16][8], bodies[16][64];
+    for (int i = 0; i < n; i++) {
+        snprintf(cids[i], sizeof cids[i], "r%d", i + 1);
+        snprintf(bodies[i], sizeof bodies[i], "{\"custom_id\":\"r%d\"}", i + 1);
+        reqs[i] = (struct jobstore_request){i + 1, cids[i], bodies[i]};
+    }
+    EXPECT_EQ(jobstore_batch_add_requests(js, b->id, reqs, n), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b->id, JOBSTORE_IN_PROGRESS, NULL), 0);
+}
+
+static char *output_path(struct jobstore *js, const char *batch_id, bool ok)
+{
+    struct jobstore_batch b;
+    if (jobstore_batch_get(js, batch_id, &b) != 0) return NULL;
+    char name[64];
+    snprintf(name, sizeof name, "files/%s", ok ? b.output_file_id : b.error_file_id);
+    jobstore_batch_deinit(&b);
+    return xstrdup(name);
+}
+
+static bool id_well_formed(const char *id, const char *prefix)
+{
+    size_t p = strlen(prefix);
+    if (strncmp(id, prefix, p) != 0 || strlen(id) != p + 24) return false;
+    for (const char *c = id + p; *c; c++)
+        if (!strchr("0123456789abcdef", *c)) return false;
+    return true;
+}
+
+/* ---- files ---- */
+
+TEST(file_create_get_body)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    const char data[] = "{\"custom_id\":\"a\"}\n{\"custom_id\":\"b\"}\n";
+    struct jobstore_file f, g;
+    jobstore_set_time(js, 1700000000);
+    EXPECT_EQ(jobstore_file_create(js, "../../etc/passwd", "batch", data, strlen(data), &f),
+              0);
+    EXPECT(id_well_formed(f.id, "file-"));
+    EXPECT_EQ(f.bytes, strlen(data));
+    EXPECT_EQ(f.created_at, 1700000000);
+    EXPECT_STR(f.filename, "../../etc/passwd"); /* stored, never used as a path */
+    EXPECT_STR(f.purpose, "batch");
+    EXPECT_STR(f.status, "processed");
+
+    EXPECT_EQ(jobstore_file_get(js, f.id, &g), 0);
+    EXPECT_STR(g.id, f.id);
+    EXPECT_STR(g.filename, f.filename);
+    jobstore_file_deinit(&g);
+
+    char *path = NULL;
+    EXPECT_EQ(jobstore_file_path(js, f.id, &path), 0);
+    char want[256];
+    snprintf(want, sizeof want, "%s/files/%s", dir, f.id);
+    EXPECT_STR(path, want);
+    size_t len = 0;
+    char *body = slurp(path, &len);
+    EXPECT(body && len == strlen(data) && memcmp(body, data, len) == 0);
+    free(body);
+    free(path);
+
+    EXPECT_EQ(jobstore_file_get(js, "file-nope", &g), ENG_ENOTFOUND);
+    EXPECT_EQ(jobstore_file_path(js, "file-nope", &path), ENG_ENOTFOUND);
+    EXPECT(path == NULL);
+    jobstore_file_deinit(&f);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+TEST(upload_in_pieces_and_abort)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_upload *u;
+    EXPECT_EQ(jobstore_upload_begin(js, &u), 0);
+    EXPECT_EQ(jobstore_upload_write(u, "abc", 3), 0);
+    EXPECT_EQ(jobstore_upload_write(u, "def\n", 4), 0);
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_upload_commit(u, "x.jsonl", "batch", &f), 0);
+    EXPECT_EQ(f.bytes, 7);
+    jobstore_file_deinit(&f);
+
+    /* An aborted upload leaves neither a row nor a body behind. */
+    EXPECT_EQ(jobstore_upload_begin(js, &u), 0);
+    EXPECT_EQ(jobstore_upload_write(u, "zzz", 3), 0);
+    jobstore_upload_abort(u);
+    struct jobstore_file *fs;
+    int n;
+    bool more;
+    EXPECT_EQ(jobstore_file_list(js, NULL, NULL, 100, true, &fs, &n, &more), 0);
+    EXPECT_EQ(n, 1);
+    jobstore_files_free(fs, n);
+    char *files = util_path_join(dir, "files");
+    int entries = 0;
+    DIR *d = opendir(files);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.') entries++;
+    if (d) closedir(d);
+    EXPECT_EQ(entries, 1);
+    free(files);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+TEST(ids_unique_and_well_formed)
+{
+    char ids[500][JOBSTORE_ID_MAX];
+    for (int i = 0; i < 500; i++) {
+        EXPECT_EQ(jobstore_new_id("batch_req_", ids[i], sizeof ids[i]), 0);
+        EXPECT(id_well_formed(ids[i], "batch_req_"));
+        for (int j = 0; j < i; j++)
+            if (strcmp(ids[i], ids[j]) == 0) TEST_FAIL("duplicate id %s", ids[i]);
+    }
+    char small[10];
+    EXPECT_EQ(jobstore_new_id("file-", small, sizeof small), ENG_EINVAL);
+}
+
+TEST(file_list_pagination)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    char ids[5][JOBSTORE_ID_MAX];
+    jobstore_set_time(js, 1000); /* all in one second: order must still hold */
+    for (int i = 0; i < 5; i++) {
+        struct jobstore_file f;
+        EXPECT_EQ(jobstore_file_create(js, "f", i == 2 ? "other" : "batch", "x", 1, &f), 0);
+        memcpy(ids[i], f.id, sizeof ids[i]);
+        jobstore_file_deinit(&f);
+    }
+    struct jobstore_file *fs;
+    int n;
+    bool more;
+    /* Oldest first, two at a time, with the last id as the cursor. */
+    EXPECT_EQ(jobstore_file_list(js, NULL, NULL, 2, true, &fs, &n, &more), 0);
+    EXPECT_EQ(n, 2);
+    EXPECT(more);
+    if (n == 2) {
+        EXPECT_STR(fs[0].id, ids[0]);
+        EXPECT_STR(fs[1].id, ids[1]);
+    }
+    jobstore_files_free(fs, n);
+    EXPECT_EQ(jobstore_file_list(js, NULL, ids[1], 2, true, &fs, &n, &more), 0);
+    EXPECT_EQ(n, 2);
+    EXPECT(more);
+    if (n == 2) EXPECT_STR(fs[0].id, ids[2]);
+    jobstore_files_free(fs, n);
+    EXPECT_EQ(jobstore_file_list(js, NULL, ids[3], 2, true, &fs, &n, &more), 0);
+    EXPECT_EQ(n, 1);
+    EXPECT(!more);
+    if (n == 1) EXPECT_STR(fs[0].id, ids[4]);
+    jobstore_files_free(fs, n);
+    /* Newest first. */
+    EXPECT_EQ(jobstore_file_list(js, NULL, ids[4], 10, false, &fs, &n, &more), 0);
+    EXPECT_EQ(n, 4);
+    EXPECT(!more);
+    if (n == 4) EXPECT_STR(fs[0].id, ids[3]);
+    jobstore_files_free(fs, n);
+    /* By purpose. */
+    EXPECT_EQ(jobstore_file_list(js, "batch", NULL, 10, true, &fs, &n, &more), 0);
+    EXPECT_EQ(n, 4);
+    jobstore_files_free(fs, n);
+    EXPECT_EQ(jobstore_file_list(js, "other", NULL, 10, true, &fs, &n, &more), 0);
+    EXPECT_EQ(n, 1);
+    jobstore_files_free(fs, n);
+    /* Bad cursor and limits. */
+    EXPECT_EQ(jobstore_file_list(js, NULL, "file-gone", 10, true, &fs, &n, &more),
+              ENG_ENOTFOUND);
+    EXPECT_EQ(jobstore_file_list(js, NULL, NULL, 0, true, &fs, &n, &more), ENG_EINVAL);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+TEST(file_delete_row_and_body)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_file_create(js, "f", "batch", "abc", 3, &f), 0);
+    char *path;
+    EXPECT_EQ(jobstore_file_path(js, f.id, &path), 0);
+    EXPECT(exists(path));
+    EXPECT_EQ(jobstore_file_delete(js, f.id), 0);
+    EXPECT(!exists(path));
+    struct jobstore_file g;
+    EXPECT_EQ(jobstore_file_get(js, f.id, &g), ENG_ENOTFOUND);
+    EXPECT_EQ(jobstore_file_delete(js, f.id), ENG_ENOTFOUND);
+    free(path);
+    jobstore_file_deinit(&f);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+TEST(open_removes_leftovers_keeps_the_rest)
+{
+    /* A crash mid-upload leaves files/<id>.tmp; one between a delete's row and its
+     * unlink, or between an upload's rename and its insert, leaves a body without a
+     * row. The next open removes both; a row always keeps its body, and names that
+     * are not ours are never touched. */
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_file_create(js, "keep", "batch", "k", 1, &f), 0);
+    jobstore_close(js);
+    char tmp[256], orphan[256], foreign[256], kept[256];
+    snprintf(tmp, sizeof tmp, "%s/files/file-0123456789abcdef01234567.tmp", dir);
+    snprintf(orphan, sizeof orphan, "%s/files/file-aaaaaaaaaaaaaaaaaaaaaaaa", dir);
+    snprintf(foreign, sizeof foreign, "%s/files/notes.txt", dir);
+    snprintf(kept, sizeof kept, "%s/files/%s", dir, f.id);
+    append_raw(tmp, "partial");
+    append_raw(orphan, "orphan");
+    append_raw(foreign, "mine");
+    js = open_ok(dir);
+    EXPECT(!exists(tmp));
+    EXPECT(!exists(orphan));
+    EXPECT(exists(foreign));
+    EXPECT(exists(kept));
+    struct jobstore_file g;
+    EXPECT_EQ(jobstore_file_get(js, f.id, &g), 0);
+    jobstore_file_deinit(&g);
+    jobstore_file_deinit(&f);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+/* ---- batches ---- */
+
+TEST(batch_create_and_get)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    jobstore_set_time(js, 5000);
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_file_create(js, "in.jsonl", "batch", "{}\n", 3, &f), 0);
+    struct jobstore_batch b;
+    EXPECT_EQ(
+        jobstore_batch_create(js, f.id, "/v1/completions", "24h", "{\"k\":\"v\"}", &b), 0);
+    EXPECT(id_well_formed(b.id, "batch_"));
+    EXPECT_STR(b.input_file_id, f.id);
+    EXPECT_STR(b.endpoint, "/v1/completions");
+    EXPECT_STR(b.completion_window, "24h");
+    EXPECT_EQ(b.status, JOBSTORE_VALIDATING);
+    EXPECT_EQ(b.created_at, 5000);
+    EXPECT_EQ(b.expires_at, 5000 + 86400);
+    EXPECT_EQ(b.in_progress_at, 0);
+    EXPECT_EQ(b.total, 0);
+    EXPECT_STR(b.output_file_id, "");
+    EXPECT_STR(b.metadata, "{\"k\":\"v\"}");
+    EXPECT(b.errors == NULL);
+    jobstore_batch_deinit(&b);
+
+    EXPECT_EQ(jobstore_batch_create(js, "file-none", "/v1/completions", "24h", NULL, &b),
+              ENG_ENOTFOUND);
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "1d", NULL, &b),
+              ENG_EINVAL);
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "h", NULL, &b),
+              ENG_EINVAL);
+    EXPECT_EQ(jobstore_batch_get(js, "batch_none", &b), ENG_ENOTFOUND);
+    jobstore_file_deinit(&f);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+/* Drive a new batch to `s` along legal transitions. */
+static void reach(struct jobstore *js, const char *id, enum jobstore_status s)
+{
+    static const enum jobstore_status path_to[][4] = {
+        [JOBSTORE_VALIDATING] = {JOBSTORE_VALIDATING},
+        [JOBSTORE_FAILED] = {JOBSTORE_FAILED},
+        [JOBSTORE_IN_PROGRESS] = {JOBSTORE_IN_PROGRESS},
+        [JOBSTORE_FINALIZING] = {JOBSTORE_IN_PROGRESS, JOBSTORE_FINALIZING},
+        [JOBSTORE_COMPLETED] = {JOBSTORE_IN_PROGRESS, JOBSTORE_FINALIZING,
+                                JOBSTORE_COMPLETED},
+        [JOBSTORE_EXPIRED] = {JOBSTORE_IN_PROGRESS, JOBSTORE_EXPIRED},
+        [JOBSTORE_CANCELLING] = {JOBSTORE_CANCELLING},
+        [JOBSTORE_CANCELLED] = {JOBSTORE_CANCELLING, JOBSTORE_CANCELLED},
+    };
+    for (int i = 0; i < 4 && path_to[s][i] != JOBSTORE_VALIDATING; i++)
+        EXPECT_EQ(jobstore_batch_set_status(js, id, path_to[s][i], NULL), 0);
+}
+
+TEST(batch_state_machine)
+{
+    /* OpenAI's: validating -> failed | in_progress -> finalizing -> completed;
+     * validating | in_progress -> cancelling -> cancelled; in_progress -> expired. */
+    static const bool legal[8][8] = {
+        [JOBSTORE_VALIDATING] =
+            {[JOBSTORE_FAILED] = 1, [JOBSTORE_IN_PROGRESS] = 1, [JOBSTORE_CANCELLING] = 1},
+        [JOBSTORE_IN_PROGRESS] =
+            {[JOBSTORE_FINALIZING] = 1, [JOBSTORE_CANCELLING] = 1, [JOBSTORE_EXPIRED] = 1},
+        [JOBSTORE_FINALIZING] = {[JOBSTORE_COMPLETED] = 1},
+        [JOBSTORE_CANCELLING] = {[JOBSTORE_CANCELLED] = 1},
+    };
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_file_create(js, "in", "batch", "{}\n", 3, &f), 0);
+    for (int from = 0; from < 8; from++) {
+        for (int to = 0; to < 8; to++) {
+            struct jobstore_batch b;
+            jobstore_set_time(js, 100);
+            EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, &b),
+                      0);
+            reach(js, b.id, (enum jobstore_status)from);
+            jobstore_set_time(js, 200);
+            int err = jobstore_batch_set_status(js, b.id, (enum jobstore_status)to, NULL);
+            if (err != (legal[from][to] ? 0 : ENG_EINVAL))
+                TEST_FAIL("%s -> %s returned %d", jobstore_status_name(from),
+                          jobstore_status_name(to), err);
+            struct jobstore_batch c;
+            EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+            EXPECT_EQ(c.status, legal[from][to] ? to : from);
+            if (legal[from][to]) {
+                int64_t stamp = to == JOBSTORE_FAILED        ? c.failed_at
+                                : to == JOBSTORE_IN_PROGRESS ? c.in_progress_at
+                                : to == JOBSTORE_FINALIZING  ? c.finalizing_at
+                                : to == JOBSTORE_COMPLETED   ? c.completed_at
+                                : to == JOBSTORE_EXPIRED     ? c.expired_at
+                                : to == JOBSTORE_CANCELLING  ? c.cancelling_at
+                                                             : c.cancelled_at;
+                EXPECT_EQ(stamp, 200);
+            }
+            jobstore_batch_deinit(&c);
+            jobstore_batch_deinit(&b);
+        }
+    }
+    /* The message says which move was refused. */
+    struct jobstore_batch b;
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, &b), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_COMPLETED, NULL), ENG_EINVAL);
+    EXPECT(strstr(err_msg(), "cannot go from validating to completed") != NULL);
+    /* Validation errors are stored with the failure. */
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_FAILED,
+                                        "{\"object\":\"list\",\"data\":[{\"line\":2}]}"),
+              0);
+    jobstore_batch_deinit(&b);
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &b), 0);
+    EXPECT_STR(b.errors, "{\"object\":\"list\",\"data\":[{\"line\":2}]}");
+    jobstore_batch_deinit(&b);
+    jobstore_file_deinit(&f);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+TEST(batch_list_and_unfinished)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_file_create(js, "in", "batch", "{}\n", 3, &f), 0);
+    char ids[4][JOBSTORE_ID_MAX];
+    for (int i = 0; i < 4; i++) {
+        struct jobstore_batch b;
+        EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, &b), 0);
+        memcpy(ids[i], b.id, sizeof ids[i]);
+        jobstore_batch_deinit(&b);
+    }
+    reach(js, ids[0], JOBSTORE_COMPLETED);
+    reach(js, ids[1], JOBSTORE_CANCELLING);
+    reach(js, ids[2], JOBSTORE_FAILED);
+    struct jobstore_batch *bs;
+    int n;
+    bool more;
+    /* Newest first, as OpenAI lists batches. */
+    EXPECT_EQ(jobstore_batch_list(js, NULL, 3, false, &bs, &n, &more), 0);
+    EXPECT_EQ(n, 3);
+    EXPECT(more);
+    if (n == 3) {
+        EXPECT_STR(bs[0].id, ids[3]);
+        EXPECT_STR(bs[2].id, ids[1]);
+    }
+    jobstore_batches_free(bs, n);
+    EXPECT_EQ(jobstore_batch_list(js, ids[1], 3, false, &bs, &n, &more), 0);
+    EXPECT_EQ(n, 1);
+    EXPECT(!more);
+    if (n == 1) EXPECT_STR(bs[0].id, ids[0]);
+    jobstore_batches_free(bs, n);
+    EXPECT_EQ(jobstore_batch_list(js, "batch_x", 3, false, &bs, &n, &more), ENG_ENOTFOUND);
+
+    EXPECT_EQ(jobstore_unfinished_batches(js, &bs, &n), 0);
+    EXPECT_EQ(n, 2);
+    if (n == 2) {
+        EXPECT_STR(bs[0].id, ids[1]);
+        EXPECT_EQ(bs[0].status, JOBSTORE_CANCELLING);
+        EXPECT_STR(bs[1].id, ids[3]);
+    }
+    jobstore_batches_free(bs, n);
+    jobstore_file_deinit(&f);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+/* ---- requests and results ---- */
+
+TEST(add_requests_all_or_nothing)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_file_create(js, "in", "batch", "{}\n", 3, &f), 0);
+    struct jobstore_batch b;
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, &b), 0);
+    struct jobstore_request dup[3] = {{1, "a", "{}"}, {2, "b", "{}"}, {3, "a", "{}"}};
+    EXPECT_EQ(jobstore_batch_add_requests(js, b.id, dup, 3), ENG_EINVAL);
+    EXPECT(strstr(err_msg(), "line 3") != NULL);
+    struct jobstore_request *rs;
+    int n;
+    EXPECT_EQ(jobstore_batch_pending(js, b.id, 0, 10, &rs, &n), 0);
+    EXPECT_EQ(n, 0); /* rolled back: not even a and b */
+    jobstore_requests_free(rs, n);
+
+    struct jobstore_request ok[2] = {{1, "a", "{\"x\":1}"}, {2, "b", "{\"x\":2}"}};
+    EXPECT_EQ(jobstore_batch_add_requests(js, b.id, ok, 2), 0);
+    EXPECT_EQ(jobstore_batch_add_requests(js, b.id, ok, 2), ENG_EINVAL); /* once */
+    jobstore_batch_deinit(&b);
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &b), 0);
+    EXPECT_EQ(b.total, 2);
+    EXPECT_EQ(jobstore_batch_pending(js, b.id, 0, 10, &rs, &n), 0);
+    EXPECT_EQ(n, 2);
+    if (n == 2) {
+        EXPECT_EQ(rs[0].line, 1);
+        EXPECT_STR(rs[0].custom_id, "a");
+        EXPECT_STR(rs[1].body, "{\"x\":2}");
+    }
+    jobstore_requests_free(rs, n);
+    jobstore_batch_deinit(&b);
+    jobstore_file_deinit(&f);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+TEST(results_counted_once_and_published)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_batch b;
+    make_running_batch(js, 4, &b);
+
+    /* Results before in_progress are refused; so are lines that do not match. */
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r1", true, "{\"custom_id\":\"r2\"}"),
+              ENG_EINVAL);
+    EXPECT_EQ(
+        jobstore_batch_append_result(js, b.id, "r1", true, "{\"custom_id\":\"r1\"}\n"),
+        ENG_EINVAL);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r1", true, "not json"), ENG_EINVAL);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r9", true, result_line("r9")),
+              ENG_ENOTFOUND);
+
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r1", true, result_line("r1")), 0);
+    EXPECT_EQ(
+        jobstore_batch_append_result(js, b.id, "r2", false,
+                                     "{\"custom_id\":\"r2\",\"error\":{\"code\":\"x\"}}"),
+        0);
+    /* A second answer for r1 is refused before it reaches the file. */
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r1", true, result_line("r1")),
+              ENG_EINVAL);
+    struct jobstore_batch c;
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.total, 4);
+    EXPECT_EQ(c.completed, 1);
+    EXPECT_EQ(c.failed, 1);
+    EXPECT_EQ(c.prompt_tokens, 3);
+    EXPECT_EQ(c.completion_tokens, 5);
+    EXPECT(id_well_formed(c.output_file_id, "file-"));
+    EXPECT(id_well_formed(c.error_file_id, "file-"));
+    jobstore_batch_deinit(&c);
+
+    struct jobstore_request *rs;
+    int n;
+    EXPECT_EQ(jobstore_batch_pending(js, b.id, 0, 1, &rs, &n), 0);
+    EXPECT_EQ(n, 1);
+    int64_t last = n ? rs[0].line : 0;
+    if (n) EXPECT_STR(rs[0].custom_id, "r3");
+    jobstore_requests_free(rs, n);
+    EXPECT_EQ(jobstore_batch_pending(js, b.id, last, 10, &rs, &n), 0);
+    EXPECT_EQ(n, 1);
+    if (n) EXPECT_STR(rs[0].custom_id, "r4");
+    jobstore_requests_free(rs, n);
+
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r3", true, result_line("r3")), 0);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r4", true, result_line("r4")), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_FINALIZING, NULL), 0);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r4", true, result_line("r4")),
+              ENG_EINVAL);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_COMPLETED, NULL), 0);
+
+    /* Completion publishes the output and error files as batch_output files. */
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.completed, 3);
+    EXPECT_EQ(c.failed, 1);
+    struct jobstore_file out, errf;
+    EXPECT_EQ(jobstore_file_get(js, c.output_file_id, &out), 0);
+    EXPECT_EQ(jobstore_file_get(js, c.error_file_id, &errf), 0);
+    EXPECT_STR(out.purpose, "batch_output");
+    char *path = NULL;
+    EXPECT_EQ(jobstore_file_path(js, c.output_file_id, &path), 0);
+    size_t len = 0;
+    char *body = path ? slurp(path, &len) : NULL;
+    EXPECT_EQ(len, out.bytes);
+    EXPECT_EQ(count_substr(body, "\n"), 3);
+    EXPECT_EQ(count_substr(body, "\"custom_id\":\"r1\""), 1);
+    free(body);
+    free(path);
+    jobstore_file_deinit(&out);
+    jobstore_file_deinit(&errf);
+    jobstore_batch_deinit(&c);
+    jobstore_batch_deinit(&b);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+TEST(cancelling_keeps_partial_output)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_batch b;
+    make_running_batch(js, 3, &b);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r1", true, result_line("r1")), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_CANCELLING, NULL), 0);
+    /* A request already running when the cancel came still lands. */
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r2", true, result_line("r2")), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_CANCELLED, NULL), 0);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r3", true, result_line("r3")),
+              ENG_EINVAL);
+    struct jobstore_batch c;
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.completed, 2);
+    struct jobstore_file out;
+    EXPECT_EQ(jobstore_file_get(js, c.output_file_id, &out), 0);
+    jobstore_file_deinit(&out);
+    EXPECT_STR(c.error_file_id, "");
+    jobstore_batch_deinit(&c);
+    jobstore_batch_deinit(&b);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+/* ---- crashes ---- */
+
+TEST(crash_after_write_before_mark)
+{
+    /* The process synced r2's line and died before the commit: the line is in the
+     * file, the database still says pending. Reopening must count r2 once, never
+     * hand it out again, and never let a second r2 line in. */
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_batch b;
+    make_running_batch(js, 3, &b);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r1", true, result_line("r1")), 0);
+    char *rel = output_path(js, b.id, true);
+    jobstore_close(js);
+    char *path = util_path_join(dir, rel);
+    char line[600];
+    snprintf(line, sizeof line, "%s\n", result_line("r2"));
+    append_raw(path, line);
+
+    js = open_ok(dir);
+    struct jobstore_batch c;
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.completed, 2);
+    EXPECT_EQ(c.prompt_tokens, 6);
+    jobstore_batch_deinit(&c);
+    struct jobstore_request *rs;
+    int n;
+    EXPECT_EQ(jobstore_batch_pending(js, b.id, 0, 10, &rs, &n), 0);
+    EXPECT_EQ(n, 1);
+    if (n) EXPECT_STR(rs[0].custom_id, "r3");
+    jobstore_requests_free(rs, n);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r2", true, result_line("r2")),
+              ENG_EINVAL);
+    /* Recovery is idempotent. */
+    EXPECT_EQ(jobstore_batch_recover(js, b.id), 0);
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.completed, 2);
+    EXPECT_EQ(c.prompt_tokens, 6);
+    jobstore_batch_deinit(&c);
+    char *body = slurp(path, NULL);
+    EXPECT_EQ(count_substr(body, "\"custom_id\":\"r2\""), 1);
+    free(body);
+    free(path);
+    free(rel);
+    jobstore_batch_deinit(&b);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+TEST(crash_mid_write_torn_line_is_cut)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_batch b;
+    make_running_batch(js, 3, &b);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r1", true, result_line("r1")), 0);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r2", false,
+                                           "{\"custom_id\":\"r2\",\"error\":{}}"),
+              0);
+    char *rel = output_path(js, b.id, true), *rel_err = output_path(js, b.id, false);
+    jobstore_close(js);
+    char *path = util_path_join(dir, rel), *path_err = util_path_join(dir, rel_err);
+    size_t good_len = 0;
+    free(slurp(path, &good_len));
+    append_raw(path, "{\"id\":\"batch_req_1\",\"custom_id\":\"r3\",\"resp");
+    append_raw(path_err, "garbage\n");
+
+    js = open_ok(dir);
+    size_t len = 0;
+    free(slurp(path, &len));
+    EXPECT_EQ(len, good_len);
+    char *err_body = slurp(path_err, NULL);
+    EXPECT_STR(err_body, "{\"custom_id\":\"r2\",\"error\":{}}\n");
+    free(err_body);
+    struct jobstore_request *rs;
+    int n;
+    EXPECT_EQ(jobstore_batch_pending(js, b.id, 0, 10, &rs, &n), 0);
+    EXPECT_EQ(n, 1);
+    if (n) EXPECT_STR(rs[0].custom_id, "r3");
+    jobstore_requests_free(rs, n);
+    /* The resumed r3 lands on a clean line boundary. */
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r3", true, result_line("r3")), 0);
+    char *body = slurp(path, NULL);
+    EXPECT_EQ(count_substr(body, "\n"), 2);
+    EXPECT_EQ(count_substr(body, "\"custom_id\":\"r3\""), 1);
+    free(body);
+    struct jobstore_batch c;
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.completed, 2);
+    EXPECT_EQ(c.failed, 1);
+    jobstore_batch_deinit(&c);
+    free(path);
+    free(path_err);
+    free(rel);
+    free(rel_err);
+    jobstore_batch_deinit(&b);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+TEST(reopen_keeps_everything)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_batch b;
+    make_running_batch(js, 2, &b);
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r1", true, result_line("r1")), 0);
+    jobstore_close(js);
+    js = open_ok(dir);
+    struct jobstore_batch c;
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.status, JOBSTORE_IN_PROGRESS);
+    EXPECT_EQ(c.total, 2);
+    EXPECT_EQ(c.completed, 1);
+    EXPECT_STR(c.output_file_id, b.output_file_id[0] ? b.output_file_id : c.output_file_id);
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_file_get(js, c.input_file_id, &f), 0);
+    jobstore_file_deinit(&f);
+    struct jobstore_request *rs;
+    int n;
+    EXPECT_EQ(jobstore_batch_pending(js, b.id, 0, 10, &rs, &n), 0);
+    EXPECT_EQ(n, 1);
+    jobstore_requests_free(rs, n);
+    jobstore_batch_deinit(&c);
+    jobstore_batch_deinit(&b);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
+/* ---- refusing what is not ours ---- */
+
+TEST(garbage_db_fails_cleanly)
+{
+    char *dir = tmp_dir();
+    char *db = util_path_join(dir, "h2oserve.db");
+    FILE *f = fopen(db, "w");
+    for (int i = 0; i < 8192; i++)
+        fputc((i * 7919) & 0xff, f);
+    fclose(f);
+    struct jobstore *js = (struct jobstore *)1;
+    EXPECT_EQ(jobstore_open(&js, dir), ENG_EFORMAT);
+    EXPECT(js == NULL);
+    EXPECT(strstr(err_msg(), "h2oserve.db") != NULL);
+    free(db);
+    rm_rf(dir);
+}
+
+TEST(foreign_or_newer_db_refused)
+{
+    /* Someone else's SQLite database. */
+    char *dir = tmp_dir();
+    char *db = util_path_join(dir, "h2oserve.db");
+    sqlite3 *h;
+    sqlite3_open(db, &h);
+    sqlite3_exec(h, "CREATE TABLE t(x)", NULL, NULL, NULL);
+    sqlite3_close(h);
+    struct jobstore *js;
+    EXPECT_EQ(jobstore_open(&js, dir), ENG_EFORMAT);
+    EXPECT(strstr(err_msg(), "not an h2oserve database") != NULL);
+    free(db);
+    rm_rf(dir);
+
+    /* Ours, from a newer build. */
+    dir = tmp_dir();
+    js = open_ok(dir);
+    jobstore_close(js);
+    db = util_path_join(dir, "h2oserve.db");
+    sqlite3_open(db, &h);
+    sqlite3_exec(h, "PRAGMA user_version=99", NULL, NULL, NULL);
+    sqlite3_close(h);
+    EXPECT_EQ(jobstore_open(&js, dir), ENG_EUNSUPPORTED);
+    EXPECT(strstr(err_msg(), "schema version 99") != NULL);
+    free(db);
+    rm_rf(dir);
+}
+
+TEST(one_store_per_data_dir)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir), *js2 = NULL;
+    EXPECT_EQ(jobstore_open(&js2, dir), ENG_EIO);
+    EXPECT(strstr(err_msg(), "in use") != NULL);
+    jobstore_close(js);
+    js2 = open_ok(dir); /* the lock goes with the store */
+    jobstore_close(js2);
+    rm_rf(dir);
+}
+
+int main(void)
+{
+    RUN(file_create_get_body);
+    RUN(upload_in_pieces_and_abort);
+    RUN(ids_unique_and_well_formed);
+    RUN(file_list_pagination);
+    RUN(file_delete_row_and_body);
+    RUN(open_removes_leftovers_keeps_the_rest);
+    RUN(batch_create_and_get);
+    RUN(batch_state_machine);
+    RUN(batch_list_and_unfinished);
+    RUN(add_requests_all_or_nothing);
+    RUN(results_counted_once_and_published);
+    RUN(cancelling_keeps_partial_output);
+    RUN(crash_after_write_before_mark);
+    RUN(crash_mid_write_torn_line_is_cut);
+    RUN(reopen_keeps_everything);
+    RUN(garbage_db_fails_cleanly);
+    RUN(foreign_or_newer_db_refused);
+    RUN(one_store_per_data_dir);
+    return test_done();
+}
