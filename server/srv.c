@@ -267,7 +267,7 @@ out:
     /* Everything but the wake handle is closed; stop the engine, then drop it. */
     if (s->eng) engine_destroy(s->eng);
     if (!uv_is_closing((uv_handle_t *)&s->wake)) uv_close((uv_handle_t *)&s->wake, close_cb_noop);
-    if (!uv_is_closing((uv_handle_t *)&s->listener) && s->bound_port)
+    if (s->listener.loop && !uv_is_closing((uv_handle_t *)&s->listener))
         uv_close((uv_handle_t *)&s->listener, close_cb_noop);
     uv_run(s->loop, UV_RUN_DEFAULT);
     uv_loop_close(s->loop);
