@@ -1,0 +1,226 @@
+/*
+ * jobstore_impl.h - what jobstore.c (open, files) and jobstore_batch.c (batches,
+ * results, recovery) share: the store's struct, column lists, and small SQLite and
+ * file helpers. Private to those two files.
+ */
+#ifndef H2O_JOBSTORE_IMPL_H
+#define H2O_JOBSTORE_IMPL_H
+
+#include "jobstore.h"
+
+#include "err.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <sqlite3.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SCHEMA_VERSION 1
+#define APPLICATION_ID 0x68326f73 /* "h2os" */
+#define LIST_MAX 10000
+
+struct jobstore {
+    sqlite3 *db;
+    char *dir, *files_dir, *db_path;
+    int lock_fd;
+    int64_t fixed_time; /* jobstore_set_time; 0 = the real clock */
+    bool broken;        /* an output write failed: refuse writes until a restart */
+};
+
+struct jobstore_upload {
+    struct jobstore *js;
+    char id[JOBSTORE_ID_MAX];
+    char *tmp_path;
+    int fd;
+    int64_t bytes;
+    bool failed;
+};
+
+__attribute__((unused)) static const char *const status_names[] = {
+    [JOBSTORE_VALIDATING] = "validating",   [JOBSTORE_FAILED] = "failed",
+    [JOBSTORE_IN_PROGRESS] = "in_progress", [JOBSTORE_FINALIZING] = "finalizing",
+    [JOBSTORE_COMPLETED] = "completed",     [JOBSTORE_EXPIRED] = "expired",
+    [JOBSTORE_CANCELLING] = "cancelling",   [JOBSTORE_CANCELLED] = "cancelled",
+};
+
+/* The column stamped when a batch enters each state (validating: created_at). */
+__attribute__((unused)) static const char *const status_columns[] = {
+    [JOBSTORE_VALIDATING] = "created_at",      [JOBSTORE_FAILED] = "failed_at",
+    [JOBSTORE_IN_PROGRESS] = "in_progress_at", [JOBSTORE_FINALIZING] = "finalizing_at",
+    [JOBSTORE_COMPLETED] = "completed_at",     [JOBSTORE_EXPIRED] = "expired_at",
+    [JOBSTORE_CANCELLING] = "cancelling_at",   [JOBSTORE_CANCELLED] = "cancelled_at",
+};
+
+#define BATCH_COLS                                                                         \
+    "id, input_file_id, endpoint, completion_window, status, created_at,"                  \
+    " in_progress_at, expires_at, finalizing_at, completed_at, failed_at, expired_at,"     \
+    " cancelling_at, cancelled_at, total, completed, failed, prompt_tokens,"               \
+    " completion_tokens, output_file_id, error_file_id, metadata, errors"
+#define FILE_COLS "id, bytes, created_at, filename, purpose, status"
+#define UNFINISHED "('validating','in_progress','finalizing','cancelling')"
+
+/* ---- small helpers ---- */
+
+static inline int64_t js_now(const struct jobstore *js)
+{
+    return js->fixed_time ? js->fixed_time : (int64_t)time(NULL);
+}
+
+/* SQLite's verdict as an engine code: a damaged file is a format error, a broken
+ * constraint is the caller's argument, everything else is the disk. */
+static inline int db_code(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT: return ENG_EFORMAT;
+    case SQLITE_CONSTRAINT: return ENG_EINVAL;
+    default: return ENG_EIO;
+    }
+}
+
+static inline int db_fail(struct jobstore *js, int rc, const char *what)
+{
+    return err_set(db_code(rc), "%s: %s: %s", js->db_path, what,
+                   js->db ? sqlite3_errmsg(js->db) : sqlite3_errstr(rc));
+}
+
+static inline int db_exec(struct jobstore *js, const char *sql)
+{
+    int rc = sqlite3_exec(js->db, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? 0 : db_fail(js, rc, sql);
+}
+
+static inline int db_prepare(struct jobstore *js, const char *sql, sqlite3_stmt **st)
+{
+    int rc = sqlite3_prepare_v2(js->db, sql, -1, st, NULL);
+    return rc == SQLITE_OK ? 0 : db_fail(js, rc, "prepare");
+}
+
+/* IMMEDIATE takes the write lock up front: a transaction that reads, checks and
+ * then writes must not find the data changed under it. */
+static inline int db_begin(struct jobstore *js)
+{
+    return db_exec(js, "BEGIN IMMEDIATE");
+}
+
+static inline int db_commit(struct jobstore *js)
+{
+    return db_exec(js, "COMMIT");
+}
+
+static inline void db_rollback(struct jobstore *js)
+{
+    if (!sqlite3_get_autocommit(js->db)) sqlite3_exec(js->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* Run a statement that returns no rows; finalizes it. */
+static inline int db_step_done(struct jobstore *js, sqlite3_stmt *st, const char *what)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : db_fail(js, rc, what);
+}
+
+static inline void bind_text(sqlite3_stmt *st, int i, const char *s)
+{
+    if (s)
+        sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static inline void col_copy(sqlite3_stmt *st, int i, char *buf, size_t size)
+{
+    const unsigned char *s = sqlite3_column_text(st, i);
+    snprintf(buf, size, "%s", s ? (const char *)s : "");
+}
+
+static inline char *col_dup(sqlite3_stmt *st, int i)
+{
+    const unsigned char *s = sqlite3_column_text(st, i);
+    return s ? xstrdup((const char *)s) : NULL;
+}
+
+static inline int fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return err_set(ENG_EIO, "%s: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    return rc == 0 ? 0 : err_set(ENG_EIO, "%s: fsync: %s", path, strerror(e));
+}
+
+static inline int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* mkdir -p for one level, then fsync the parent so the new entry survives a crash. */
+static inline int make_dir(const char *path)
+{
+    if (mkdir(path, 0755) == 0) {
+        char *parent = xstrdup(path);
+        char *slash = strrchr(parent, '/');
+        while (slash && slash > parent && slash[1] == '\0') { /* trailing '/' */
+            *slash = '\0';
+            slash = strrchr(parent, '/');
+        }
+        int err = 0;
+        if (slash == parent)
+            err = fsync_path("/");
+        else if (slash) {
+            *slash = '\0';
+            err = fsync_path(parent);
+        } else
+            err = fsync_path(".");
+        free(parent);
+        return err;
+    }
+    struct stat sb;
+    if (errno == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return 0;
+    return err_set(ENG_EIO, "%s: cannot create directory: %s", path, strerror(errno));
+}
+
+/* An id we generated: prefix + 24 lowercase hex digits. Only such names in files/
+ * are ever deleted by the garbage collection. */
+static inline bool is_our_id(const char *s, const char *prefix)
+{
+    size_t p = strlen(prefix);
+    if (strncmp(s, prefix, p) != 0 || strlen(s) != p + 24) return false;
+    for (const char *c = s + p; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return false;
+    return true;
+}
+
+/* files/<id> under the data dir (caller frees). Thread: the store's. */
+char *jobstore_body_path(const struct jobstore *js, const char *id);
+
+/* The seq of row `after` in `table` (0 when after is NULL), for pagination. */
+int jobstore_after_seq(struct jobstore *js, const char *table, const char *after, bool ascending,
+                       int64_t *out);
+
+/* Insert a file row (the body is already on disk). */
+int jobstore_file_insert(struct jobstore *js, const char *id, int64_t bytes, const char *filename,
+                         const char *purpose);
+
+#endif
