@@ -48,6 +48,7 @@ struct req {
     char *stops[REQ_MAX_STOPS];
     int32_t n_stops;
     bool ignore_eos;
+    bool prompt_logprobs;        /* also score the prompt's tokens (echo + logprobs) */
     struct kv_spec kv;
     double t_submit;             /* time_now() when submitted, for queue time */
 };
@@ -93,6 +94,11 @@ struct req_event {
     int32_t kv_blocks;           /* KV blocks the sequence holds after this step */
     double queue_s;              /* on a request's first token event: seconds from
                                     t_submit to admission (-1 elsewhere) */
+    int32_t prompt_pos;          /* > 0: a prompt-token event (prompt_logprobs): `token`
+                                    is prompt token prompt_pos, with its logprob and
+                                    top alternatives given the tokens before it;
+                                    these come before the request's first generated
+                                    token. 0 otherwise. */
     int32_t kv_budget_blocks;    /* ceil(B / block_size), or 0 for the full policy */
     char *error;                 /* message when finish == REQ_FINISH_ERROR */
     int error_code;              /* ENG_* */

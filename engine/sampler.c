@@ -339,3 +339,18 @@ int32_t sampler_sample(const struct sampler_params *p, float *logits, int32_t vo
     }
     return token;
 }
+
+void sampler_logprobs(float *logits, int32_t vocab, int32_t token, int32_t n_top,
+                      struct sampler_scratch *scratch, struct sample_out *out)
+{
+    CHECK(logits && vocab > 0 && token >= 0 && token < vocab && scratch && out);
+    CHECK(n_top >= 0 && n_top <= SAMPLER_MAX_LOGPROBS);
+    scratch_reserve(scratch, vocab);
+    int32_t argmax;
+    float m = sanitize(logits, vocab, &argmax);
+    double lse = log_sum_exp(logits, vocab, m, scratch->w);
+    memset(out, 0, sizeof *out);
+    out->token = token;
+    out->logprob = (float)((double)logits[token] - lse);
+    top_logprobs(logits, vocab, n_top, lse, out);
+}

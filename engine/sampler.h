@@ -115,4 +115,14 @@ int32_t sampler_sample(const struct sampler_params *p, float *logits, int32_t vo
                        const int32_t *out_tokens, int32_t n_out, struct rng *rng,
                        struct sampler_scratch *scratch, struct sample_out *out);
 
+/*
+ * The logprob of `token` and the n_top most likely tokens under the raw model
+ * distribution (log_softmax of `logits`, no bias, penalties or temperature): what
+ * OpenAI reports for echoed prompt tokens. `logits` is cleaned in place (NaN ->
+ * -inf) like sampler_sample's. Uses scratch; allocates nothing after the first call.
+ * Thread: the caller's (one scratch per thread).
+ */
+void sampler_logprobs(float *logits, int32_t vocab, int32_t token, int32_t n_top,
+                      struct sampler_scratch *scratch, struct sample_out *out);
+
 #endif

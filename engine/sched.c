@@ -25,6 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Prompt chunks of a request that scores its prompt (prompt_logprobs) need logits
+ * for every token: each row is vocab floats (200 KiB for OPT), so such chunks get
+ * at most this many rows per step, all such requests together. */
+#define SCHED_PROMPT_LOGIT_ROWS 256
+
 struct sseq {
     struct sreq *req;
     int32_t index;      /* 0..n-1 within the request */
@@ -334,7 +339,8 @@ bool sched_idle(const struct sched *s)
     return s->n_running == 0 && s->n_waiting == 0;
 }
 
-static void add_item(struct sched *s, struct sseq *sq, int32_t n_tok, int32_t *n_items)
+static void add_item(struct sched *s, struct sseq *sq, int32_t n_tok, bool all_logits,
+                     int32_t *n_items)
 {
     if (*n_items == s->cap_items) {
         s->cap_items = MAX(16, 2 * s->cap_items);
@@ -343,6 +349,7 @@ static void add_item(struct sched *s, struct sseq *sq, int32_t n_tok, int32_t *n
     }
     s->items[*n_items] = (struct batch_item){
         .kv = &sq->kv, .tokens = sq->ids + sq->n_cached, .n_tok = n_tok, .pos0 = sq->n_cached,
+        .all_logits = all_logits,
     };
     s->owner[(*n_items)++] = sq;
 }
@@ -506,6 +513,47 @@ static void check_invariants(const struct sched *s)
     CHECK(s->reserved_total <= s->pool->n_blocks);
 }
 
+/* The next prompt chunk of sequence 0 of a request, within the step's token budget
+ * (and, when it scores its prompt, the step's budget of full logit rows). */
+static void prompt_chunk(struct sched *s, struct sseq *s0, int32_t *budget,
+                         int32_t *logit_rows, int32_t *n_items)
+{
+    const bool score = s0->req->r->prompt_logprobs;
+    int32_t chunk = MIN(*budget, s0->req->n_prompt - s0->n_cached);
+    if (score) chunk = MIN(chunk, *logit_rows);
+    if (chunk <= 0) return; /* the step has no logit rows left: next step */
+    add_item(s, s0, chunk, score, n_items);
+    *budget -= chunk;
+    if (score) *logit_rows -= chunk;
+}
+
+/* Prompt-token events for a scored prompt chunk: the row of position p predicts
+ * prompt token p + 1 (the last prompt token's row predicts the first generated
+ * token and is sampled as usual). */
+static void emit_prompt_logprobs(struct sched *s, struct sseq *sq, const struct batch_item *it)
+{
+    struct sreq *q = sq->req;
+    const int32_t V = s->m->cfg.vocab_size;
+    const int32_t n_top = MAX(q->r->sp.n_logprobs, 0);
+    for (int32_t t = 0; t < it->n_tok; t++) {
+        const int32_t p = it->pos0 + t;
+        if (p + 1 >= q->n_prompt) break;
+        memcpy(s->row, s->batch.logits + (int64_t)(it->logits_row + t) * V,
+               (size_t)V * sizeof *s->row);
+        struct sample_out so;
+        sampler_logprobs(s->row, V, sq->ids[p + 1], n_top, &s->scratch, &so);
+        struct req_event *ev = event_new(q, 0);
+        ev->token = sq->ids[p + 1];
+        ev->prompt_pos = p + 1;
+        ev->logprob = so.logprob;
+        ev->n_top = so.n_top;
+        memcpy(ev->top_ids, so.top_ids, sizeof ev->top_ids);
+        memcpy(ev->top_logprobs, so.top_logprobs, sizeof ev->top_logprobs);
+        ev->text = xstrdup("");
+        s->emit(s->emit_arg, ev);
+    }
+}
+
 int sched_step(struct sched *s)
 {
     int32_t n_items = 0, budget = s->o.max_batched_tokens;
@@ -515,26 +563,20 @@ int sched_step(struct sched *s)
         if (!q->prefilled) continue;
         for (int32_t i = 0; i < q->r->n; i++)
             if (q->seqs[i].live) {
-                add_item(s, &q->seqs[i], 1, &n_items);
+                add_item(s, &q->seqs[i], 1, false, &n_items);
                 budget--;
             }
     }
     CHECK(budget > 0);
     /* 2. Prompt chunks of admitted requests, oldest first, then new admissions. */
+    int32_t logit_rows = SCHED_PROMPT_LOGIT_ROWS;
     for (int32_t k = 0; k < s->n_running && budget > 0; k++) {
         struct sreq *q = s->running[k];
         if (q->prefilled) continue;
-        struct sseq *s0 = &q->seqs[0];
-        int32_t chunk = MIN(budget, q->n_prompt - s0->n_cached);
-        add_item(s, s0, chunk, &n_items);
-        budget -= chunk;
+        prompt_chunk(s, &q->seqs[0], &budget, &logit_rows, &n_items);
     }
-    while (budget > 0 && admit_one(s)) {
-        struct sseq *s0 = &s->running[s->n_running - 1]->seqs[0];
-        int32_t chunk = MIN(budget, s0->req->n_prompt);
-        add_item(s, s0, chunk, &n_items);
-        budget -= chunk;
-    }
+    while (budget > 0 && admit_one(s))
+        prompt_chunk(s, &s->running[s->n_running - 1]->seqs[0], &budget, &logit_rows, &n_items);
     if (n_items == 0) return 0;
 
     int err = batch_run(&s->batch, &s->m->be, s->pool, s->m->cfg.vocab_size, s->items, n_items);
@@ -562,8 +604,12 @@ int sched_step(struct sched *s)
         const int32_t t = sq->n_cached;
         n_tok += s->items[i].n_tok;
         sq->n_cached += s->items[i].n_tok;
-        const float *logits =
-            s->batch.logits + (int64_t)s->items[i].logits_row * s->m->cfg.vocab_size;
+        /* The row to sample from: the item's last token (all_logits items have one
+         * row per token). */
+        const int32_t last_row = s->items[i].logits_row +
+                                 (s->items[i].all_logits ? s->items[i].n_tok - 1 : 0);
+        const float *logits = s->batch.logits + (int64_t)last_row * s->m->cfg.vocab_size;
+        if (!decode && s->items[i].all_logits) emit_prompt_logprobs(s, sq, &s->items[i]);
         if (decode) {
             const int64_t before = sq->kv.n_evicted;
             kv_seq_after_decode(&sq->kv, &s->m->be, &s->m->cfg, t);

@@ -672,5 +672,7 @@ struct req *cmpl_make_req(const struct cmpl_params *p, int32_t prompt_index, uin
         r->stops[i] = xstrdup(p->stops[i]);
     r->n_stops = p->n_stops;
     r->ignore_eos = p->ignore_eos;
+    /* echo with logprobs reports the prompt tokens' logprobs too. */
+    r->prompt_logprobs = p->echo && p->logprobs >= 0;
     return r;
 }

@@ -19,9 +19,9 @@
  *   is not among them ("up to logprobs + 1 elements", as OpenAI documents). Two ids
  *   that display as the same string keep the more likely one.
  * - echo with logprobs lists the prompt's tokens (BOS included for text prompts: the
- *   model saw it) with a null logprob and null top_logprobs for every one of them. The
- *   engine does not score prompt tokens yet; OpenAI gives null for the first prompt
- *   token only. A known gap.
+ *   model saw it). The first has a null logprob and null top_logprobs, as OpenAI's;
+ *   the others carry the scores the engine sends as prompt-token events
+ *   (req.prompt_logprobs), under the raw model distribution.
  * - usage.completion_tokens counts every generated token, best_of candidates that
  *   were not returned included: they were computed, and OpenAI bills them the same.
  * Thread: whichever thread owns the response.
@@ -64,6 +64,8 @@ struct cmpl_echo {
     size_t len;
     int64_t n_chars;
     int64_t *offsets; /* [n_ids] character offset of each prompt token */
+    struct lp_entry *plp; /* [n_ids] the engine's scores of prompt tokens 1.., or NULL */
+    bool *has_plp;        /* [n_ids] which of plp arrived */
 };
 
 struct cmpl_resp {
@@ -222,8 +224,11 @@ static cJSON *logprobs_object(struct cmpl_resp *r, int32_t pi, bool with_echo,
         for (int32_t k = 0; k < pr->n_ids; k++) {
             cJSON_AddItemToArray(
                 tokens, cJSON_CreateString(tokenizer_token_str(r->tok, pr->ids[k])));
-            cJSON_AddItemToArray(lps, cJSON_CreateNull());
-            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+            /* The first prompt token has no logprob (nothing comes before it); the
+             * others have the engine's score when it sent one. */
+            const bool scored = k > 0 && e->has_plp && e->has_plp[k];
+            cJSON_AddItemToArray(lps, scored ? json_float(e->plp[k].logprob) : cJSON_CreateNull());
+            cJSON_AddItemToArray(tops, scored ? top_object(r->tok, &e->plp[k]) : cJSON_CreateNull());
             cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)e->offsets[k]));
         }
     }
@@ -312,6 +317,8 @@ void cmpl_resp_destroy(struct cmpl_resp *r)
     for (int32_t i = 0; i < r->p->n_prompts; i++) {
         free(r->echo[i].text);
         free(r->echo[i].offsets);
+        free(r->echo[i].plp);
+        free(r->echo[i].has_plp);
     }
     free(r->seqs);
     free(r->echo);
@@ -380,6 +387,24 @@ char *cmpl_resp_event(struct cmpl_resp *r, int32_t prompt_index, const struct re
         ev->seq >= r->n_gen)
         return NULL;
     struct cmpl_seq *base = &r->seqs[(int64_t)prompt_index * r->n_gen];
+    if (ev->prompt_pos > 0) {
+        /* A scored prompt token (echo with logprobs): kept for the echo. */
+        const struct cmpl_prompt *pr = &p->prompts[prompt_index];
+        struct cmpl_echo *e = &r->echo[prompt_index];
+        if (ev->prompt_pos >= pr->n_ids || ev->token != pr->ids[ev->prompt_pos]) return NULL;
+        if (!e->plp) {
+            e->plp = xcalloc((size_t)pr->n_ids, sizeof *e->plp);
+            e->has_plp = xcalloc((size_t)pr->n_ids, sizeof *e->has_plp);
+        }
+        struct lp_entry *l = &e->plp[ev->prompt_pos];
+        l->token = ev->token;
+        l->logprob = ev->logprob;
+        l->n_top = MAX(0, MIN(ev->n_top, MIN(p->logprobs, CMPL_MAX_LOGPROBS)));
+        memcpy(l->top_ids, ev->top_ids, sizeof l->top_ids);
+        memcpy(l->top_logprobs, ev->top_logprobs, sizeof l->top_logprobs);
+        e->has_plp[ev->prompt_pos] = true;
+        return NULL;
+    }
     if (ev->seq < 0 || ev->finish == REQ_FINISH_ERROR) {
         /* A whole-request event: an error (the only kind the engine sends), or a finish
          * that ends every sequence still running. */

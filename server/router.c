@@ -300,7 +300,7 @@ void router_event(struct exch *x, struct req_event *ev)
     struct srv *s = x->c->s;
     const int32_t pi = (int32_t)(ev->req_id - x->base_id);
     const double now = uv_hrtime() * 1e-9;
-    if (ev->token >= 0) {
+    if (ev->token >= 0 && ev->prompt_pos == 0) { /* a generated token */
         if (x->t_first == 0) {
             x->t_first = now;
             srv_hist_add(&s->m.ttft, now - x->t_start);
@@ -309,7 +309,7 @@ void router_event(struct exch *x, struct req_event *ev)
         }
         x->t_last = now;
     }
-    if (ev->token >= 0 && ev->queue_s >= 0) srv_hist_add(&s->m.queue, ev->queue_s);
+    if (ev->token >= 0 && ev->prompt_pos == 0 && ev->queue_s >= 0) srv_hist_add(&s->m.queue, ev->queue_s);
     if (ev->finish != REQ_FINISH_NONE) s->m.finished[ev->finish]++;
     if (!x->resp) return; /* already answered (an error ended it) */
     size_t len = 0;

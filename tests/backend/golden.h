@@ -6,6 +6,7 @@
 #define H2O_TEST_GOLDEN_H
 
 #include "batch.h"
+#include "err.h"
 #include "kv_pool.h"
 #include "kv_seq.h"
 #include "model.h"

@@ -186,6 +186,15 @@ def main():
     tap(ok, "logprobs arrays", r)
     st, r, _ = completion(srv, prompt="Hi there", max_tokens=3, echo=True, ignore_eos=True)
     tap(st == 200 and r["choices"][0]["text"].startswith("Hi there"), "echo", r)
+    st, r, _ = completion(srv, prompt="Hi there", max_tokens=3, echo=True, logprobs=2,
+                          ignore_eos=True, temperature=0)
+    lp = r["choices"][0]["logprobs"] if st == 200 else {}
+    n_prompt = r["usage"]["prompt_tokens"] if st == 200 else 0
+    tl = lp.get("token_logprobs", [])
+    ok = (len(tl) == n_prompt + 3 and tl[0] is None and lp["top_logprobs"][0] is None
+          and all(isinstance(v, float) and v <= 0 for v in tl[1:])
+          and all(isinstance(t, dict) and 1 <= len(t) <= 3 for t in lp["top_logprobs"][1:]))
+    tap(ok, "echo with logprobs scores the prompt tokens (first one null)", lp)
     st, r, _ = completion(srv, max_tokens=40, temperature=0, ignore_eos=True)
     full = r["choices"][0]["text"]
     if len(full) > 6:

@@ -1,0 +1,107 @@
+/*
+ * test_prompt_logprobs.c - prompt-token scores (req.prompt_logprobs, what echo with
+ * logprobs reports) against Hugging Face transformers.
+ *
+ * The golden fixtures hold transformers' logits at every prompt position; the
+ * logprob of prompt token p must be log_softmax(logits[p - 1])[token p] within 1e-4
+ * and the top alternatives must be the largest of those, whether the prompt runs in
+ * one chunk or many, and alone or beside other requests.
+ */
+#include "test.h"
+
+#include "golden.h"
+#include "req.h"
+#include "sched.h"
+
+struct seen {
+    int32_t n_prompt_events;
+    double worst;
+    const struct golden_prompt *gp;
+    int32_t vocab;
+    int32_t bad_order; /* prompt events after a generated token */
+    bool generated;
+    int32_t last_pos;
+};
+
+static void on_event(void *arg, struct req_event *ev)
+{
+    struct seen *s = arg;
+    if (ev->req_id == 1 && ev->prompt_pos > 0) {
+        const struct golden_prompt *gp = s->gp;
+        const int32_t V = s->vocab, p = ev->prompt_pos;
+        const float *row = gp->prefill + (int64_t)(p - 1) * V;
+        double m = row[0], sum = 0;
+        for (int32_t j = 1; j < V; j++) m = row[j] > m ? row[j] : m;
+        for (int32_t j = 0; j < V; j++) sum += exp((double)row[j] - m);
+        double want = (double)row[gp->tokens[p]] - m - log(sum);
+        double d = fabs(want - ev->logprob);
+        s->worst = d > s->worst ? d : s->worst;
+        if (ev->token != gp->tokens[p]) TEST_FAIL("event %d carries token %d", p, ev->token);
+        if (ev->n_top != 2 || ev->top_ids[0] != argmax(row, V))
+            TEST_FAIL("position %d: top %d, argmax %d", p, ev->top_ids[0], argmax(row, V));
+        if (p != s->last_pos + 1) TEST_FAIL("position %d after %d", p, s->last_pos);
+        s->last_pos = p;
+        if (s->generated) s->bad_order++;
+        s->n_prompt_events++;
+    } else if (ev->req_id == 1 && ev->token >= 0) {
+        s->generated = true;
+    }
+    req_event_free(ev);
+}
+
+static void check(int32_t max_batched, bool with_neighbour)
+{
+    struct golden g;
+    golden_load(&g, "tiny-opt");
+    const struct golden_prompt *gp = &g.p[2]; /* the 40-token prompt */
+    struct model *m = test_model("golden/tiny-opt", DTYPE_F32, 64, 16);
+    CHECK(m);
+    struct kv_pool pool;
+    kv_pool_init(&pool, 64, 16);
+    struct seen s = {.gp = gp, .vocab = g.vocab};
+    struct sched_opts o = {.max_num_seqs = 4, .max_batched_tokens = max_batched};
+    struct sched *sc = sched_create(m, &pool, &o, on_event, &s);
+    CHECK(sc);
+    struct kv_spec full = {.policy = KV_POLICY_FULL};
+    if (with_neighbour) {
+        struct req *r0 = req_new(0, &full);
+        r0->prompt_ids = xmalloc(9 * sizeof *r0->prompt_ids);
+        memcpy(r0->prompt_ids, g.p[1].tokens, 9 * sizeof *r0->prompt_ids);
+        r0->n_prompt_ids = 9;
+        r0->max_tokens = 10;
+        sched_add(sc, r0);
+    }
+    struct req *r = req_new(1, &full);
+    r->prompt_ids = xmalloc((size_t)gp->n_tok * sizeof *r->prompt_ids);
+    memcpy(r->prompt_ids, gp->tokens, (size_t)gp->n_tok * sizeof *r->prompt_ids);
+    r->n_prompt_ids = gp->n_tok;
+    r->max_tokens = 2;
+    r->sp.temperature = 0;
+    r->sp.n_logprobs = 2;
+    r->prompt_logprobs = true;
+    sched_add(sc, r);
+    while (!sched_idle(sc)) CHECK(sched_step(sc) >= 0);
+    sched_destroy(sc);
+    EXPECT_EQ(s.n_prompt_events, gp->n_tok - 1);
+    EXPECT_EQ(s.bad_order, 0);
+    printf("# max_batched %d%s: %d prompt tokens scored, max |logprob - transformers| %.3g\n",
+           max_batched, with_neighbour ? " beside another request" : "", s.n_prompt_events,
+           s.worst);
+    if (!(s.worst <= 1e-4)) TEST_FAIL("logprob error %g", s.worst);
+    EXPECT_EQ(pool.n_free, pool.n_blocks);
+    kv_pool_deinit(&pool);
+    model_destroy(m);
+    golden_free(&g);
+}
+
+TEST(one_chunk) { check(2048, false); }
+TEST(many_chunks) { check(7, false); }
+TEST(beside_another_request) { check(16, true); }
+
+int main(void)
+{
+    RUN(one_chunk);
+    RUN(many_chunks);
+    RUN(beside_another_request);
+    return test_done();
+}
