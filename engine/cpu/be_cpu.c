@@ -281,6 +281,12 @@ static void cpu_kv_init_blocks(void *ctx, const int32_t *blocks, int32_t n)
             size_t base = (size_t)blocks[i] * per_block;
             for (size_t j = 0; j < per_block; j++) kv->pos[base + j] = -1;
             memset(kv->score + base, 0, per_block * sizeof *kv->score);
+            /* V is cleared too: attention multiplies every slot of a visible block by
+             * its probability, 0 for free slots, and 0 * NaN left by an earlier owner
+             * would leak into this sequence. (K needs nothing: free slots' logits are
+             * replaced, not multiplied.) */
+            const size_t vb = per_block * (size_t)c->cfg.head_dim * (size_t)dtype_size(c->opts.dtype);
+            memset((char *)kv->v + (size_t)blocks[i] * vb, 0, vb);
         }
     }
 }
@@ -449,6 +455,9 @@ static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *
 static int cpu_forward(void *ctx, const struct be_batch *b, float *logits)
 {
     struct cpu_be *c = ctx;
+    /* OpenMP's thread count is per calling thread; another backend created on this
+     * thread may have changed it. */
+    if (c->opts.n_threads > 0) omp_set_num_threads(c->opts.n_threads);
     double t0 = time_now();
     int err = cpu_forward_timed(c, b, logits);
     c->prof.forward_s += time_now() - t0;
