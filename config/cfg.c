@@ -284,6 +284,28 @@ static const struct cfg_opt opt_table[] = {
      .max = 65536,
      .help = "batch-job requests handed to the engine at once (they run after "
              "interactive requests)"},
+    {.key = "max_file_bytes",
+     .group = "batch",
+     .type = CFG_T_SIZE,
+     FIELD(max_file_bytes),
+     .min = KIB,
+     .max = 16 * GIB,
+     .help = "largest file POST /v1/files accepts (OpenAI's batch limit is 200 MB)"},
+    {.key = "batch_max_requests",
+     .group = "batch",
+     .type = CFG_T_INT,
+     FIELD(batch_max_requests),
+     .min = 1,
+     .max = 10000000,
+     .help = "most request lines in one batch input file"},
+    {.key = "batch_window_s",
+     .group = "batch",
+     .type = CFG_T_INT,
+     FIELD(batch_window_s),
+     .min = 1,
+     .max = 31 * 86400,
+     .help = "seconds a batch may run before it expires (its completion_window is "
+             "always reported as \"24h\")"},
 };
 
 void cfg_defaults(struct cfg *c)
@@ -321,6 +343,9 @@ void cfg_defaults(struct cfg *c)
     c->log_requests = false;
     c->data_dir = xstrdup("./h2oserve-data");
     c->batch_max_in_flight = 64;
+    c->max_file_bytes = 200 * (int64_t)MIB;
+    c->batch_max_requests = 50000;
+    c->batch_window_s = 86400;
 }
 
 const struct cfg_opt *cfg_opts(size_t *n)

@@ -84,6 +84,9 @@ struct cfg {
     /* batch */
     char *data_dir;              /* Files + Batches store; default "./h2oserve-data" */
     int32_t batch_max_in_flight; /* batch requests handed to the engine at once; 64 */
+    int64_t max_file_bytes;      /* POST /v1/files body; default 200 MiB */
+    int32_t batch_max_requests;  /* lines in one batch input file; default 50,000 */
+    int32_t batch_window_s;      /* run time before a batch expires; default 86400 */
 };
 
 enum cfg_type {

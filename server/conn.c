@@ -383,6 +383,9 @@ void conn_accept(struct srv *s)
     struct http_limits lim = http_limits_default();
     lim.max_body_bytes = (size_t)s->cfg->max_body_bytes;
     lim.max_header_bytes = (size_t)s->cfg->max_header_bytes;
+    /* File uploads: the file plus room for the multipart framing around it. */
+    lim.upload_path = "/v1/files";
+    lim.max_upload_bytes = (size_t)s->cfg->max_file_bytes + 64 * 1024;
     c->parser = http_parser_create(&lim);
     c->last_active = uv_now(s->loop);
     read_more(c);

@@ -14,8 +14,9 @@
  * not contiguous in the stream was folded (obs-fold).
  *
  * Invariants: status != 0 means dead (llhttp is never run again); n_queued <=
- * max_pipelined; queued_body_bytes < 2 * max_body_bytes (the queue stops growing
- * once it reaches max_body_bytes, and one more body is at most that); head.len <
+ * max_pipelined; queued_body_bytes < max_body_bytes + the largest body limit (the
+ * queue stops growing once it reaches max_body_bytes, and one more body is at most
+ * its limit: max_body_bytes, or max_upload_bytes on the upload path); head.len <
  * max_header_bytes + a few NULs; req != NULL exactly in PHASE_BODY and
  * PHASE_TRAILER.
  * Thread: loop.
@@ -84,6 +85,7 @@ struct http_parser {
     struct http_request *req; /* the request whose body is being read */
     size_t body_cap;          /* allocated bytes of req->body */
     size_t body_total;        /* Content-Length, or 0 when chunked */
+    size_t body_limit;        /* this request's: max_body_bytes, or max_upload_bytes */
     bool want_continue;       /* see http_parser_take_continue */
 
     struct http_request *q_head, *q_tail; /* complete, oldest first */
@@ -444,9 +446,16 @@ static int on_headers_complete(llhttp_t *ll)
         int st = check_transfer_encoding(p);
         if (st) return fail(p, st);
     }
-    if (has_length && ll->content_length > p->lim.max_body_bytes) return fail(p, 413);
-
     struct http_request *r = build_request(p);
+    /* An upload route may take more than other requests; its bodies still count
+     * against the queue's byte bound, so a connection parks at most one of them. */
+    p->body_limit = p->lim.max_body_bytes;
+    if (p->lim.upload_path && ll->method == HTTP_POST && !strcmp(r->path, p->lim.upload_path))
+        p->body_limit = MAX(p->lim.max_upload_bytes, p->lim.max_body_bytes);
+    if (has_length && ll->content_length > p->body_limit) {
+        http_request_free(r);
+        return fail(p, 413);
+    }
     r->http_major = ll->http_major;
     r->http_minor = ll->http_minor;
     r->expect_continue = expect_continue;
@@ -465,7 +474,7 @@ static int on_chunk_header(llhttp_t *ll)
     struct http_parser *p = parser_of(ll);
     /* ll->content_length holds this chunk's size: refuse an oversized body before
      * its bytes arrive. */
-    if (ll->content_length > p->lim.max_body_bytes - p->req->body_len) return fail(p, 413);
+    if (ll->content_length > p->body_limit - p->req->body_len) return fail(p, 413);
     if (ll->content_length == 0) {
         p->phase = PHASE_TRAILER;
         p->start_set = false;
@@ -489,7 +498,7 @@ static int on_body(llhttp_t *ll, const char *at, size_t n)
 {
     struct http_parser *p = parser_of(ll);
     struct http_request *r = p->req;
-    if (n > p->lim.max_body_bytes - r->body_len) return fail(p, 413);
+    if (n > p->body_limit - r->body_len) return fail(p, 413);
     p->want_continue = false;
     if (r->body_len + n + 1 > p->body_cap) {
         /* Grow by doubling rather than trusting Content-Length up front, so a

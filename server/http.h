@@ -57,6 +57,8 @@ struct http_limits {
     size_t max_body_bytes;   /* decoded body; more -> 413, from Content-Length before
                                 any body byte arrives, or from chunk sizes; the chunk
                                 extensions of one body are held to max_header_bytes */
+    const char *upload_path; /* POSTs to exactly this path (NULL: none) may carry */
+    size_t max_upload_bytes; /*   up to this much body instead (file uploads) */
     int32_t max_headers;     /* header fields (and trailer fields); more -> 431 */
     int32_t max_pipelined;   /* complete requests queued in the parser before feed
                                 stops consuming (backpressure); feed also stops

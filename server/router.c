@@ -42,23 +42,6 @@ static bool authorized(const struct exch *x)
     return secret_equal(tok, strlen(tok), key, strlen(key));
 }
 
-static void error(struct exch *x, int status, const char *code, const char *fmt, const char *arg)
-{
-    struct api_error e = {0};
-    api_error_set(&e, status, status >= 500 ? API_ERR_SERVER : API_ERR_INVALID, NULL, code, fmt,
-                  arg ? arg : "");
-    exch_error(x, &e);
-}
-
-static void respond_json(struct exch *x, cJSON *obj)
-{
-    size_t len;
-    char *body = json_print(obj, &len);
-    exch_respond(x, 200, "application/json", body, len, NULL);
-    free(body);
-    cJSON_Delete(obj);
-}
-
 /* ---- admin ---- */
 
 static cJSON *model_object(const struct srv *s)
@@ -88,17 +71,17 @@ static void handle_models(struct exch *x, const char *id)
     struct srv *s = x->c->s;
     if (id) {
         if (strcmp(id, s->model_id) != 0) {
-            error(x, 404, "model_not_found", "The model '%s' does not exist", id);
+            reply_error(x, 404, "model_not_found", "The model '%s' does not exist", id);
             return;
         }
-        respond_json(x, model_object(s));
+        reply_json(x, model_object(s));
         return;
     }
     cJSON *list = cJSON_CreateObject();
     cJSON_AddStringToObject(list, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(list, "data");
     cJSON_AddItemToArray(data, model_object(s));
-    respond_json(x, list);
+    reply_json(x, list);
 }
 
 static void put_hist(char **out, size_t *len, size_t *cap, const char *name, const char *help,
@@ -211,7 +194,7 @@ static void handle_completions(struct exch *x)
 {
     struct srv *s = x->c->s;
     if (s->draining || !s->eng || engine_state(s->eng) != ENGINE_READY) {
-        error(x, 503, NULL, "The server is %s; try again later",
+        reply_error(x, 503, NULL, "The server is %s; try again later",
               s->draining ? "shutting down" : "loading the model");
         return;
     }
@@ -351,32 +334,40 @@ void router_dispatch(struct exch *x)
     }
     const char *p = r->path;
     if (strcmp(p, "/health") == 0) {
-        if (!get) error(x, 405, NULL, "Method %s not allowed here", r->method);
+        if (!get) reply_error(x, 405, NULL, "Method %s not allowed here", r->method);
         else handle_health(x);
         return;
     }
     if (strcmp(p, "/metrics") == 0) {
-        if (!get) error(x, 405, NULL, "Method %s not allowed here", r->method);
+        if (!get) reply_error(x, 405, NULL, "Method %s not allowed here", r->method);
         else handle_metrics(x);
         return;
     }
     if (strncmp(p, "/v1/", 4) != 0) {
-        error(x, 404, NULL, "No route for %s", p);
+        reply_error(x, 404, NULL, "No route for %s", p);
         return;
     }
     if (!authorized(x)) {
-        error(x, 401, "invalid_api_key", "Incorrect or missing API key%s", "");
+        reply_error(x, 401, "invalid_api_key", "Incorrect or missing API key%s", "");
         return;
     }
     if (strcmp(p, "/v1/models") == 0 || strncmp(p, "/v1/models/", 11) == 0) {
-        if (!get) error(x, 405, NULL, "Method %s not allowed here", r->method);
+        if (!get) reply_error(x, 405, NULL, "Method %s not allowed here", r->method);
         else handle_models(x, p[10] == '/' ? p + 11 : NULL);
         return;
     }
+    if (strcmp(p, "/v1/files") == 0 || strncmp(p, "/v1/files/", 10) == 0) {
+        files_route(x, p + 9);
+        return;
+    }
+    if (strcmp(p, "/v1/batches") == 0 || strncmp(p, "/v1/batches/", 12) == 0) {
+        batches_route(x, p + 11);
+        return;
+    }
     if (strcmp(p, "/v1/completions") == 0) {
-        if (!post) error(x, 405, NULL, "Method %s not allowed here", r->method);
+        if (!post) reply_error(x, 405, NULL, "Method %s not allowed here", r->method);
         else handle_completions(x);
         return;
     }
-    error(x, 404, NULL, "No route for %s", p);
+    reply_error(x, 404, NULL, "No route for %s", p);
 }

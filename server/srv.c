@@ -11,6 +11,7 @@
 #include "srv.h"
 
 #include "err.h"
+#include "jobstore.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -110,10 +111,16 @@ static void on_wake(uv_async_t *a)
     while (list) {
         struct req_event *ev = (struct req_event *)list;
         list = list->next;
-        struct exch *x = srv_reg_get(s, ev->req_id);
-        if (x) router_event(x, ev);
+        if (ev->req_id & SRV_BATCH_ID_BIT) {
+            batchrun_event(s->br, ev);
+        } else {
+            struct exch *x = srv_reg_get(s, ev->req_id);
+            if (x) router_event(x, ev);
+        }
         req_event_free(ev);
     }
+    /* Finished batch requests made room: hand the engine more. */
+    batchrun_feed(s->br);
 }
 
 /* Called by the engine thread: the only cross-thread call into the loop. */
@@ -132,6 +139,7 @@ static void close_cb_noop(uv_handle_t *h)
 static void stop_everything(struct srv *s)
 {
     while (s->conns) conn_close(s->conns);
+    batchrun_stop(s->br);
     if (!uv_is_closing((uv_handle_t *)&s->tick)) uv_close((uv_handle_t *)&s->tick, close_cb_noop);
     if (!uv_is_closing((uv_handle_t *)&s->sig_int)) uv_close((uv_handle_t *)&s->sig_int, close_cb_noop);
     if (!uv_is_closing((uv_handle_t *)&s->sig_term))
@@ -150,6 +158,9 @@ static void start_drain(struct srv *s)
     s->drain_deadline = uv_now(s->loop) + (uint64_t)s->cfg->shutdown_grace_s * 1000;
     log_info("draining: no new connections; in-flight requests have %d s",
              s->cfg->shutdown_grace_s);
+    /* Batch requests are not waited for: what is not recorded runs again after the
+     * restart, so they are cancelled now rather than holding the drain open. */
+    batchrun_stop(s->br);
     if (!uv_is_closing((uv_handle_t *)&s->listener))
         uv_close((uv_handle_t *)&s->listener, close_cb_noop);
 }
@@ -168,6 +179,7 @@ static void on_tick(uv_timer_t *t)
 {
     struct srv *s = t->data;
     conn_sweep(s);
+    batchrun_tick(s->br);
     if (!s->draining) return;
     bool busy = s->reg_n > 0;
     for (struct conn *c = s->conns; c && !busy; c = c->next) busy = c->head != NULL;
@@ -239,6 +251,13 @@ int srv_run(const struct cfg *cfg)
         return 1;
     }
     s->model_id = xstrdup(cfg->served_model_name ? cfg->served_model_name : cfg->model);
+    /* The job store first: it recovers interrupted batches, and a data dir another
+     * server holds is a reason not to start at all. */
+    if (jobstore_open(&s->js, cfg->data_dir)) {
+        log_error("data dir %s: %s", cfg->data_dir, err_msg());
+        s->exit_code = 1;
+        goto out_early;
+    }
 
     uv_async_init(s->loop, &s->wake, on_wake);
     s->wake.data = s;
@@ -253,6 +272,7 @@ int srv_run(const struct cfg *cfg)
         s->exit_code = 1;
         goto out;
     }
+    s->br = batchrun_create(s);
     uv_signal_init(s->loop, &s->sig_int);
     uv_signal_init(s->loop, &s->sig_term);
     s->sig_int.data = s->sig_term.data = s;
@@ -270,7 +290,10 @@ out:
     if (s->listener.loop && !uv_is_closing((uv_handle_t *)&s->listener))
         uv_close((uv_handle_t *)&s->listener, close_cb_noop);
     uv_run(s->loop, UV_RUN_DEFAULT);
+    batchrun_destroy(s->br);
     uv_loop_close(s->loop);
+out_early:
+    jobstore_close(s->js);
     int code = s->exit_code;
     tokenizer_destroy(s->tok);
     free(s->model_id);

@@ -25,6 +25,8 @@
 
 struct srv;
 struct conn;
+struct jobstore;
+struct batchrun;
 
 /* One request and its response. */
 struct exch {
@@ -103,8 +105,14 @@ struct srv {
     uint64_t drain_deadline;   /* uv_now() ms */
     int bound_port;
     struct srv_metrics m;
+    struct jobstore *js;       /* the Files + Batches store under --data-dir */
+    struct batchrun *br;       /* the batch runner, feeding the engine from js */
     int exit_code;
 };
+
+/* Engine request ids with this bit set belong to the batch runner (its own map);
+ * the rest are the registry's. */
+#define SRV_BATCH_ID_BIT (1ull << 62)
 
 /* ---- srv.c ---- */
 
@@ -156,6 +164,87 @@ void exch_stream_end(struct exch *x);
 
 /* Close idle keep-alive connections and those past the drain. Thread: loop. */
 void conn_sweep(struct srv *s);
+
+/* ---- reply.c: small response helpers shared by the route handlers ---- */
+
+/* An OpenAI error response: status, optional error code, a message made of fmt
+ * with one %s argument (NULL arg reads as ""). Thread: loop. */
+void reply_error(struct exch *x, int status, const char *code, const char *fmt,
+                 const char *arg);
+
+/* A 200 JSON response of obj, which this frees. Thread: loop. */
+void reply_json(struct exch *x, cJSON *obj);
+
+/* The error response for a failed job store call: ENG_ENOTFOUND 404, ENG_EINVAL
+ * 400, anything else 500; the message is err_msg(). Thread: loop. */
+void reply_store_error(struct exch *x, int err);
+
+/* 405 unless the method is `method`; true when it is. Thread: loop. */
+bool reply_method_is(struct exch *x, const char *method);
+
+/* ---- query.c: the query string of list endpoints ---- */
+
+/*
+ * The value of query parameter `name` in x's request, percent-decoded ('+' is a
+ * space) into buf. Returns 1 when present, 0 when absent, -1 when malformed or
+ * longer than size - 1. Thread: loop.
+ */
+int query_get(const struct exch *x, const char *name, char *buf, size_t size);
+
+/* The list parameters OpenAI's list endpoints share. */
+struct query_list {
+    int limit;              /* default_limit unless given */
+    char after[64];         /* "" when absent */
+    bool ascending;         /* order=asc; default desc (newest first) */
+};
+
+/* Parse limit (1..max_limit), after and order; on a bad value answer 400 and
+ * return -1. Thread: loop. */
+int query_list_params(struct exch *x, int default_limit, int max_limit, struct query_list *q);
+
+/* ---- api_files.c ---- */
+
+/* /v1/files and below (`rest` is the path after "/v1/files": "", "/{id}",
+ * "/{id}/content"). Thread: loop. */
+void files_route(struct exch *x, const char *rest);
+
+/* ---- api_batches.c ---- */
+
+/* /v1/batches and below (`rest` as for files_route). Thread: loop. */
+void batches_route(struct exch *x, const char *rest);
+
+/* ---- batchrun.c: the batch runner ---- */
+
+/*
+ * The runner of Batches API jobs: validates new batches off the loop thread, feeds
+ * in_progress batches' requests to the engine at batch priority (at most
+ * cfg->batch_max_in_flight lines at once), records each result through the job
+ * store, finalizes, expires and cancels. Created after the store is open; resumes
+ * every unfinished batch it finds there. Owns its own engine id map (ids with
+ * SRV_BATCH_ID_BIT). NULL is a no-op for every call but create. Thread: loop.
+ */
+struct batchrun *batchrun_create(struct srv *s);
+void batchrun_destroy(struct batchrun *br);
+
+/* An engine event for a batch id (the caller frees ev). */
+void batchrun_event(struct batchrun *br, struct req_event *ev);
+
+/* Hand the engine more requests if there is room (after events, or a new batch). */
+void batchrun_feed(struct batchrun *br);
+
+/* Periodic: expiry, finishing cancels, feeding once the engine is ready. */
+void batchrun_tick(struct batchrun *br);
+
+/* A batch was just created in `validating`: validate its input file. */
+void batchrun_validate(struct batchrun *br, const char *batch_id);
+
+/* A batch was just moved to `cancelling`: stop its requests; it becomes cancelled
+ * on the next tick. */
+void batchrun_cancel(struct batchrun *br, const char *batch_id);
+
+/* Draining: cancel every batch request in flight and submit no more (what was not
+ * recorded runs again after a restart). */
+void batchrun_stop(struct batchrun *br);
 
 /* ---- router.c ---- */
 

@@ -31,10 +31,16 @@ def tap(ok, name, detail=""):
 
 
 class Server:
-    def __init__(self, *extra):
+    def __init__(self, *extra, data_dir=None):
+        # Each server gets its own job store (a fresh one unless a test restarts on
+        # the same directory): the store is locked by the process that has it open.
+        import tempfile
+        self.own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="h2oserve-test-")
         self.proc = subprocess.Popen(
             [BIN, "serve", "--model", MODEL, "--port", "0", "--dtype", "fp32",
-             "--max-num-seqs", "32", "--max-batched-tokens", "256", *extra],
+             "--max-num-seqs", "32", "--max-batched-tokens", "256",
+             "--data-dir", self.data_dir, *extra],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
             env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.port = None
@@ -88,10 +94,14 @@ class Server:
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=30)
+            rc = self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            return -999
+            rc = -999
+        if self.own_dir:
+            import shutil
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+        return rc
 
 
 def metric(srv, name):

@@ -1,0 +1,46 @@
+/*
+ * reply.c - the small response helpers every route handler uses: OpenAI error
+ * bodies, JSON bodies, and the mapping from job store errors to HTTP statuses.
+ * Thread: loop.
+ */
+#include "api_completions.h"
+#include "srv.h"
+
+#include "err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void reply_error(struct exch *x, int status, const char *code, const char *fmt,
+                 const char *arg)
+{
+    struct api_error e = {0};
+    api_error_set(&e, status, status >= 500 ? API_ERR_SERVER : API_ERR_INVALID, NULL, code, fmt,
+                  arg ? arg : "");
+    exch_error(x, &e);
+}
+
+void reply_json(struct exch *x, cJSON *obj)
+{
+    size_t len;
+    char *body = json_print(obj, &len);
+    exch_respond(x, 200, "application/json", body, len, NULL);
+    free(body);
+    cJSON_Delete(obj);
+}
+
+void reply_store_error(struct exch *x, int err)
+{
+    /* Not-found and invalid come from the user's ids and fields; anything else is
+     * the disk or the database, which the message names for the operator. */
+    int status = err == ENG_ENOTFOUND ? 404 : err == ENG_EINVAL ? 400 : 500;
+    const char *code = err == ENG_ENOTFOUND ? "not_found" : NULL;
+    reply_error(x, status, code, "%s", err_msg());
+}
+
+bool reply_method_is(struct exch *x, const char *method)
+{
+    if (strcmp(x->req->method, method) == 0) return true;
+    reply_error(x, 405, NULL, "Method %s not allowed here", x->req->method);
+    return false;
+}
