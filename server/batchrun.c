@@ -1,11 +1,593 @@
-/* batchrun.c - placeholder while being written. */
+/*
+ * batchrun.c - the runner behind the Batches API (see srv.h): validation, feeding
+ * the engine, recording results, and the end states of a batch.
+ *
+ * Validation reads and checks the whole input file on libuv's thread pool (a 200 MB
+ * file must not stall the loop), then, back on the loop, stores every request in
+ * one transaction and moves the batch to in_progress, or to failed with the errors
+ * of every bad line. All or nothing: a batch never runs part of a bad file.
+ *
+ * Feeding: in_progress batches, oldest first, hand their pending requests (a page
+ * at a time from the store) to the engine at batch priority until
+ * cfg->batch_max_in_flight engine requests are in flight. A result counts once the
+ * store has appended and synced its line (jobstore_batch_append_result); nothing is
+ * remembered here that the store does not know, so after a crash the store's
+ * pending requests are exactly the ones to run again.
+ *
+ * Seeds: a request without one gets a seed derived from its batch and custom_id,
+ * so a request that runs again after a restart samples the same tokens.
+ *
+ * Owns: the batches it tracks, the lines in flight (with their parsed request and
+ * response assembly) and the validation jobs. Thread: loop.
+ */
+#include "api_completions.h"
+#include "batch_line.h"
+#include "jobstore.h"
 #include "srv.h"
 
-struct batchrun *batchrun_create(struct srv *s) { (void)s; return NULL; }
-void batchrun_destroy(struct batchrun *br) { (void)br; }
-void batchrun_event(struct batchrun *br, struct req_event *ev) { (void)br; (void)ev; }
-void batchrun_feed(struct batchrun *br) { (void)br; }
-void batchrun_tick(struct batchrun *br) { (void)br; }
-void batchrun_validate(struct batchrun *br, const char *id) { (void)br; (void)id; }
-void batchrun_cancel(struct batchrun *br, const char *id) { (void)br; (void)id; }
-void batchrun_stop(struct batchrun *br) { (void)br; }
+#include "err.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Validation errors listed on a failed batch; the count of the rest is noted. */
+#define BR_MAX_ERRORS 100
+/* Requests fetched from the store at once. */
+#define BR_PAGE 64
+
+struct br_batch;
+
+/* A request line in flight: engine ids base_id .. base_id + n_prompts - 1. */
+struct br_line {
+    struct br_batch *b;
+    char *custom_id;
+    struct cmpl_params params;
+    struct cmpl_resp *resp;
+    uint64_t base_id; /* without SRV_BATCH_ID_BIT */
+    int32_t n_prompts;
+    char request_id[JOBSTORE_ID_MAX];
+};
+
+/* A batch in in_progress (or cancelling, until the next tick). */
+struct br_batch {
+    struct br_batch *next;
+    char id[JOBSTORE_ID_MAX];
+    int64_t expires_at;
+    int64_t cursor;                /* the last line handed out */
+    struct jobstore_request *page; /* fetched and not yet handed out: [i_page, n_page) */
+    int n_page, i_page;
+    bool exhausted;                /* the store has no pending request past cursor */
+    bool cancelling;
+    int32_t n_lines;               /* lines in flight */
+};
+
+struct batchrun {
+    struct srv *s;
+    struct br_batch *head;  /* oldest first */
+    struct br_line **lines; /* in flight, by ascending base_id */
+    int32_t n_lines, cap_lines;
+    int32_t n_reqs;         /* engine requests in flight */
+    uint64_t next_id;
+    int32_t n_checks;       /* validations on the thread pool */
+    bool stopped;           /* draining: nothing more goes to the engine */
+    bool store_failed;      /* a result could not be recorded: stop until a restart */
+};
+
+/* ---- tracking ---- */
+
+static struct br_batch *track(struct batchrun *br, const struct jobstore_batch *jb)
+{
+    struct br_batch *b = xcalloc(1, sizeof *b);
+    snprintf(b->id, sizeof b->id, "%s", jb->id);
+    b->expires_at = jb->expires_at;
+    struct br_batch **p = &br->head;
+    while (*p) p = &(*p)->next;
+    *p = b;
+    return b;
+}
+
+static void untrack(struct batchrun *br, struct br_batch *b)
+{
+    for (struct br_batch **p = &br->head; *p; p = &(*p)->next)
+        if (*p == b) {
+            *p = b->next;
+            break;
+        }
+    jobstore_requests_free(b->page, b->n_page);
+    free(b);
+}
+
+static struct br_batch *find_batch(struct batchrun *br, const char *id)
+{
+    for (struct br_batch *b = br->head; b; b = b->next)
+        if (strcmp(b->id, id) == 0) return b;
+    return NULL;
+}
+
+static void set_status(struct batchrun *br, const char *id, enum jobstore_status to,
+                       const char *errors)
+{
+    if (jobstore_batch_set_status(br->s->js, id, to, errors))
+        log_error("batch %s: %s", id, err_msg());
+    else
+        log_info("batch %s: %s", id, jobstore_status_name(to));
+}
+
+/* ---- lines in flight ---- */
+
+/* The line holding engine id `id` (bit cleared), or -1. */
+static int32_t find_line(const struct batchrun *br, uint64_t id)
+{
+    int32_t lo = 0, hi = br->n_lines - 1, at = -1;
+    while (lo <= hi) { /* the last line with base_id <= id */
+        int32_t mid = lo + (hi - lo) / 2;
+        if (br->lines[mid]->base_id <= id) at = mid, lo = mid + 1;
+        else hi = mid - 1;
+    }
+    if (at < 0 || id >= br->lines[at]->base_id + (uint64_t)br->lines[at]->n_prompts) return -1;
+    return at;
+}
+
+/* Forget line k; its engine requests are cancelled when `cancel`. */
+static void drop_line(struct batchrun *br, int32_t k, bool cancel)
+{
+    struct br_line *l = br->lines[k];
+    struct engine *eng = br->s->eng;
+    for (int32_t i = 0; cancel && eng && i < l->n_prompts; i++)
+        engine_cancel(eng, SRV_BATCH_ID_BIT | (l->base_id + (uint64_t)i));
+    l->b->n_lines--;
+    br->n_reqs -= l->n_prompts;
+    memmove(&br->lines[k], &br->lines[k + 1], (size_t)(br->n_lines - k - 1) * sizeof *br->lines);
+    br->n_lines--;
+    cmpl_resp_destroy(l->resp);
+    cmpl_params_free(&l->params);
+    free(l->custom_id);
+    free(l);
+}
+
+static void drop_batch_lines(struct batchrun *br, struct br_batch *b)
+{
+    for (int32_t k = br->n_lines - 1; k >= 0; k--)
+        if (br->lines[k]->b == b) drop_line(br, k, true);
+}
+
+/* The store could not record a result: from here on nothing it was told can be
+ * trusted until a restart re-reads the files, so everything stops. */
+static void store_failed(struct batchrun *br)
+{
+    log_error("batch results can no longer be recorded; batches resume after a restart");
+    br->store_failed = true;
+    while (br->n_lines) drop_line(br, br->n_lines - 1, true);
+}
+
+/* Record one result line of batch b (ok: output file, else error file). */
+static void record(struct batchrun *br, struct br_batch *b, const char *custom_id, bool ok,
+                   const char *line)
+{
+    int err = jobstore_batch_append_result(br->s->js, b->id, custom_id, ok, line);
+    if (!err) return;
+    log_error("batch %s: %s", b->id, err_msg());
+    if (err != ENG_EINVAL) store_failed(br); /* EINVAL: already answered, nothing lost */
+}
+
+static void record_error(struct batchrun *br, struct br_batch *b, const char *custom_id,
+                         int status, cJSON *body, const char *code, const char *message)
+{
+    char id[JOBSTORE_ID_MAX];
+    jobstore_new_id("batch_req_", id, sizeof id);
+    char *line = batch_line_output(id, custom_id, status, NULL, body, code, message);
+    record(br, b, custom_id, false, line);
+    free(line);
+}
+
+static uint64_t seed_of(const char *batch_id, const char *custom_id)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over "batch_id\0custom_id" */
+    for (const char *p = batch_id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h *= 1099511628211ull;
+    for (const char *p = custom_id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h;
+}
+
+/* Parse request r of batch b and hand it to the engine (or record why not). */
+static void start_line(struct batchrun *br, struct br_batch *b, const struct jobstore_request *r)
+{
+    struct srv *s = br->s;
+    struct batch_line_error le;
+    char *cid = NULL;
+    cJSON *body = batch_line_parse(r->body, strlen(r->body), "/v1/completions", NULL, &cid, &le);
+    if (!body) { /* validated before it was stored: only a damaged store gets here */
+        record_error(br, b, r->custom_id, 0, NULL, le.code, le.message);
+        free(cid);
+        return;
+    }
+    free(cid);
+    struct br_line *l = xcalloc(1, sizeof *l);
+    l->b = b;
+    l->custom_id = xstrdup(r->custom_id);
+    char *text = json_print(body, NULL);
+    cJSON_Delete(body);
+    struct api_model m;
+    router_api_model(s, &m);
+    struct api_error e = {0};
+    int err = cmpl_parse(text, strlen(text), &m, &l->params, &e);
+    free(text);
+    if (err) { /* a request the API refuses: its error body is the response */
+        record_error(br, b, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
+        api_error_clear(&e);
+        cmpl_params_free(&l->params);
+        free(l->custom_id);
+        free(l);
+        return;
+    }
+    jobstore_new_id("cmpl-", l->request_id, sizeof l->request_id);
+    l->resp = cmpl_resp_create(&l->params, s->tok, l->request_id, (int64_t)time(NULL));
+    l->n_prompts = l->params.n_prompts;
+    l->base_id = br->next_id;
+    br->next_id += (uint64_t)l->n_prompts;
+    if (br->n_lines == br->cap_lines) {
+        br->cap_lines = MAX(64, 2 * br->cap_lines);
+        br->lines = xrealloc(br->lines, (size_t)br->cap_lines * sizeof *br->lines);
+    }
+    br->lines[br->n_lines++] = l; /* ids only grow, so the array stays sorted */
+    b->n_lines++;
+    br->n_reqs += l->n_prompts;
+    const uint64_t seed =
+        l->params.has_seed ? (uint64_t)l->params.seed : seed_of(b->id, l->custom_id);
+    for (int32_t i = 0; i < l->n_prompts; i++) {
+        struct req *q = cmpl_make_req(&l->params, i, SRV_BATCH_ID_BIT | (l->base_id + (uint64_t)i),
+                                      seed + (uint64_t)i * 1000003u);
+        q->prio = REQ_PRIO_BATCH;
+        q->t_submit = time_now();
+        engine_submit(s->eng, q);
+    }
+}
+
+/* Line k is answered (every prompt finished, or one failed): record it. */
+static void finish_line(struct batchrun *br, int32_t k)
+{
+    struct br_line *l = br->lines[k];
+    const struct api_error *err = cmpl_resp_error(l->resp);
+    if (err) {
+        struct api_error e = {0};
+        api_error_set(&e, err->status, err->type, err->param, err->code, "%s", err->message);
+        record_error(br, l->b, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
+        api_error_clear(&e);
+    } else {
+        size_t len;
+        char *text = cmpl_resp_body(l->resp, &len);
+        cJSON *body = cJSON_ParseWithLength(text, len);
+        free(text);
+        char id[JOBSTORE_ID_MAX];
+        jobstore_new_id("batch_req_", id, sizeof id);
+        char *line = batch_line_output(id, l->custom_id, 200, l->request_id, body, NULL, NULL);
+        record(br, l->b, l->custom_id, true, line);
+        free(line);
+    }
+    if (!br->store_failed) drop_line(br, k, err != NULL); /* an error stops its other prompts */
+}
+
+void batchrun_event(struct batchrun *br, struct req_event *ev)
+{
+    if (!br) return;
+    if (ev->finish != REQ_FINISH_NONE) br->s->m.finished[ev->finish]++;
+    int32_t k = find_line(br, ev->req_id & ~SRV_BATCH_ID_BIT);
+    if (k < 0) return; /* cancelled */
+    struct br_line *l = br->lines[k];
+    const int32_t pi = (int32_t)((ev->req_id & ~SRV_BATCH_ID_BIT) - l->base_id);
+    free(cmpl_resp_event(l->resp, pi, ev, NULL)); /* not streaming: nothing to send */
+    if (cmpl_resp_done(l->resp) || cmpl_resp_error(l->resp)) finish_line(br, k);
+}
+
+/* ---- feeding and the end of a batch ---- */
+
+/* The next request of b to start, or NULL when none is left to hand out now. */
+static const struct jobstore_request *next_request(struct batchrun *br, struct br_batch *b)
+{
+    if (b->i_page < b->n_page) return &b->page[b->i_page++];
+    jobstore_requests_free(b->page, b->n_page);
+    b->page = NULL;
+    b->n_page = b->i_page = 0;
+    if (b->exhausted) return NULL;
+    if (jobstore_batch_pending(br->s->js, b->id, b->cursor, BR_PAGE, &b->page, &b->n_page)) {
+        log_error("batch %s: %s", b->id, err_msg());
+        return NULL;
+    }
+    if (b->n_page == 0) {
+        b->exhausted = true;
+        return NULL;
+    }
+    b->cursor = b->page[b->n_page - 1].line;
+    return &b->page[b->i_page++];
+}
+
+static bool engine_ready(const struct batchrun *br)
+{
+    const struct srv *s = br->s;
+    return !br->stopped && !br->store_failed && !s->draining && s->eng &&
+           engine_state(s->eng) == ENGINE_READY;
+}
+
+void batchrun_feed(struct batchrun *br)
+{
+    if (!br || !engine_ready(br)) return;
+    const int32_t max = br->s->cfg->batch_max_in_flight;
+    for (struct br_batch *b = br->head, *next; b; b = next) {
+        next = b->next;
+        if (b->cancelling) continue;
+        const struct jobstore_request *r;
+        while (br->n_reqs < max && !br->store_failed && (r = next_request(br, b)))
+            start_line(br, b, r);
+        if (b->exhausted && b->n_lines == 0 && !br->store_failed) {
+            set_status(br, b->id, JOBSTORE_FINALIZING, NULL);
+            set_status(br, b->id, JOBSTORE_COMPLETED, NULL);
+            untrack(br, b);
+        }
+    }
+}
+
+/* Past its window: what did not run goes to the error file as batch_expired. */
+static void expire(struct batchrun *br, struct br_batch *b)
+{
+    drop_batch_lines(br, b);
+    int64_t after = 0;
+    for (;;) {
+        struct jobstore_request *rs;
+        int n;
+        if (jobstore_batch_pending(br->s->js, b->id, after, BR_PAGE, &rs, &n) || n == 0) break;
+        for (int i = 0; i < n && !br->store_failed; i++)
+            record_error(br, b, rs[i].custom_id, 0, NULL, "batch_expired",
+                         "This request could not be executed before the completion window "
+                         "expired.");
+        after = rs[n - 1].line;
+        jobstore_requests_free(rs, n);
+        if (br->store_failed) return;
+    }
+    set_status(br, b->id, JOBSTORE_EXPIRED, NULL);
+    untrack(br, b);
+}
+
+void batchrun_tick(struct batchrun *br)
+{
+    if (!br) return;
+    const int64_t now = (int64_t)time(NULL);
+    for (struct br_batch *b = br->head, *next; b; b = next) {
+        next = b->next;
+        if (b->cancelling) {
+            set_status(br, b->id, JOBSTORE_CANCELLED, NULL);
+            untrack(br, b);
+        } else if (b->expires_at && now >= b->expires_at && !br->store_failed) {
+            expire(br, b);
+        }
+    }
+    batchrun_feed(br); /* the engine may have become ready since the last event */
+}
+
+void batchrun_cancel(struct batchrun *br, const char *batch_id)
+{
+    if (!br) return;
+    struct br_batch *b = find_batch(br, batch_id);
+    if (!b) return; /* still validating: check_done sees the status */
+    drop_batch_lines(br, b);
+    b->cancelling = true;
+}
+
+void batchrun_stop(struct batchrun *br)
+{
+    if (!br || br->stopped) return;
+    br->stopped = true;
+    while (br->n_lines) drop_line(br, br->n_lines - 1, true);
+}
+
+/* ---- validation ---- */
+
+struct br_check {
+    uv_work_t work;
+    struct batchrun *br;
+    char batch_id[JOBSTORE_ID_MAX];
+    char *path, *endpoint, *model;
+    int32_t max_requests;
+    /* results, filled on the thread pool */
+    struct jobstore_request *reqs;
+    int n_reqs, cap_reqs;
+    cJSON *errors; /* array of {code, message, param, line} */
+    int64_t n_errors;
+};
+
+static void check_error(struct br_check *c, int64_t line, const char *code, const char *param,
+                        const char *message)
+{
+    if (c->n_errors++ >= BR_MAX_ERRORS) return;
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", message);
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    if (line > 0) cJSON_AddNumberToObject(e, "line", (double)line);
+    else cJSON_AddNullToObject(e, "line");
+    cJSON_AddItemToArray(c->errors, e);
+}
+
+static bool blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return false;
+    return true;
+}
+
+/* Thread pool: read and check every line. */
+static void check_work(uv_work_t *w)
+{
+    struct br_check *c = w->data;
+    c->errors = cJSON_CreateArray();
+    FILE *f = fopen(c->path, "rb");
+    if (!f) {
+        check_error(c, 0, "file_not_found", "input_file_id", "the input file cannot be read");
+        return;
+    }
+    struct batch_idset ids = {0};
+    char *text = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    int64_t line = 0, requests = 0;
+    while ((n = getline(&text, &cap, f)) >= 0) {
+        line++;
+        if (blank(text, (size_t)n)) continue; /* a trailing newline or a blank line */
+        struct batch_line_error le;
+        char *cid = NULL;
+        cJSON *body = batch_line_parse(text, (size_t)n, c->endpoint, c->model, &cid, &le);
+        if (cid && *cid && !batch_idset_add(&ids, cid)) {
+            check_error(c, line, "duplicate_custom_id", "custom_id",
+                        "custom_id is used by an earlier line");
+        } else if (!body) {
+            check_error(c, line, le.code, le.param, le.message);
+        } else if (++requests <= c->max_requests && c->n_errors == 0) {
+            if (c->n_reqs == c->cap_reqs) {
+                c->cap_reqs = MAX(1024, 2 * c->cap_reqs);
+                c->reqs = xrealloc(c->reqs, (size_t)c->cap_reqs * sizeof *c->reqs);
+            }
+            while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r')) text[--n] = '\0';
+            c->reqs[c->n_reqs++] = (struct jobstore_request){
+                .line = line, .custom_id = cid, .body = xstrdup(text)};
+            cid = NULL;
+        }
+        cJSON_Delete(body);
+        free(cid);
+    }
+    if (ferror(f)) check_error(c, 0, "file_not_found", "input_file_id", "the input file cannot be read");
+    fclose(f);
+    free(text);
+    batch_idset_free(&ids);
+    char msg[160];
+    if (requests > c->max_requests) {
+        snprintf(msg, sizeof msg, "the file has %lld requests; a batch may have at most %d",
+                 (long long)requests, c->max_requests);
+        check_error(c, 0, "too_many_requests", NULL, msg);
+    }
+    if (requests == 0 && c->n_errors == 0)
+        check_error(c, 0, "empty_file", "input_file_id", "the input file has no requests");
+}
+
+static void check_free(struct br_check *c)
+{
+    jobstore_requests_free(c->reqs, c->n_reqs);
+    cJSON_Delete(c->errors);
+    free(c->path);
+    free(c->endpoint);
+    free(c->model);
+    free(c);
+}
+
+/* Loop: store the outcome, unless the batch was cancelled meanwhile. */
+static void check_done(uv_work_t *w, int status)
+{
+    struct br_check *c = w->data;
+    struct batchrun *br = c->br;
+    br->n_checks--;
+    struct jobstore *js = br->s->js;
+    struct jobstore_batch b;
+    if (status == 0 && jobstore_batch_get(js, c->batch_id, &b) == 0) {
+        if (b.status == JOBSTORE_CANCELLING) {
+            set_status(br, b.id, JOBSTORE_CANCELLED, NULL);
+        } else if (b.status == JOBSTORE_VALIDATING && c->n_errors > 0) {
+            if (c->n_errors > BR_MAX_ERRORS) {
+                char msg[96];
+                snprintf(msg, sizeof msg, "%lld more errors are not listed",
+                         (long long)(c->n_errors - BR_MAX_ERRORS));
+                c->n_errors = 0; /* let this one through */
+                check_error(c, 0, "too_many_errors", NULL, msg);
+            }
+            cJSON *list = cJSON_CreateObject();
+            cJSON_AddStringToObject(list, "object", "list");
+            cJSON_AddItemToObject(list, "data", c->errors);
+            c->errors = NULL;
+            char *text = json_print(list, NULL);
+            cJSON_Delete(list);
+            set_status(br, b.id, JOBSTORE_FAILED, text);
+            free(text);
+        } else if (b.status == JOBSTORE_VALIDATING) {
+            if (jobstore_batch_add_requests(js, b.id, c->reqs, c->n_reqs)) {
+                /* The disk: leave it validating, so a restart validates it again. */
+                log_error("batch %s: %s", b.id, err_msg());
+            } else {
+                set_status(br, b.id, JOBSTORE_IN_PROGRESS, NULL);
+                track(br, &b);
+                batchrun_feed(br);
+            }
+        }
+        jobstore_batch_deinit(&b);
+    }
+    check_free(c);
+}
+
+void batchrun_validate(struct batchrun *br, const char *batch_id)
+{
+    if (!br) return;
+    struct srv *s = br->s;
+    struct jobstore_batch b;
+    if (jobstore_batch_get(s->js, batch_id, &b)) {
+        log_error("batch %s: %s", batch_id, err_msg());
+        return;
+    }
+    struct br_check *c = xcalloc(1, sizeof *c);
+    c->br = br;
+    c->work.data = c;
+    snprintf(c->batch_id, sizeof c->batch_id, "%s", batch_id);
+    c->endpoint = xstrdup(b.endpoint);
+    c->model = xstrdup(s->model_id);
+    c->max_requests = s->cfg->batch_max_requests;
+    if (jobstore_file_path(s->js, b.input_file_id, &c->path)) c->path = xstrdup("");
+    jobstore_batch_deinit(&b);
+    br->n_checks++;
+    int err = uv_queue_work(s->loop, &c->work, check_work, check_done);
+    CHECK(err == 0); /* only fails for a NULL callback */
+}
+
+/* ---- life ---- */
+
+struct batchrun *batchrun_create(struct srv *s)
+{
+    struct batchrun *br = xcalloc(1, sizeof *br);
+    br->s = s;
+    br->next_id = 1;
+    struct jobstore_batch *bs;
+    int n;
+    if (jobstore_unfinished_batches(s->js, &bs, &n)) {
+        log_error("batches: %s", err_msg());
+        return br;
+    }
+    /* What a restart finds (recovery has already reconciled the output files): */
+    for (int i = 0; i < n; i++) {
+        struct jobstore_batch *b = &bs[i];
+        switch (b->status) {
+        case JOBSTORE_VALIDATING:
+            if (b->total > 0) { /* its requests were stored: it was about to start */
+                set_status(br, b->id, JOBSTORE_IN_PROGRESS, NULL);
+                track(br, b);
+            } else {
+                batchrun_validate(br, b->id);
+            }
+            break;
+        case JOBSTORE_IN_PROGRESS: track(br, b); break;
+        case JOBSTORE_FINALIZING: set_status(br, b->id, JOBSTORE_COMPLETED, NULL); break;
+        case JOBSTORE_CANCELLING: set_status(br, b->id, JOBSTORE_CANCELLED, NULL); break;
+        default: break;
+        }
+    }
+    if (n) log_info("resuming %d unfinished batch%s", n, n == 1 ? "" : "es");
+    jobstore_batches_free(bs, n);
+    return br;
+}
+
+void batchrun_destroy(struct batchrun *br)
+{
+    if (!br) return;
+    CHECK(br->n_checks == 0); /* the loop ran until its work was done */
+    while (br->n_lines) drop_line(br, br->n_lines - 1, false);
+    while (br->head) untrack(br, br->head);
+    free(br->lines);
+    free(br);
+}

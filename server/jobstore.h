@@ -208,6 +208,11 @@ int jobstore_batch_create(struct jobstore *js, const char *input_file_id,
                           const char *endpoint, const char *completion_window,
                           const char *metadata, struct jobstore_batch *out);
 
+/* Set batch `id`'s expires_at (Unix seconds): a server whose batches may run
+ * longer or shorter than their completion_window says. ENG_ENOTFOUND.
+ * Thread: owner. */
+int jobstore_batch_set_expires_at(struct jobstore *js, const char *id, int64_t t);
+
 /* Fill *out with batch `id`. ENG_ENOTFOUND. Thread: owner. */
 int jobstore_batch_get(struct jobstore *js, const char *id, struct jobstore_batch *out);
 

@@ -236,6 +236,19 @@ fail:
     return err;
 }
 
+int jobstore_batch_set_expires_at(struct jobstore *js, const char *id, int64_t t)
+{
+    sqlite3_stmt *st;
+    int err = db_prepare(js, "UPDATE batches SET expires_at=? WHERE id=?", &st);
+    if (err) return err;
+    sqlite3_bind_int64(st, 1, t);
+    bind_text(st, 2, id);
+    err = db_step_done(js, st, "set expires_at");
+    if (!err && sqlite3_changes(js->db) == 0)
+        err = err_set(ENG_ENOTFOUND, "no such batch: '%s'", id);
+    return err;
+}
+
 int jobstore_batch_add_requests(struct jobstore *js, const char *batch_id,
                                 const struct jobstore_request *reqs, int n)
 {

@@ -169,7 +169,7 @@ static void handle_metrics(struct exch *x)
 
 /* ---- completions ---- */
 
-static void api_model_of(const struct srv *s, struct api_model *m)
+void router_api_model(const struct srv *s, struct api_model *m)
 {
     memset(m, 0, sizeof *m);
     m->id = s->model_id;
@@ -199,7 +199,7 @@ static void handle_completions(struct exch *x)
         return;
     }
     struct api_model m;
-    api_model_of(s, &m);
+    router_api_model(s, &m);
     struct api_error e = {0};
     x->params = xcalloc(1, sizeof *x->params);
     if (cmpl_parse(x->req->body ? x->req->body : "", x->req->body_len, &m, x->params, &e)) {

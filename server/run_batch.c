@@ -10,6 +10,7 @@
 #include "run_batch.h"
 
 #include "api_completions.h"
+#include "batch_line.h"
 #include "cfg.h"
 #include "err.h"
 #include "kv_pool.h"
@@ -63,31 +64,9 @@ static char *output_line(const char *custom_id, int status, const char *request_
                          cJSON *body, const char *err_code, const char *err_msg,
                          uint64_t index)
 {
-    cJSON *o = cJSON_CreateObject();
     char id[64];
     snprintf(id, sizeof id, "batch_req_%06llu", (unsigned long long)index);
-    cJSON_AddStringToObject(o, "id", id);
-    if (custom_id) cJSON_AddStringToObject(o, "custom_id", custom_id);
-    else cJSON_AddNullToObject(o, "custom_id");
-    if (body) {
-        cJSON *resp = cJSON_AddObjectToObject(o, "response");
-        cJSON_AddNumberToObject(resp, "status_code", status);
-        if (request_id) cJSON_AddStringToObject(resp, "request_id", request_id);
-        else cJSON_AddNullToObject(resp, "request_id");
-        cJSON_AddItemToObject(resp, "body", body);
-    } else {
-        cJSON_AddNullToObject(o, "response");
-    }
-    if (err_code) {
-        cJSON *e = cJSON_AddObjectToObject(o, "error");
-        cJSON_AddStringToObject(e, "code", err_code);
-        cJSON_AddStringToObject(e, "message", err_msg ? err_msg : "");
-    } else {
-        cJSON_AddNullToObject(o, "error");
-    }
-    char *s = json_print(o, NULL);
-    cJSON_Delete(o);
-    return s;
+    return batch_line_output(id, custom_id, status, request_id, body, err_code, err_msg);
 }
 
 /* A line that failed with an HTTP-style error: the error body as the response. */
@@ -110,84 +89,25 @@ static void line_fail(struct rb *b, int32_t k, const char *code, const char *msg
     b->n_done++;
 }
 
-/* ---- a small string set for custom_id uniqueness ---- */
-
-struct rb_set {
-    char **slot;
-    size_t cap, n;
-};
-
-static uint64_t str_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
-/* Insert; returns false when already present. */
-static bool set_add(struct rb_set *set, const char *s)
-{
-    if (2 * (set->n + 1) > set->cap) {
-        struct rb_set bigger = {.cap = set->cap ? 2 * set->cap : 1024};
-        bigger.slot = xcalloc(bigger.cap, sizeof *bigger.slot);
-        for (size_t i = 0; i < set->cap; i++)
-            if (set->slot[i]) {
-                size_t j = str_hash(set->slot[i]) & (bigger.cap - 1);
-                while (bigger.slot[j]) j = (j + 1) & (bigger.cap - 1);
-                bigger.slot[j] = set->slot[i];
-            }
-        free(set->slot);
-        bigger.n = set->n;
-        *set = bigger;
-    }
-    size_t j = str_hash(s) & (set->cap - 1);
-    for (; set->slot[j]; j = (j + 1) & (set->cap - 1))
-        if (strcmp(set->slot[j], s) == 0) return false;
-    set->slot[j] = xstrdup(s);
-    set->n++;
-    return true;
-}
-
-static void set_free(struct rb_set *set)
-{
-    for (size_t i = 0; i < set->cap; i++) free(set->slot[i]);
-    free(set->slot);
-}
-
 /* Parse input line k and hand its requests to the scheduler (or fail it). */
 static void line_start(struct rb *b, int32_t k, const char *text, size_t len,
-                       struct rb_set *ids, uint64_t seed)
+                       struct batch_idset *ids, uint64_t seed)
 {
     struct rb_line *l = &b->lines[k];
-    cJSON *j = cJSON_ParseWithLength(text, len);
-    if (!j || !cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        line_fail(b, k, "invalid_json", "the line is not a JSON object");
+    struct batch_line_error le;
+    cJSON *body = batch_line_parse(text, len, "/v1/completions", NULL, &l->custom_id, &le);
+    /* A used custom_id is the line's fault whatever else is wrong with it. */
+    if (l->custom_id && *l->custom_id && !batch_idset_add(ids, l->custom_id)) {
+        cJSON_Delete(body);
+        line_fail(b, k, "duplicate_custom_id", "custom_id is used by an earlier line");
         return;
     }
-    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
-    const cJSON *method = cJSON_GetObjectItemCaseSensitive(j, "method");
-    const cJSON *url = cJSON_GetObjectItemCaseSensitive(j, "url");
-    const cJSON *body = cJSON_GetObjectItemCaseSensitive(j, "body");
-    if (cJSON_IsString(cid)) l->custom_id = xstrdup(cid->valuestring);
-    const char *code = NULL, *msg = NULL;
-    if (!cJSON_IsString(cid) || !*cid->valuestring)
-        code = "missing_custom_id", msg = "custom_id must be a non-empty string";
-    else if (!set_add(ids, cid->valuestring))
-        code = "duplicate_custom_id", msg = "custom_id is used by an earlier line";
-    else if (!cJSON_IsString(method) || strcmp(method->valuestring, "POST") != 0)
-        code = "invalid_method", msg = "method must be POST";
-    else if (!cJSON_IsString(url) || strcmp(url->valuestring, "/v1/completions") != 0)
-        code = "invalid_url", msg = "url must be /v1/completions";
-    else if (!cJSON_IsObject(body))
-        code = "invalid_body", msg = "body must be a JSON object";
-    if (code) {
-        cJSON_Delete(j);
-        line_fail(b, k, code, msg);
+    if (!body) {
+        line_fail(b, k, le.code, le.message);
         return;
     }
     char *btext = cJSON_PrintUnformatted(body);
-    cJSON_Delete(j);
+    cJSON_Delete(body);
     struct api_error e = {0};
     l->params = xcalloc(1, sizeof *l->params);
     int err = cmpl_parse(btext, strlen(btext), &b->am, l->params, &e);
@@ -376,7 +296,7 @@ int run_batch_main(int argc, char **argv)
         return 1;
     }
     struct rb b = {0};
-    struct rb_set ids = {0};
+    struct batch_idset ids = {0};
     int rc = 1;
     struct engine_opts eo;
     cfg_engine_opts(&c, &eo);
@@ -470,7 +390,7 @@ done:
     free(b.lines);
     free(b.id_line);
     free(b.cancel);
-    set_free(&ids);
+    batch_idset_free(&ids);
     model_destroy(b.m);
     cfg_free(&c);
     return rc;

@@ -248,6 +248,10 @@ void batchrun_stop(struct batchrun *br);
 
 /* ---- router.c ---- */
 
+/* The served model as the completions parser sees it (pointers into s). Thread: loop. */
+struct api_model;
+void router_api_model(const struct srv *s, struct api_model *m);
+
 /* Handle one complete request. Thread: loop. */
 void router_dispatch(struct exch *x);
 

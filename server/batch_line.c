@@ -1,0 +1,135 @@
+/*
+ * batch_line.c - parse Batch input lines and print output lines (see batch_line.h).
+ * Thread: any.
+ */
+#include "batch_line.h"
+
+#include "json.h"
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+__attribute__((format(printf, 4, 5))) static cJSON *fail(struct batch_line_error *e,
+                                                        const char *code, const char *param,
+                                                        const char *fmt, ...)
+{
+    e->code = code;
+    e->param = param;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, const char *model,
+                        char **custom_id, struct batch_line_error *e)
+{
+    *custom_id = NULL;
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return fail(e, "invalid_json", NULL, "the line is not a JSON object");
+    }
+    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(j, "method");
+    const cJSON *url = cJSON_GetObjectItemCaseSensitive(j, "url");
+    const cJSON *body = cJSON_GetObjectItemCaseSensitive(j, "body");
+    if (cJSON_IsString(cid)) *custom_id = xstrdup(cid->valuestring);
+    cJSON *out = NULL;
+    if (!cJSON_IsString(cid) || !*cid->valuestring)
+        fail(e, "missing_custom_id", "custom_id", "custom_id must be a non-empty string");
+    else if (!cJSON_IsString(method) || strcmp(method->valuestring, "POST") != 0)
+        fail(e, "invalid_method", "method", "method must be POST");
+    else if (!cJSON_IsString(url) || strcmp(url->valuestring, endpoint) != 0)
+        fail(e, "invalid_url", "url", "url must be %s, the batch's endpoint", endpoint);
+    else if (!cJSON_IsObject(body))
+        fail(e, "invalid_body", "body", "body must be a JSON object");
+    else
+        out = cJSON_DetachItemViaPointer(j, (cJSON *)body);
+    if (out && model) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(out, "model");
+        bool bad = true;
+        if (!cJSON_IsString(m) || strcmp(m->valuestring, model) != 0)
+            fail(e, "model_not_found", "body.model", "body.model must be '%s', the served model",
+                 model);
+        else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(out, "stream")))
+            fail(e, "invalid_body", "body.stream", "stream is not supported in a batch");
+        else
+            bad = false;
+        if (bad) {
+            cJSON_Delete(out);
+            out = NULL;
+        }
+    }
+    cJSON_Delete(j);
+    return out;
+}
+
+char *batch_line_output(const char *id, const char *custom_id, int status,
+                        const char *request_id, cJSON *body, const char *err_code,
+                        const char *err_message)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    if (custom_id) cJSON_AddStringToObject(o, "custom_id", custom_id);
+    else cJSON_AddNullToObject(o, "custom_id");
+    if (body) {
+        cJSON *resp = cJSON_AddObjectToObject(o, "response");
+        cJSON_AddNumberToObject(resp, "status_code", status);
+        if (request_id) cJSON_AddStringToObject(resp, "request_id", request_id);
+        else cJSON_AddNullToObject(resp, "request_id");
+        cJSON_AddItemToObject(resp, "body", body);
+    } else {
+        cJSON_AddNullToObject(o, "response");
+    }
+    if (err_code) {
+        cJSON *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", err_code);
+        cJSON_AddStringToObject(e, "message", err_message ? err_message : "");
+    } else {
+        cJSON_AddNullToObject(o, "error");
+    }
+    char *s = json_print(o, NULL);
+    cJSON_Delete(o);
+    return s;
+}
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+bool batch_idset_add(struct batch_idset *set, const char *s)
+{
+    if (2 * (set->n + 1) > set->cap) {
+        struct batch_idset bigger = {.cap = set->cap ? 2 * set->cap : 1024, .n = set->n};
+        bigger.slot = xcalloc(bigger.cap, sizeof *bigger.slot);
+        for (size_t i = 0; i < set->cap; i++)
+            if (set->slot[i]) {
+                size_t j = str_hash(set->slot[i]) & (bigger.cap - 1);
+                while (bigger.slot[j]) j = (j + 1) & (bigger.cap - 1);
+                bigger.slot[j] = set->slot[i];
+            }
+        free(set->slot);
+        *set = bigger;
+    }
+    size_t j = str_hash(s) & (set->cap - 1);
+    for (; set->slot[j]; j = (j + 1) & (set->cap - 1))
+        if (strcmp(set->slot[j], s) == 0) return false;
+    set->slot[j] = xstrdup(s);
+    set->n++;
+    return true;
+}
+
+void batch_idset_free(struct batch_idset *set)
+{
+    for (size_t i = 0; i < set->cap; i++) free(set->slot[i]);
+    free(set->slot);
+    memset(set, 0, sizeof *set);
+}

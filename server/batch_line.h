@@ -1,0 +1,63 @@
+/*
+ * batch_line.h - one line of the OpenAI Batch format, in and out, shared by
+ * `h2oserve run-batch` and the server's Batches API so both read and write exactly
+ * the same lines.
+ *
+ * Input:  {"custom_id":"r1","method":"POST","url":"/v1/completions","body":{...}}
+ * Output: {"id":"batch_req_...","custom_id":"r1","response":{"status_code":200,
+ *          "request_id":"cmpl-...","body":{...}},"error":null}
+ * A line that is not a request at all has "response":null and an error
+ * {"code","message"}; a request the API refuses has its error body as the response.
+ *
+ * Thread: any (no shared state; each set belongs to its caller).
+ */
+#ifndef H2O_SERVER_BATCH_LINE_H
+#define H2O_SERVER_BATCH_LINE_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Why a line is not a request. code and param are static strings. */
+struct batch_line_error {
+    const char *code;  /* invalid_json, missing_custom_id, invalid_method, invalid_url,
+                          invalid_body, model_not_found, duplicate_custom_id */
+    const char *param; /* the field at fault ("custom_id", "body.model"), or NULL */
+    char message[200];
+};
+
+/*
+ * Check one input line: a JSON object with a non-empty string custom_id, method
+ * POST, url equal to `endpoint`, and an object body; when `model` is not NULL the
+ * body's "model" must equal it, and "stream": true is refused. Returns the body
+ * (detached from the line; caller owns it, cJSON_Delete), or NULL with *e filled.
+ * *custom_id is a heap copy of the line's custom_id whenever it is a string (also
+ * on error; NULL otherwise). Uniqueness is the caller's (batch_idset).
+ * Owns: the caller owns the returned body and *custom_id. Thread: any.
+ */
+cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, const char *model,
+                        char **custom_id, struct batch_line_error *e);
+
+/*
+ * An output line (no newline; heap, caller frees): `id`, custom_id (NULL -> null),
+ * and either a response {status_code, request_id (NULL -> null), body} when `body`
+ * is not NULL (taken: the line owns it then) or response null, and error
+ * {code, message} when err_code is not NULL (else null). Thread: any.
+ */
+char *batch_line_output(const char *id, const char *custom_id, int status,
+                        const char *request_id, cJSON *body, const char *err_code,
+                        const char *err_message);
+
+/* A set of custom_ids (open addressing, strings copied). Zero-initialise. */
+struct batch_idset {
+    char **slot;
+    size_t cap, n;
+};
+
+/* Insert s; false when it was already there. Thread: the set's owner. */
+bool batch_idset_add(struct batch_idset *set, const char *s);
+
+/* Free the set's strings and table (the set may be reused after). */
+void batch_idset_free(struct batch_idset *set);
+
+#endif
