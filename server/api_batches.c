@@ -160,11 +160,19 @@ static void list(struct exch *x)
 {
     struct query_list q;
     if (query_list_params(x, 20, 100, &q)) return;
+    if (q.after[0] && !query_id_ok(q.after, strlen(q.after))) {
+        reply_error(x, 400, NULL, "after is not a batch id%s", "");
+        return;
+    }
     struct jobstore_batch *bs;
     int n;
     bool more;
     int err = jobstore_batch_list(x->c->s->js, q.after[0] ? q.after : NULL, q.limit, q.ascending,
                                   &bs, &n, &more);
+    if (err == ENG_ENOTFOUND) { /* as the Files list answers an unknown cursor */
+        reply_error(x, 400, NULL, "No such Batch object for 'after': %s", q.after);
+        return;
+    }
     if (err) {
         reply_store_error(x, err);
         return;
@@ -205,17 +213,6 @@ static void cancel(struct exch *x, const char *id)
     retrieve(x, id);
 }
 
-/* An id as the store makes them; anything else cannot name a batch. */
-static bool id_ok(const char *id, size_t len)
-{
-    if (len == 0 || len >= JOBSTORE_ID_MAX) return false;
-    for (size_t i = 0; i < len; i++)
-        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') ||
-              (id[i] >= '0' && id[i] <= '9') || id[i] == '_' || id[i] == '-'))
-            return false;
-    return true;
-}
-
 void batches_route(struct exch *x, const char *rest)
 {
     if (!*rest) {
@@ -227,7 +224,7 @@ void batches_route(struct exch *x, const char *rest)
     const char *id = rest + 1;
     size_t len = strcspn(id, "/");
     char buf[JOBSTORE_ID_MAX];
-    if (!id_ok(id, len)) {
+    if (!query_id_ok(id, len)) {
         reply_error(x, 404, "not_found", "No such batch%s", "");
         return;
     }

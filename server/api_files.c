@@ -1,8 +1,384 @@
-/* api_files.c - placeholder until the Files API lands (being written now). */
+/*
+ * api_files.c - the OpenAI Files API: upload (POST /v1/files, multipart/form-data),
+ * list, retrieve, delete, and download (GET /v1/files/{id}/content).
+ *
+ * Why it exists: the Batches API takes its input as an uploaded file and hands its
+ * results back as files, so a client drives a batch with the same SDK calls it uses
+ * against OpenAI (client.files.create / retrieve / content / delete / list).
+ *
+ * Owns: nothing beyond one request. The bodies and their rows are the job store's
+ * (jobstore.h: its ordering makes an upload durable before the id is returned);
+ * this file turns HTTP into store calls and store records into OpenAI's JSON.
+ * Only purpose "batch" may be uploaded; files of purpose "batch_output" (a batch's
+ * output and error files, published by the store) are listed, retrieved, deleted
+ * and downloaded like any other.
+ *
+ * Trust: the user's filename is stored and echoed as JSON, never used as a path
+ * (bodies live under generated ids). Ids from the path are checked to be short
+ * [A-Za-z0-9_-] strings before they reach the store or an error message, so a
+ * malformed one is simply a file that does not exist (404).
+ *
+ * Thread: loop. A download streams the body from disk as the client reads it
+ * (exch_respond_file), so a file of any size costs a few chunks of memory. An
+ * upload's body is already in memory (the HTTP layer buffers it, up to
+ * --max-file-bytes), so an upload costs one write and the store's fsyncs.
+ */
 #include "srv.h"
 
+#include "jobstore.h"
+#include "multipart.h"
+
+#include "err.h"
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The only purpose POST /v1/files accepts: nothing here consumes anything else. */
+#define FILES_PURPOSE "batch"
+#define FILES_SUFFIX ".jsonl"
+
+/* OpenAI's list default and maximum are both 10,000. */
+#define FILES_LIST_MAX 10000
+
+/* An OpenAI error with a param: status, param (NULL: none), code (static or NULL)
+ * and a printf message. reply_error has no param, and the SDKs show it. */
+static void files_error(struct exch *x, int status, const char *param, const char *code,
+                        const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static void files_error(struct exch *x, int status, const char *param, const char *code,
+                        const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    struct api_error e = {0};
+    api_error_set(&e, status, status >= 500 ? API_ERR_SERVER : API_ERR_INVALID, param, code,
+                  "%s", msg);
+    exch_error(x, &e);
+}
+
+/* OpenAI's 404 for a file id: "No such File object: file-abc", param "id". */
+static void reply_no_file(struct exch *x, const char *id)
+{
+    files_error(x, 404, "id", NULL, "No such File object: %s", id);
+}
+
+/* The File object. expires_at is null because nothing here expires files;
+ * status is always "processed" (the store holds only committed uploads) and
+ * status_details null (OpenAI uses it only for fine-tuning). */
+static cJSON *file_object(const struct jobstore_file *f)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", f->id);
+    cJSON_AddStringToObject(o, "object", "file");
+    cJSON_AddNumberToObject(o, "bytes", (double)f->bytes);
+    cJSON_AddNumberToObject(o, "created_at", (double)f->created_at);
+    cJSON_AddNullToObject(o, "expires_at");
+    cJSON_AddStringToObject(o, "filename", f->filename ? f->filename : "");
+    cJSON_AddStringToObject(o, "purpose", f->purpose);
+    cJSON_AddStringToObject(o, "status", f->status[0] ? f->status : "processed");
+    cJSON_AddNullToObject(o, "status_details");
+    return o;
+}
+
+/* ---- POST /v1/files ---- */
+
+static bool part_equals(const struct multipart_part *p, const char *s)
+{
+    const size_t n = strlen(s);
+    return p->len == n && memcmp(p->data, s, n) == 0;
+}
+
+static bool ends_with_ci(const char *s, const char *suffix)
+{
+    const size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+/* The checks of an upload's fields, in the order a user would fix them: the form's
+ * shape, then purpose, then the file's name, then its size. Returns the file part,
+ * or NULL after answering the error. */
+static const struct multipart_part *
+upload_check(struct exch *x, const struct multipart_part *parts, int32_t n)
+{
+    const struct multipart_part *file = NULL, *purpose = NULL;
+    for (int32_t i = 0; i < n; i++) {
+        const struct multipart_part *p = &parts[i];
+        const struct multipart_part **slot = NULL;
+        if (strcmp(p->name, "file") == 0)
+            slot = &file;
+        else if (strcmp(p->name, "purpose") == 0)
+            slot = &purpose;
+        if (slot) {
+            /* Two files or two purposes: which one did the client mean? */
+            if (*slot) {
+                files_error(x, 400, p->name, NULL, "The '%s' field appears more than once",
+                            p->name);
+                return NULL;
+            }
+            *slot = p;
+        } else if (strncmp(p->name, "expires_after", 13) == 0) {
+            /* Files here never expire; accepting the field silently would promise
+             * a deletion that never happens. Other unknown fields are ignored. */
+            files_error(
+                x, 400, "expires_after", NULL,
+                "expires_after is not supported: files on this server do not expire");
+            return NULL;
+        }
+    }
+    if (!file) {
+        files_error(x, 400, "file", NULL, "Missing required parameter: 'file'");
+        return NULL;
+    }
+    if (!purpose) {
+        files_error(x, 400, "purpose", NULL, "Missing required parameter: 'purpose'");
+        return NULL;
+    }
+    if (!part_equals(purpose, FILES_PURPOSE)) {
+        files_error(x, 400, "purpose", NULL,
+                    "Invalid value for 'purpose': this server accepts only '%s'",
+                    FILES_PURPOSE);
+        return NULL;
+    }
+    if (!file->filename) {
+        files_error(x, 400, "file", NULL,
+                    "The 'file' field must be a file upload (a part with a filename)");
+        return NULL;
+    }
+    if (!ends_with_ci(file->filename, FILES_SUFFIX)) {
+        files_error(x, 400, "file", NULL,
+                    "Invalid file format for the Batch API: the filename must end in '%s'",
+                    FILES_SUFFIX);
+        return NULL;
+    }
+    /* The name goes back out in JSON, which must be UTF-8. */
+    if (!json_utf8_valid(file->filename, strlen(file->filename))) {
+        files_error(x, 400, "file", NULL, "The filename is not valid UTF-8");
+        return NULL;
+    }
+    if (file->len == 0) {
+        files_error(x, 400, "file", NULL, "The file is empty");
+        return NULL;
+    }
+    const int64_t max = x->c->s->cfg->max_file_bytes;
+    if ((uint64_t)file->len > (uint64_t)max) {
+        files_error(
+            x, 413, "file", NULL,
+            "The file is %zu bytes; this server accepts files of at most %lld bytes",
+            file->len, (long long)max);
+        return NULL;
+    }
+    return file;
+}
+
+static void files_upload(struct exch *x)
+{
+    const struct http_request *r = x->req;
+    struct multipart_part *parts = NULL;
+    int32_t n = 0;
+    char *why = NULL;
+    if (multipart_parse(http_request_header(r, "content-type"), r->body, r->body_len,
+                        &parts, &n, &why)) {
+        /* The parser's message names no user text, so it can go back as is. */
+        files_error(x, 400, NULL, NULL, "%s", why ? why : "malformed multipart body");
+        free(why);
+        return;
+    }
+    const struct multipart_part *file = upload_check(x, parts, n);
+    if (file) {
+        struct jobstore_file f = {0};
+        int err = jobstore_file_create(x->c->s->js, file->filename, FILES_PURPOSE,
+                                       file->data, file->len, &f);
+        if (err) {
+            log_error("files: upload of %zu bytes: %s", file->len, err_msg());
+            reply_store_error(x, err);
+        } else {
+            reply_json(x, file_object(&f));
+            jobstore_file_deinit(&f);
+        }
+    }
+    multipart_free(parts, n);
+}
+
+/* ---- GET /v1/files ---- */
+
+static void files_list(struct exch *x)
+{
+    struct query_list q;
+    if (query_list_params(x, FILES_LIST_MAX, FILES_LIST_MAX, &q)) return;
+    char purpose[32];
+    int got = query_get(x, "purpose", purpose, sizeof purpose);
+    if (got < 0) {
+        files_error(x, 400, "purpose", NULL, "purpose is not a valid purpose");
+        return;
+    }
+    const char *after = q.after[0] ? q.after : NULL;
+    /* A cursor that names no file is the client's mistake, not an empty page: a
+     * silent empty page would end a pagination loop early without saying why. */
+    if (after && !query_id_ok(after, strlen(after))) {
+        files_error(x, 400, "after", NULL, "after is not a file id");
+        return;
+    }
+    struct jobstore_file *fs = NULL;
+    int nf = 0;
+    bool has_more = false;
+    int err = jobstore_file_list(x->c->s->js, got > 0 && purpose[0] ? purpose : NULL, after,
+                                 q.limit, q.ascending, &fs, &nf, &has_more);
+    if (err == ENG_ENOTFOUND) {
+        files_error(x, 400, "after", NULL, "No such File object for 'after': %s", after);
+        return;
+    }
+    if (err) {
+        log_error("files: list: %s", err_msg());
+        reply_store_error(x, err);
+        return;
+    }
+    cJSON *list = cJSON_CreateObject();
+    cJSON_AddStringToObject(list, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(list, "data");
+    for (int i = 0; i < nf; i++)
+        cJSON_AddItemToArray(data, file_object(&fs[i]));
+    if (nf > 0) {
+        cJSON_AddStringToObject(list, "first_id", fs[0].id);
+        cJSON_AddStringToObject(list, "last_id", fs[nf - 1].id);
+    } else {
+        cJSON_AddNullToObject(list, "first_id");
+        cJSON_AddNullToObject(list, "last_id");
+    }
+    cJSON_AddBoolToObject(list, "has_more", has_more);
+    jobstore_files_free(fs, nf);
+    reply_json(x, list);
+}
+
+/* ---- /v1/files/{id} and /v1/files/{id}/content ---- */
+
+static void files_retrieve(struct exch *x, const char *id)
+{
+    struct jobstore_file f = {0};
+    int err = jobstore_file_get(x->c->s->js, id, &f);
+    if (err == ENG_ENOTFOUND) {
+        reply_no_file(x, id);
+        return;
+    }
+    if (err) {
+        log_error("files: get %s: %s", id, err_msg());
+        reply_store_error(x, err);
+        return;
+    }
+    reply_json(x, file_object(&f));
+    jobstore_file_deinit(&f);
+}
+
+static void files_delete(struct exch *x, const char *id)
+{
+    int err = jobstore_file_delete(x->c->s->js, id);
+    if (err == ENG_ENOTFOUND) {
+        reply_no_file(x, id);
+        return;
+    }
+    if (err) {
+        log_error("files: delete %s: %s", id, err_msg());
+        reply_store_error(x, err);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", "file");
+    cJSON_AddBoolToObject(o, "deleted", true);
+    reply_json(x, o);
+}
+
+static void files_content(struct exch *x, const char *id)
+{
+    struct jobstore *js = x->c->s->js;
+    struct jobstore_file f = {0};
+    char *path = NULL;
+    int err = jobstore_file_get(js, id, &f);
+    if (!err) err = jobstore_file_path(js, id, &path);
+    const int64_t bytes = f.bytes;
+    jobstore_file_deinit(&f);
+    if (err == ENG_ENOTFOUND) {
+        reply_no_file(x, id);
+        return;
+    }
+    if (err) {
+        log_error("files: content %s: %s", id, err_msg());
+        reply_store_error(x, err);
+        return;
+    }
+    /* The body is streamed from disk as the client reads it (exch_respond_file).
+     * The length is the file's on disk, which the store made durable before the
+     * row; a size that disagrees with the row means the store is damaged. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || sb.st_size != bytes) {
+        log_error("files: content %s: %s: %s", id, path,
+                  fd < 0 ? strerror(errno) : "size differs from the store's record");
+        if (fd >= 0) close(fd);
+        free(path);
+        files_error(x, 500, NULL, NULL, "The content of file %s could not be read", id);
+        return;
+    }
+    free(path);
+    exch_respond_file(x, 200, "application/octet-stream", fd, (int64_t)sb.st_size);
+}
+
+/*
+ * Route /v1/files and below. The shape of the path decides the route (else 404),
+ * then the method (else 405), then the id's sanity (else 404, as for an unknown id).
+ * Thread: loop.
+ */
 void files_route(struct exch *x, const char *rest)
 {
-    (void)rest;
-    reply_error(x, 501, NULL, "Files API not built yet%s", "");
+    if (!x->c->s->js) {
+        files_error(x, 503, NULL, NULL, "The file store is not open");
+        return;
+    }
+    const char *m = x->req->method;
+    if (rest[0] == '\0') {
+        if (strcmp(m, "POST") == 0)
+            files_upload(x);
+        else if (strcmp(m, "GET") == 0)
+            files_list(x);
+        else
+            reply_error(x, 405, NULL, "Method %s not allowed here", m);
+        return;
+    }
+    /* rest is "/{id}" or "/{id}/content"; anything else has no route. */
+    const char *id = rest + 1;
+    const size_t id_len = strcspn(id, "/");
+    const char *tail = id + id_len;
+    const bool content = strcmp(tail, "/content") == 0;
+    if (id_len == 0 || (*tail && !content)) {
+        reply_error(x, 404, NULL, "No route for %s", x->req->path);
+        return;
+    }
+    const bool get = strcmp(m, "GET") == 0;
+    if (!(get || (!content && strcmp(m, "DELETE") == 0))) {
+        reply_error(x, 405, NULL, "Method %s not allowed here", m);
+        return;
+    }
+    if (!query_id_ok(id, id_len)) {
+        files_error(x, 404, "id", NULL, "No such File object");
+        return;
+    }
+    char idbuf[JOBSTORE_ID_MAX];
+    memcpy(idbuf, id, id_len);
+    idbuf[id_len] = '\0';
+    if (content)
+        files_content(x, idbuf);
+    else if (get)
+        files_retrieve(x, idbuf);
+    else
+        files_delete(x, idbuf);
 }

@@ -15,10 +15,20 @@
 
 #include "util.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CONN_MAX_EXCH 16
+/* A file body goes out FILE_CHUNK bytes at a time (less under a smaller
+ * write_queue_max_bytes), and only while the chunk fits under that limit with what
+ * libuv still holds unsent: a 200 MB download costs a few chunks of memory, never
+ * reads the disk faster than the client reads the socket, and is never taken for a
+ * slow client. At most FILE_BURST chunks per call, so one fast client cannot hold the
+ * loop for a whole file; the write callbacks carry on. */
+#define FILE_CHUNK (256 * 1024)
+#define FILE_BURST 4
 
 struct wreq {
     uv_write_t w;
@@ -29,6 +39,7 @@ struct wreq {
 
 static void exch_free(struct exch *x)
 {
+    if (x->file_open) close(x->file_fd);
     router_abort(x);
     http_request_free(x->req);
     free(x->out);
@@ -65,6 +76,8 @@ void conn_close(struct conn *c)
     uv_close((uv_handle_t *)&c->tcp, on_close);
 }
 
+static void pump_file(struct exch *x);
+
 static void on_written(uv_write_t *w, int status)
 {
     struct wreq *r = (struct wreq *)w;
@@ -77,7 +90,8 @@ static void on_written(uv_write_t *w, int status)
         return;
     }
     c->last_active = uv_now(c->s->loop);
-    if (c->close_after_write && c->wq_bytes == 0) conn_close(c);
+    if (c->head && c->head->file_open) pump_file(c->head);
+    if (!c->closing && c->close_after_write && c->wq_bytes == 0) conn_close(c);
 }
 
 static void sock_write(struct conn *c, const char *data, size_t len)
@@ -140,11 +154,16 @@ static void advance(struct conn *c)
             return;
         }
         if (c->head) {
-            c->head->is_head = true;
-            sock_write(c, c->head->out, c->head->out_len);
-            free(c->head->out);
-            c->head->out = NULL;
-            c->head->out_len = c->head->out_cap = 0;
+            struct exch *h = c->head;
+            h->is_head = true;
+            sock_write(c, h->out, h->out_len);
+            free(h->out);
+            h->out = NULL;
+            h->out_len = h->out_cap = 0;
+            if (h->file_open) {
+                pump_file(h); /* may finish it and re-enter advance */
+                return;
+            }
         }
     }
     if (!c->closing && !c->reading && c->n_exch < CONN_MAX_EXCH) read_more(c);
@@ -154,6 +173,39 @@ void exch_finish(struct exch *x)
 {
     x->done = true;
     if (x->is_head) advance(x->c);
+}
+
+/* Send more of the head exchange's file body, and finish the exchange once all of
+ * it is out. A read error after the head promised Content-Length leaves no way to
+ * tell the client but closing the connection. */
+static void pump_file(struct exch *x)
+{
+    struct conn *c = x->c;
+    uv_stream_t *st = (uv_stream_t *)&c->tcp;
+    /* Never past the slow-client limit: a chunk goes out only when it fits under it. */
+    const size_t limit = (size_t)c->s->cfg->write_queue_max_bytes;
+    const size_t chunk = MIN((size_t)FILE_CHUNK, limit);
+    char *buf = NULL;
+    for (int i = 0; i < FILE_BURST && x->file_left > 0 && !c->closing; i++) {
+        if (uv_stream_get_write_queue_size(st) + chunk > limit) break; /* on_written resumes */
+        if (!buf) buf = xmalloc(chunk);
+        size_t want = (size_t)MIN(x->file_left, (int64_t)chunk);
+        ssize_t n = read(x->file_fd, buf, want);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            log_error("reading a file body: %s", n < 0 ? strerror(errno) : "file shrank");
+            conn_close(c);
+            break;
+        }
+        x->file_left -= n;
+        sock_write(c, buf, (size_t)n);
+    }
+    free(buf);
+    if (x->file_left == 0 && !c->closing) {
+        close(x->file_fd);
+        x->file_open = false;
+        exch_finish(x);
+    }
 }
 
 /* Format a response head and queue it. The head is formatted again on the heap
@@ -197,6 +249,25 @@ void exch_respond(struct exch *x, int status, const char *content_type, const ch
     free(extra);
     exch_write(x, body, len);
     exch_finish(x);
+}
+
+void exch_respond_file(struct exch *x, int status, const char *content_type, int fd,
+                       int64_t len)
+{
+    char *extra = extra_with_cors(x->c, NULL);
+    x->keep_alive = x->req->keep_alive && !x->c->s->draining;
+    x->status = status;
+    write_head(x, status, content_type, len, extra);
+    free(extra);
+    if (len == 0) {
+        close(fd);
+        exch_finish(x);
+        return;
+    }
+    x->file_fd = fd;
+    x->file_open = true;
+    x->file_left = len;
+    if (x->is_head) pump_file(x); /* else advance() starts it when x reaches the head */
 }
 
 void exch_error(struct exch *x, struct api_error *e)

@@ -5,6 +5,8 @@
  */
 #include "srv.h"
 
+#include "jobstore.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,4 +88,16 @@ int query_list_params(struct exch *x, int default_limit, int max_limit, struct q
     }
     q->ascending = got > 0 && strcmp(v, "asc") == 0;
     return 0;
+}
+
+bool query_id_ok(const char *id, size_t len)
+{
+    if (len == 0 || len >= JOBSTORE_ID_MAX) return false;
+    for (size_t i = 0; i < len; i++) {
+        const char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return false;
+    }
+    return true;
 }

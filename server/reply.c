@@ -7,6 +7,7 @@
 #include "srv.h"
 
 #include "err.h"
+#include "util.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,10 +33,15 @@ void reply_json(struct exch *x, cJSON *obj)
 void reply_store_error(struct exch *x, int err)
 {
     /* Not-found and invalid come from the user's ids and fields; anything else is
-     * the disk or the database, which the message names for the operator. */
-    int status = err == ENG_ENOTFOUND ? 404 : err == ENG_EINVAL ? 400 : 500;
-    const char *code = err == ENG_ENOTFOUND ? "not_found" : NULL;
-    reply_error(x, status, code, "%s", err_msg());
+     * the disk or the database, whose message (paths included) is for the
+     * operator's log, not for the client. */
+    if (err != ENG_ENOTFOUND && err != ENG_EINVAL) {
+        log_error("job store: %s", err_msg());
+        reply_error(x, 500, NULL, "The job store failed (the server log has the cause)%s", "");
+        return;
+    }
+    reply_error(x, err == ENG_ENOTFOUND ? 404 : 400, err == ENG_ENOTFOUND ? "not_found" : NULL,
+                "%s", err_msg());
 }
 
 bool reply_method_is(struct exch *x, const char *method)

@@ -47,6 +47,10 @@ struct exch {
     int32_t n_prompts;
     int32_t n_live;            /* engine requests not finished yet */
     double t_start, t_first, t_last; /* for TTFT, ITL and e2e metrics */
+    /* A body sent from a file (exch_respond_file): */
+    bool file_open;            /* file_fd is ours and file_left bytes are unsent */
+    int file_fd;
+    int64_t file_left;
 };
 
 struct conn {
@@ -152,6 +156,12 @@ void exch_finish(struct exch *x);
 void exch_respond(struct exch *x, int status, const char *content_type, const char *body,
                   size_t len, const char *extra_headers);
 
+/* A whole response whose body is the next `len` bytes of `fd` (taken: closed when
+ * sent or when the connection goes). The body goes out as the client reads it, a
+ * chunk at a time, so a file of any size costs little memory. Thread: loop. */
+void exch_respond_file(struct exch *x, int status, const char *content_type, int fd,
+                       int64_t len);
+
 /* An OpenAI error response for e (clears e). */
 void exch_error(struct exch *x, struct api_error *e);
 
@@ -175,8 +185,9 @@ void reply_error(struct exch *x, int status, const char *code, const char *fmt,
 /* A 200 JSON response of obj, which this frees. Thread: loop. */
 void reply_json(struct exch *x, cJSON *obj);
 
-/* The error response for a failed job store call: ENG_ENOTFOUND 404, ENG_EINVAL
- * 400, anything else 500; the message is err_msg(). Thread: loop. */
+/* The error response for a failed job store call: ENG_ENOTFOUND 404 and
+ * ENG_EINVAL 400 with err_msg(); anything else is logged and answered 500 without
+ * the details. Thread: loop. */
 void reply_store_error(struct exch *x, int err);
 
 /* 405 unless the method is `method`; true when it is. Thread: loop. */
@@ -201,6 +212,11 @@ struct query_list {
 /* Parse limit (1..max_limit), after and order; on a bad value answer 400 and
  * return -1. Thread: loop. */
 int query_list_params(struct exch *x, int default_limit, int max_limit, struct query_list *q);
+
+/* Whether `id` (len bytes, from a path or a cursor) can be a store id: 1 to
+ * JOBSTORE_ID_MAX - 1 characters of [A-Za-z0-9_-]. Anything else names nothing,
+ * and is never looked up or echoed. Thread: any. */
+bool query_id_ok(const char *id, size_t len);
 
 /* ---- api_files.c ---- */
 

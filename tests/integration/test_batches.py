@@ -205,7 +205,7 @@ def listing(srv, done):
         after = p["last_id"]
     tap(seen == all_ids and set(ids) <= set(seen), "after pages through every batch", seen)
     for q, want in (("limit=0", 400), ("limit=101", 400), ("limit=x", 400),
-                    ("after=batch_unknown", 404)):
+                    ("after=batch_unknown", 400)):
         st, raw, _ = srv.get("/v1/batches?" + q)
         tap(st == want, f"list {q} is {want}", raw)
     st, raw, _ = srv.get(f"/v1/batches/{ids[0]}")
