@@ -375,6 +375,14 @@ void batchrun_cancel(struct batchrun *br, const char *batch_id)
     b->cancelling = true;
 }
 
+void batchrun_stats(const struct batchrun *br, int32_t *batches, int32_t *requests)
+{
+    *batches = *requests = 0;
+    if (!br) return;
+    for (const struct br_batch *b = br->head; b; b = b->next) ++*batches;
+    *requests = br->n_reqs;
+}
+
 void batchrun_stop(struct batchrun *br)
 {
     if (!br || br->stopped) return;

@@ -155,6 +155,10 @@ static void handle_metrics(struct exch *x)
         appendf(&out, &len, &cap, "h2oserve:request_success_total{finished_reason=\"%s\"} %lld\n",
                 reasons[i], (long long)s->m.finished[i]);
     COUNTER("http_requests_total", "HTTP requests received.", s->m.requests_total);
+    int32_t batches, batch_reqs;
+    batchrun_stats(s->br, &batches, &batch_reqs);
+    GAUGE("batches_running", "Batches in progress (Batches API).", batches);
+    GAUGE("batch_requests_in_flight", "Batch-job engine requests in flight.", batch_reqs);
 #undef GAUGE
 #undef COUNTER
     put_hist(&out, &len, &cap, "time_to_first_token_seconds", "Time to the first token.",

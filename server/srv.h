@@ -258,6 +258,10 @@ void batchrun_validate(struct batchrun *br, const char *batch_id);
  * on the next tick. */
 void batchrun_cancel(struct batchrun *br, const char *batch_id);
 
+/* Batches running (in_progress, tracked) and engine requests in flight, for
+ * /metrics. Zeros for NULL. */
+void batchrun_stats(const struct batchrun *br, int32_t *batches, int32_t *requests);
+
 /* Draining: cancel every batch request in flight and submit no more (what was not
  * recorded runs again after a restart). */
 void batchrun_stop(struct batchrun *br);

@@ -11,7 +11,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import MODEL, Server, completion, healthy, tap, results  # noqa: E402
+from test_server import MODEL, Server, completion, healthy, metric, tap, results  # noqa: E402
 import batchlib as bl  # noqa: E402
 
 
@@ -143,6 +143,8 @@ def cancel_mid_run():
     deadline = time.time() + 60
     while bl.get(srv, b["id"])["request_counts"]["completed"] < 3 and time.time() < deadline:
         time.sleep(0.01)
+    tap(metric(srv, "batches_running") == 1 and metric(srv, "batch_requests_in_flight") == 1,
+        "metrics: one batch running, --batch-max-in-flight 1 request in the engine")
     st, raw, _ = srv.post(f"/v1/batches/{b['id']}/cancel", {})
     c = json.loads(raw)
     tap(st == 200 and c["status"] == "cancelling" and c["cancelling_at"],
@@ -160,6 +162,8 @@ def cancel_mid_run():
     tap(st == 400, "cancelling a cancelled batch is 400", raw)
     st, raw, _ = srv.post("/v1/batches/batch_nope/cancel", {})
     tap(st == 404, "cancelling an unknown batch is 404", raw)
+    tap(metric(srv, "batches_running") == 0 and metric(srv, "batch_requests_in_flight") == 0
+        and metric(srv, "kv_cache_blocks_used") == 0, "after the cancel nothing is in flight")
     tap(healthy(srv) and srv.stop() == 0, "cancel server exits 0")
 
 
