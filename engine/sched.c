@@ -25,6 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A step that carries interactive prompt work leaves batch sequences out (see
+ * sched.h), but never more than this many steps in a row: the next step then runs
+ * every batch sequence beside the interactive work, so a stream of interactive
+ * prompts slows the batch down to one step in SCHED_BATCH_MAX_PAUSE + 1 at worst and
+ * never stops it. Four steps are four full interactive prompts of
+ * max_batched_tokens each. */
+#define SCHED_BATCH_MAX_PAUSE 4
+
 /* Prompt chunks of a request that scores its prompt (prompt_logprobs) need logits
  * for every token: each row is vocab floats (200 KiB for OPT), so such chunks get
  * at most this many rows per step, all such requests together. */
@@ -67,6 +75,7 @@ struct sched {
     struct sreq **running;                    /* admission order */
     int32_t n_running, cap_running;
     int32_t n_waiting, n_seqs_reserved, reserved_total;
+    int32_t batch_paused;   /* steps in a row that left the batch class out */
     struct batch batch;
     struct batch_item *items;
     struct sseq **owner;
@@ -85,10 +94,16 @@ struct sched *sched_create(struct model *m, struct kv_pool *pool, const struct s
                 o->max_batched_tokens, o->max_num_seqs);
         return NULL;
     }
+    if (o->batch_prompt_tokens < 0) {
+        err_set(ENG_EINVAL, "batch_prompt_tokens (%d) must be >= 0", o->batch_prompt_tokens);
+        return NULL;
+    }
     struct sched *s = xcalloc(1, sizeof *s);
     s->m = m;
     s->pool = pool;
     s->o = *o;
+    if (s->o.batch_prompt_tokens == 0 || s->o.batch_prompt_tokens > o->max_batched_tokens)
+        s->o.batch_prompt_tokens = o->max_batched_tokens; /* no cap of its own */
     s->emit = emit;
     s->emit_arg = emit_arg;
     batch_init(&s->batch);
@@ -354,16 +369,27 @@ static void add_item(struct sched *s, struct sseq *sq, int32_t n_tok, bool all_l
     s->owner[(*n_items)++] = sq;
 }
 
-/* Admit the head of the highest waiting class if it fits; false when it does not. */
-static bool admit_one(struct sched *s)
+/* The blocks a request reserves at admission: its peak footprint. */
+static int32_t admit_need(const struct sreq *q)
+{
+    return MAX(q->prompt_blocks, q->r->n * q->dec_blocks);
+}
+
+static bool admit_fits(const struct sched *s, const struct sreq *q)
+{
+    return s->reserved_total + admit_need(q) <= s->pool->n_blocks &&
+           s->n_seqs_reserved + q->r->n <= s->o.max_num_seqs;
+}
+
+/* Admit the head of the highest waiting class if it fits (and, unless
+ * `batch_too`, only if that class is interactive); false when it does not. */
+static bool admit_one(struct sched *s, bool batch_too)
 {
     const int p = s->wait_head[0] ? 0 : 1;
     struct sreq *q = s->wait_head[p];
-    if (!q) return false;
-    const int32_t need = MAX(q->prompt_blocks, q->r->n * q->dec_blocks);
-    if (s->reserved_total + need > s->pool->n_blocks ||
-        s->n_seqs_reserved + q->r->n > s->o.max_num_seqs)
-        return false; /* strict FCFS: nobody overtakes the head */
+    if (!q || (p == 1 && !batch_too)) return false;
+    const int32_t need = admit_need(q);
+    if (!admit_fits(s, q)) return false; /* strict FCFS: nobody overtakes the head */
     s->wait_head[p] = q->next;
     if (!s->wait_head[p]) s->wait_tail[p] = NULL;
     q->next = NULL;
@@ -513,18 +539,34 @@ static void check_invariants(const struct sched *s)
     CHECK(s->reserved_total <= s->pool->n_blocks);
 }
 
-/* The next prompt chunk of sequence 0 of a request, within the step's token budget
- * (and, when it scores its prompt, the step's budget of full logit rows). */
-static void prompt_chunk(struct sched *s, struct sseq *s0, int32_t *budget,
-                         int32_t *logit_rows, int32_t *n_items)
+static bool is_batch(const struct sreq *q)
 {
-    const bool score = s0->req->r->prompt_logprobs;
-    int32_t chunk = MIN(*budget, s0->req->n_prompt - s0->n_cached);
-    if (score) chunk = MIN(chunk, *logit_rows);
-    if (chunk <= 0) return; /* the step has no logit rows left: next step */
+    return q->r->prio == REQ_PRIO_BATCH;
+}
+
+/* What is left of one step's room. */
+struct step_room {
+    int32_t tokens;       /* of max_batched_tokens */
+    int32_t logit_rows;   /* full logit rows for scored prompt chunks */
+    int32_t batch_prompt; /* prompt tokens of batch requests */
+};
+
+/* The next prompt chunk of sequence 0 of a request, within the step's room: tokens,
+ * logit rows when it scores its prompt, batch prompt tokens when it is a batch
+ * request. */
+static void prompt_chunk(struct sched *s, struct sseq *s0, struct step_room *room,
+                         int32_t *n_items)
+{
+    const struct sreq *q = s0->req;
+    const bool score = q->r->prompt_logprobs, batch = is_batch(q);
+    int32_t chunk = MIN(room->tokens, q->n_prompt - s0->n_cached);
+    if (score) chunk = MIN(chunk, room->logit_rows);
+    if (batch) chunk = MIN(chunk, room->batch_prompt);
+    if (chunk <= 0) return; /* no room of its kind left: next step */
     add_item(s, s0, chunk, score, n_items);
-    *budget -= chunk;
-    if (score) *logit_rows -= chunk;
+    room->tokens -= chunk;
+    if (score) room->logit_rows -= chunk;
+    if (batch) room->batch_prompt -= chunk;
 }
 
 /* Prompt-token events for a scored prompt chunk: the row of position p predicts
@@ -554,29 +596,56 @@ static void emit_prompt_logprobs(struct sched *s, struct sseq *sq, const struct 
     }
 }
 
+/*
+ * Whether this step leaves the batch class out: some batch request is running (so
+ * there is something to leave out), an interactive request has prompt tokens to
+ * prefill now (admitted with its prompt unfinished, or at the head of the queue and
+ * fitting, so admitted this step), and the batch class has not sat out
+ * SCHED_BATCH_MAX_PAUSE steps in a row already.
+ */
+static bool pause_batch(const struct sched *s)
+{
+    if (s->batch_paused >= SCHED_BATCH_MAX_PAUSE) return false;
+    bool batch = false, prompt = s->wait_head[0] && admit_fits(s, s->wait_head[0]);
+    for (int32_t k = 0; k < s->n_running; k++) {
+        const struct sreq *q = s->running[k];
+        if (is_batch(q)) batch = true;
+        else if (!q->prefilled) prompt = true;
+    }
+    return batch && prompt;
+}
+
 int sched_step(struct sched *s)
 {
-    int32_t n_items = 0, budget = s->o.max_batched_tokens;
+    int32_t n_items = 0;
+    /* 0. Interactive prompts first: a step with interactive prompt work runs no
+     * batch sequence (they keep their blocks and state and go on next step). */
+    const bool pause = pause_batch(s);
+    s->batch_paused = pause ? s->batch_paused + 1 : 0;
+    struct step_room room = {
+        .tokens = s->o.max_batched_tokens,
+        .logit_rows = SCHED_PROMPT_LOGIT_ROWS,
+        .batch_prompt = pause ? 0 : s->o.batch_prompt_tokens,
+    };
     /* 1. Every decoding sequence gives its newest token. */
     for (int32_t k = 0; k < s->n_running; k++) {
         struct sreq *q = s->running[k];
-        if (!q->prefilled) continue;
+        if (!q->prefilled || (pause && is_batch(q))) continue;
         for (int32_t i = 0; i < q->r->n; i++)
             if (q->seqs[i].live) {
                 add_item(s, &q->seqs[i], 1, false, &n_items);
-                budget--;
+                room.tokens--;
             }
     }
-    CHECK(budget > 0);
-    /* 2. Prompt chunks of admitted requests, oldest first, then new admissions. */
-    int32_t logit_rows = SCHED_PROMPT_LOGIT_ROWS;
-    for (int32_t k = 0; k < s->n_running && budget > 0; k++) {
+    CHECK(room.tokens > 0);
+    /* 2. Prompt chunks of admitted requests, oldest first, then new admissions (a
+     * batch request only while the step has batch prompt room). */
+    for (int32_t k = 0; k < s->n_running && room.tokens > 0; k++) {
         struct sreq *q = s->running[k];
-        if (q->prefilled) continue;
-        prompt_chunk(s, &q->seqs[0], &budget, &logit_rows, &n_items);
+        if (!q->prefilled) prompt_chunk(s, &q->seqs[0], &room, &n_items);
     }
-    while (budget > 0 && admit_one(s))
-        prompt_chunk(s, &s->running[s->n_running - 1]->seqs[0], &budget, &logit_rows, &n_items);
+    while (room.tokens > 0 && admit_one(s, room.batch_prompt > 0))
+        prompt_chunk(s, &s->running[s->n_running - 1]->seqs[0], &room, &n_items);
     if (n_items == 0) return 0;
 
     int err = batch_run(&s->batch, &s->m->be, s->pool, s->m->cfg.vocab_size, s->items, n_items);

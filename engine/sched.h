@@ -11,6 +11,29 @@
  * footprint fits the blocks nobody has reserved and max_num_seqs allows. One
  * forward runs; the H2O policy acts (prefill selection, decode eviction); each
  * sequence that got logits samples a token, detokenizes it and emits an event.
+ *
+ * Interactive work also comes first once admitted, so that an interactive prompt's
+ * time to first token beside a batch job stays close to what it is on an idle
+ * engine (bench/bench_prio.c measures it):
+ * - A step in which an interactive request has prompt tokens to prefill (admitted
+ *   with its prompt unfinished, or at the head of the queue and fitting, so admitted
+ *   now) carries interactive work only: its prompt chunks and the interactive decode
+ *   tokens. REQ_PRIO_BATCH sequences sit that step out and no batch request is
+ *   admitted in it. They keep their blocks and H2O state and go on at the next
+ *   step, so nothing is evicted, preempted or recomputed, and a sequence's
+ *   tokens do not depend on the steps it sat out.
+ * - At most 4 steps in a row leave the batch class out; the next is an ordinary step
+ *   with every batch sequence, so batch sequences advance at least every fifth step
+ *   whatever the interactive load: they are slowed, never starved.
+ * - Batch prompt tokens per step may be capped (batch_prompt_tokens): an interactive
+ *   request that arrives while a step runs waits for it, and a step of batch work
+ *   then carries at most one token per batch sequence plus that many prompt tokens.
+ *   Off by default. Without it, a batch job whose requests finish together (the
+ *   same lengths) refills in steps of max_batched_tokens prompt tokens, 0.85 s each
+ *   for OPT-125m fp32 on 2 cores against 65 ms for 64 decodes, and an interactive
+ *   request that lands in one waits that long; a cap of 256 took the worst TTFT
+ *   there from 1.6 s to 0.2 s but spreads the prompts over more steps, so more
+ *   arrivals wait for a longer step and the 90th percentile grew (bench_prio).
  * Invariant: the blocks sequences hold never exceed what their requests reserved,
  * so a forward never finds the pool full (checked); when a step ends, the pool's
  * free blocks plus the blocks held by sequences equal the pool size.
@@ -29,8 +52,12 @@ struct kv_pool;
 struct sched;
 
 struct sched_opts {
-    int32_t max_num_seqs;       /* sequences decoding or prefilling at once */
-    int32_t max_batched_tokens; /* tokens per forward; must exceed max_num_seqs */
+    int32_t max_num_seqs;        /* sequences decoding or prefilling at once */
+    int32_t max_batched_tokens;  /* tokens per forward; must exceed max_num_seqs */
+    int32_t batch_prompt_tokens; /* prompt tokens of REQ_PRIO_BATCH requests per
+                                    forward; 0: no cap but max_batched_tokens. A
+                                    server that takes interactive requests beside
+                                    batch jobs wants about max_batched_tokens / 8. */
 };
 
 /* Events go to the caller through this callback, which takes ownership. */

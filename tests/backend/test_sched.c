@@ -15,7 +15,10 @@
  * to what was observed (generation_tokens == token events, steps == forwards).
  *
  * The tests, one per claim of sched.h and docs/kv-cache.md "Memory and admission":
- * first come first served within a class; interactive before batch; a long prompt
+ * first come first served within a class; interactive before batch; a step with
+ * interactive prompt work carries no batch sequence, yet batch sequences are never
+ * starved by a stream of interactive prompts (at most 4 steps in a row sit out);
+ * batch prompt tokens per step stay within batch_prompt_tokens; a long prompt
  * is not starved by a stream of short ones; a cancel frees blocks and reservations
  * at once, wherever the request is; every sequence ends with exactly one finishing
  * event, n > 1 forks are identical when greedy and seeded seed + i when sampling
@@ -118,6 +121,184 @@ TEST(interactive_before_batch_pool_bound)
     EXPECT_EQ(h.o.n_first, 3);
     expect_order(h.o.first_order, want, 3, "first tokens");
     h_close(&h);
+}
+
+/* ---- 2b. Interactive prompts before batch work, once admitted too. ---- */
+
+/* Token events of requests first..last so far. */
+static int64_t tokens_of(const struct harness *h, uint64_t first, uint64_t last)
+{
+    int64_t n = 0;
+    for (uint64_t id = first; id <= last; id++)
+        for (int32_t k = 0; k < MIN(h->o.r[id].n, MAXN); k++)
+            n += h->o.r[id].seq[k].n_tok;
+    return n;
+}
+
+/* Replace h's scheduler (made by h_open, still empty) with one made with o. */
+static bool h_reopen(struct harness *h, const struct sched_opts *o)
+{
+    CHECK(sched_idle(h->s) && h->o.step == 0);
+    sched_destroy(h->s);
+    h->so = *o;
+    h->s = sched_create(h->m, &h->pool, &h->so, on_event, &h->o);
+    if (!h->s) TEST_FAIL("sched_create: %s", err_msg());
+    return h->s != NULL;
+}
+
+/*
+ * Four batch requests decode (max_batched_tokens 16) when an interactive request of
+ * 40 prompt tokens arrives. While its prompt is prefilled it has the steps to
+ * itself: 16, 16 and 8 tokens, so its first token comes 3 steps after it was added
+ * (beside the 4 batch decodes it would take ceil(40 / 12) = 4 steps), no batch
+ * sequence gets a token in those steps and no batch request that arrived with it is
+ * admitted. Then the batch sequences go on, and every
+ * sequence's tokens are exactly those of the same requests run without the other
+ * class: sitting a step out changes nothing but when.
+ */
+TEST(interactive_prompt_steps_carry_no_batch)
+{
+    enum { NB = 4, PB = 8, TB = 24, PI = 40, TI = 6, MBT = 16, ID_I = 10 };
+    struct harness h;
+    if (!h_open(&h, 64, 8, MBT, 16)) return;
+    for (uint64_t id = 1; id <= NB; id++)
+        h_add(&h, mkreq(id, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), id));
+    while (h.o.n_decoding < NB && h.o.step < 10) h_step(&h);
+    EXPECT_EQ(h.o.n_decoding, NB);
+    h_add(&h, mkreq(ID_I, PI, TI, 1, REQ_PRIO_INTERACTIVE, spec_full(), 99));
+    /* A batch request that arrives meanwhile is not admitted in those steps. */
+    h_add(&h, mkreq(NB + 1, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), NB + 1));
+    const int64_t batch0 = tokens_of(&h, 1, NB);
+    const int32_t want_n[3] = {MBT, MBT, PI - 2 * MBT};
+    for (int32_t k = 0; k < 3; k++) {
+        EXPECT_EQ(h_step(&h), want_n[k]);
+        EXPECT_EQ(tokens_of(&h, 1, NB), batch0);
+        EXPECT_EQ(h_stats(&h).n_waiting, 1);
+    }
+    EXPECT_EQ(h.o.r[ID_I].first_token_step - h.o.r[ID_I].add_step, 3);
+    /* The prompt is in: every sequence decodes again in the next step, and the new
+     * batch prompt joins it. */
+    EXPECT_EQ(h_step(&h), NB + 1 + PB);
+    EXPECT_EQ(tokens_of(&h, 1, NB + 1), batch0 + NB + 1);
+    h_run_idle(&h, 1000);
+    h_check_all_answered(&h);
+
+    struct harness ref;
+    if (!h_open(&ref, 64, 8, MBT, 16)) return;
+    for (uint64_t id = 1; id <= NB + 1; id++)
+        h_add(&ref, mkreq(id, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), id));
+    h_run_idle(&ref, 1000);
+    h_add(&ref, mkreq(ID_I, PI, TI, 1, REQ_PRIO_INTERACTIVE, spec_full(), 99));
+    h_run_idle(&ref, 1000);
+    h_check_all_answered(&ref);
+    for (uint64_t id = 1; id <= ID_I; id++) {
+        const struct seq_obs *a = &h.o.r[id].seq[0], *b = &ref.o.r[id].seq[0];
+        if (!h.o.r[id].added) continue;
+        EXPECT_EQ(a->n_tok, id == ID_I ? (int32_t)TI : (int32_t)TB);
+        if (a->tok_hash != b->tok_hash || a->text_hash != b->text_hash)
+            TEST_FAIL("req %llu: its tokens depend on the other class's requests",
+                      (unsigned long long)id);
+    }
+    h_close(&ref);
+    h_close(&h);
+}
+
+/*
+ * Batch sequences are slowed, never starved: an interactive prompt of a whole step
+ * (32 tokens, max_tokens 1) arrives before each of 150 steps, so every step has
+ * interactive prompt work. The two decoding batch requests sit out 4 steps in a
+ * row, then get a step: one token every fifth step, so their 20 tokens take about
+ * 100 steps, and they finish while the stream still runs.
+ */
+TEST(batch_not_starved_by_interactive_prompts)
+{
+    enum { PB = 8, TB = 20, PI = 32, STREAM = 150, MBT = 32 };
+    struct harness h;
+    if (!h_open(&h, 64, 8, MBT, 3 + STREAM)) return;
+    h_add(&h, mkreq(1, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), 1));
+    h_add(&h, mkreq(2, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), 2));
+    h_step(&h); /* both prompts fit one step: both decode from now on */
+    EXPECT_EQ(h.o.n_decoding, 2);
+    const int64_t start = h.o.step;
+    int32_t gap = 0, max_gap = 0, sat_out = 0;
+    for (int32_t t = 0; t < STREAM; t++) {
+        h_add(&h, mkreq(3 + (uint64_t)t, PI, 1, 1, REQ_PRIO_INTERACTIVE, spec_full(),
+                        3 + (uint64_t)t));
+        const int64_t before = tokens_of(&h, 1, 2);
+        const bool batch_live = h.o.r[1].n_fin + h.o.r[2].n_fin < 2;
+        h_step(&h);
+        if (batch_live && tokens_of(&h, 1, 2) == before) {
+            sat_out++;
+            gap++;
+            max_gap = MAX(max_gap, gap);
+        } else {
+            gap = 0;
+        }
+    }
+    printf("# batch sat out %d steps, at most %d in a row; finished %lld and %lld steps "
+           "into the stream\n",
+           sat_out, max_gap, (long long)(h.o.r[1].finish_step - start),
+           (long long)(h.o.r[2].finish_step - start));
+    EXPECT_EQ(max_gap, 4);
+    for (uint64_t id = 1; id <= 2; id++) {
+        EXPECT(h.o.r[id].finish_step > 0);
+        EXPECT(h.o.r[id].finish_step - start <= 5 * TB);
+    }
+    h_run_idle(&h, 1000);
+    h_check_all_answered(&h);
+    h_close(&h);
+}
+
+/* Prompt tokens the scheduler processed in the next step. */
+static int64_t step_prompt_tokens(struct harness *h)
+{
+    const int64_t before = h_stats(h).prompt_tokens;
+    h_step(h);
+    return h_stats(h).prompt_tokens - before;
+}
+
+/*
+ * A step carries at most batch_prompt_tokens batch prompt tokens (0: no cap but
+ * max_batched_tokens), so the step an interactive request arrives during is short;
+ * interactive prompts are not capped. max_batched_tokens 64: eight batch prompts of
+ * 30 tokens enter 64, 20 or 8 tokens a step; an interactive prompt of 60 tokens
+ * that arrives meanwhile is prefilled in one step.
+ */
+TEST(batch_prompt_tokens_per_step)
+{
+    enum { N = 8, PB = 30, TB = 4, PI = 60, MBT = 64 };
+    const int32_t caps[3] = {0, 20, 8};
+    for (int32_t c = 0; c < 3; c++) {
+        const int32_t cap = caps[c];
+        struct harness h;
+        if (!h_open(&h, 128, 16, MBT, 16)) return;
+        const struct sched_opts o = {
+            .max_num_seqs = 16, .max_batched_tokens = MBT, .batch_prompt_tokens = cap};
+        if (!h_reopen(&h, &o)) {
+            h_close(&h);
+            return;
+        }
+        const int64_t want = cap ? cap : MBT;
+        for (uint64_t id = 1; id <= N; id++)
+            h_add(&h, mkreq(id, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), id));
+        int64_t most = 0, n;
+        for (int32_t k = 0; k < 4; k++) {
+            n = step_prompt_tokens(&h); /* not inside MAX(), which evaluates twice */
+            most = MAX(most, n);
+        }
+        h_add(&h, mkreq(11, PI, TB, 1, REQ_PRIO_INTERACTIVE, spec_full(), 11));
+        EXPECT_EQ(step_prompt_tokens(&h), PI);
+        EXPECT_EQ(h.o.r[11].first_token_step, h.o.step);
+        while (!sched_idle(h.s)) {
+            n = step_prompt_tokens(&h);
+            most = MAX(most, n);
+        }
+        printf("# batch_prompt_tokens %d: at most %lld batch prompt tokens a step\n", cap,
+               (long long)most);
+        EXPECT_EQ(most, want);
+        h_check_all_answered(&h);
+        h_close(&h);
+    }
 }
 
 /* ---- 3. No starvation of a long prompt. ---- */
@@ -483,7 +664,8 @@ TEST(errors)
     h_close(&h);
 }
 
-/* sched_create refuses options that leave a step no room for prompt tokens. */
+/* sched_create refuses options that leave a step no room for prompt tokens, and a
+ * negative batch prompt cap. */
 TEST(invalid_options)
 {
     struct model *m = tiny_model(4);
@@ -491,12 +673,14 @@ TEST(invalid_options)
     struct kv_pool pool;
     kv_pool_init(&pool, 4, BS);
     struct obs o = {0};
-    const struct sched_opts bad[3] = {{0, 16}, {8, 8}, {8, 4}};
-    for (int i = 0; i < 3; i++) {
+    const struct sched_opts bad[4] = {{0, 16, 0}, {8, 8, 0}, {8, 4, 0}, {8, 16, -1}};
+    for (int i = 0; i < 4; i++) {
         struct sched *s = sched_create(m, &pool, &bad[i], on_event, &o);
         if (s)
-            TEST_FAIL("sched_create accepted max_num_seqs %d, max_batched_tokens %d",
-                      bad[i].max_num_seqs, bad[i].max_batched_tokens);
+            TEST_FAIL("sched_create accepted max_num_seqs %d, max_batched_tokens %d, "
+                      "batch_prompt_tokens %d",
+                      bad[i].max_num_seqs, bad[i].max_batched_tokens,
+                      bad[i].batch_prompt_tokens);
         sched_destroy(s);
     }
     kv_pool_deinit(&pool);
@@ -530,6 +714,9 @@ int main(void)
     RUN(fcfs_pool_fits_one);
     RUN(interactive_before_batch);
     RUN(interactive_before_batch_pool_bound);
+    RUN(interactive_prompt_steps_carry_no_batch);
+    RUN(batch_not_starved_by_interactive_prompts);
+    RUN(batch_prompt_tokens_per_step);
     RUN(long_prompt_not_starved);
     RUN(cancel_frees_blocks_at_once);
     RUN(cancel_all_frees_everything);
