@@ -135,6 +135,15 @@ static const struct cfg_opt opt_table[] = {
      .max = 1 << 20,
      .help = "tokens in one forward step (one per decoding sequence, then prompt chunks); "
              "must exceed max_num_seqs"},
+    {.key = "batch_prompt_tokens",
+     .group = "engine",
+     .type = CFG_T_INT,
+     FIELD(batch_prompt_tokens),
+     .min = 0,
+     .max = 1 << 20,
+     .help = "prompt tokens of batch-job requests in one forward step (0: no cap of its "
+             "own); smaller keeps the steps an interactive request may wait for short, "
+             "larger lets batch jobs with long prompts prefill faster (run-batch: no cap)"},
 
     /* KV policy */
     {.key = "kv_policy",
@@ -323,6 +332,7 @@ void cfg_defaults(struct cfg *c)
     c->kv_cache_blocks = 0;
     c->max_num_seqs = 256;
     c->max_batched_tokens = 2048;
+    c->batch_prompt_tokens = 128;
     c->kv_policy = KV_POLICY_H2O;
     c->h2o_heavy_ratio = 0.1;
     c->h2o_recent_ratio = 0.1;
@@ -688,5 +698,6 @@ void cfg_engine_opts(const struct cfg *c, struct engine_opts *o)
     o->kv_blocks = c->kv_cache_blocks;
     o->sched.max_num_seqs = c->max_num_seqs;
     o->sched.max_batched_tokens = c->max_batched_tokens;
+    o->sched.batch_prompt_tokens = c->batch_prompt_tokens;
     cfg_kv_spec(c, &o->kv_default);
 }

@@ -58,6 +58,7 @@ struct cfg {
     int32_t kv_cache_blocks;    /* > 0: exactly this many blocks (instead of bytes) */
     int32_t max_num_seqs;       /* sequences running at once; default 256 */
     int32_t max_batched_tokens; /* tokens per forward step, > max_num_seqs; default 2048 */
+    int32_t batch_prompt_tokens; /* batch-job prompt tokens per step; 0 = no own cap; 128 */
 
     /* the KV policy of requests that name none */
     enum kv_policy kv_policy; /* default h2o */

@@ -300,6 +300,7 @@ int run_batch_main(int argc, char **argv)
     int rc = 1;
     struct engine_opts eo;
     cfg_engine_opts(&c, &eo);
+    eo.sched.batch_prompt_tokens = 0; /* nothing interactive waits beside this job */
     if (model_load(&b.m, c.model, &eo.model_opts)) {
         fprintf(stderr, "h2oserve: %s\n", err_msg());
         goto done;
