@@ -131,10 +131,12 @@ static void create(struct exch *x)
     }
     struct jobstore_file f;
     int err = jobstore_file_get(s->js, file->valuestring, &f);
-    if (!err && strcmp(f.purpose, "batch") != 0)
-        err = err_set(ENG_EINVAL, "file %s has purpose '%s'; a batch needs purpose 'batch'",
-                      f.id, f.purpose);
-    if (!err) jobstore_file_deinit(&f);
+    if (!err) {
+        if (strcmp(f.purpose, "batch") != 0)
+            err = err_set(ENG_EINVAL, "file %s has purpose '%s'; a batch needs purpose 'batch'",
+                          f.id, f.purpose);
+        jobstore_file_deinit(&f);
+    }
     char *meta_text = meta && !cJSON_IsNull(meta) ? json_print(meta, NULL) : NULL;
     struct jobstore_batch b;
     if (!err)

@@ -48,7 +48,8 @@ def clean_run(data):
     st, f = bl.upload(srv, data)
     b = bl.wait(srv, bl.create(srv, f["id"])[1]["id"], timeout=300)
     out = bl.content(srv, b["output_file_id"])
-    srv.stop()
+    rc = srv.stop()
+    tap(rc == 0, "clean server exits 0", "".join(srv.log[-30:]))
     tap(b["status"] == "completed" and len(out) == N, "clean run completes", b)
     return {l["custom_id"]: result_of(l) for l in out}
 
@@ -84,7 +85,8 @@ def crash_run(data):
     tap(ok_counts, "a counted result is never lost across a kill")
     out = bl.content(srv, c["output_file_id"])
     errs = bl.content(srv, c["error_file_id"])
-    srv.stop()
+    rc = srv.stop()
+    tap(rc == 0, "the last restarted server exits 0", "".join(srv.log[-30:]))
     shutil.rmtree(data_dir, ignore_errors=True)
     tap(c["status"] == "completed" and c["request_counts"] == {"total": N, "completed": N,
                                                                "failed": 0} and not errs,

@@ -15,6 +15,12 @@ from test_server import MODEL, Server, completion, healthy, metric, tap, results
 import batchlib as bl  # noqa: E402
 
 
+def stop_ok(srv, name):
+    """Stop the server; a non-zero exit (an ASan report) shows its log."""
+    rc = srv.stop()
+    tap(rc == 0, name, f"exit {rc}\n" + "".join(srv.log[-30:]))
+
+
 def lines_by_id(lines):
     return {l["custom_id"]: l for l in lines}
 
@@ -164,7 +170,8 @@ def cancel_mid_run():
     tap(st == 404, "cancelling an unknown batch is 404", raw)
     tap(metric(srv, "batches_running") == 0 and metric(srv, "batch_requests_in_flight") == 0
         and metric(srv, "kv_cache_blocks_used") == 0, "after the cancel nothing is in flight")
-    tap(healthy(srv) and srv.stop() == 0, "cancel server exits 0")
+    tap(healthy(srv), "cancel server healthy")
+    stop_ok(srv, "cancel server exits 0")
 
 
 def expiry():
@@ -181,7 +188,7 @@ def expiry():
         and {l["custom_id"] for l in out} | {e["custom_id"] for e in errs}
         == {f"s{i}" for i in range(1000)},
         f"an expired batch keeps {len(out)} results and lists the rest as batch_expired", rc)
-    tap(srv.stop() == 0, "expiry server exits 0")
+    stop_ok(srv, "expiry server exits 0")
 
 
 def listing(srv, done):
@@ -267,7 +274,7 @@ def too_many_requests():
     b = bl.wait(srv, bl.create(srv, f["id"])[1]["id"])
     tap(b["status"] == "failed" and b["errors"]["data"][-1]["code"] == "too_many_requests",
         "a file over --batch-max-requests fails", b.get("errors"))
-    tap(srv.stop() == 0, "max-requests server exits 0")
+    stop_ok(srv, "max-requests server exits 0")
 
 
 def graceful_restart():
@@ -280,7 +287,7 @@ def graceful_restart():
         time.sleep(0.01)
     data_dir = srv.data_dir
     srv.own_dir = False
-    tap(srv.stop() == 0, "SIGTERM during a batch exits 0")
+    stop_ok(srv, "SIGTERM during a batch exits 0")
     srv = Server("--batch-max-in-flight", "2", data_dir=data_dir)
     srv.own_dir = True
     c = bl.wait(srv, b["id"])
@@ -289,7 +296,7 @@ def graceful_restart():
     tap(c["status"] == "completed" and c["request_counts"]["completed"] == 40
         and sorted(ids) == sorted(f"g{i}" for i in range(40)),
         "after a restart the batch completes with one line per custom_id", c)
-    srv.stop()
+    stop_ok(srv, "restarted server exits 0")
 
 
 def main():
@@ -299,7 +306,7 @@ def main():
     request_errors(srv)
     listing(srv, done)
     bad_creates(srv)
-    tap(srv.stop() == 0, "server exits 0")
+    stop_ok(srv, "server exits 0")
     cancel_mid_run()
     expiry()
     too_many_requests()
