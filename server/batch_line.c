@@ -29,10 +29,16 @@ cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, cons
                         char **custom_id, struct batch_line_error *e)
 {
     *custom_id = NULL;
-    cJSON *j = cJSON_ParseWithLength(text, len);
-    if (!j || !cJSON_IsObject(j)) {
+    /* One object and nothing after it but spaces: "{..}{..}" on one line would
+     * otherwise pass as its first request and silently drop the second. */
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    bool rest = false;
+    for (const char *p = end; j && p < text + len; p++)
+        rest |= *p != ' ' && *p != '\t' && *p != '\r' && *p != '\n';
+    if (!j || !cJSON_IsObject(j) || rest) {
         cJSON_Delete(j);
-        return fail(e, "invalid_json", NULL, "the line is not a JSON object");
+        return fail(e, "invalid_json", NULL, "the line is not one JSON object");
     }
     const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
     const cJSON *method = cJSON_GetObjectItemCaseSensitive(j, "method");

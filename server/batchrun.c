@@ -37,6 +37,11 @@
 #define BR_MAX_ERRORS 100
 /* Requests fetched from the store at once. */
 #define BR_PAGE 64
+/* Requests one feed call looks at (started or refused), so that a batch of lines
+ * the API refuses one by one cannot hold the loop; the next event or tick goes on. */
+#define BR_FEED_MAX 256
+/* Requests expired per store call (one append and one fsync per file each). */
+#define BR_EXPIRE_PAGE 1024
 
 struct br_batch;
 
@@ -107,13 +112,15 @@ static struct br_batch *find_batch(struct batchrun *br, const char *id)
     return NULL;
 }
 
-static void set_status(struct batchrun *br, const char *id, enum jobstore_status to,
-                       const char *errors)
+/* Returns 0, or the store's error (logged): the batch then stays as it was, and
+ * the caller keeps it tracked so the next tick (or a restart) tries again. */
+static int set_status(struct batchrun *br, const char *id, enum jobstore_status to,
+                      const char *errors)
 {
-    if (jobstore_batch_set_status(br->s->js, id, to, errors))
-        log_error("batch %s: %s", id, err_msg());
-    else
-        log_info("batch %s: %s", id, jobstore_status_name(to));
+    int err = jobstore_batch_set_status(br->s->js, id, to, errors);
+    if (err) log_error("batch %s: %s", id, err_msg());
+    else log_info("batch %s: %s", id, jobstore_status_name(to));
+    return err;
 }
 
 /* ---- lines in flight ---- */
@@ -173,14 +180,48 @@ static void record(struct batchrun *br, struct br_batch *b, const char *custom_i
     if (err != ENG_EINVAL) store_failed(br); /* EINVAL: already answered, nothing lost */
 }
 
-static void record_error(struct batchrun *br, struct br_batch *b, const char *custom_id,
-                         int status, cJSON *body, const char *code, const char *message)
+/* Error lines gathered to be recorded in one store call (one fsync, not one each). */
+struct br_results {
+    struct jobstore_result *r;
+    int n, cap;
+};
+
+static void results_add_error(struct br_results *rs, const char *custom_id, int status,
+                              cJSON *body, const char *code, const char *message)
 {
     char id[JOBSTORE_ID_MAX];
     jobstore_new_id("batch_req_", id, sizeof id);
-    char *line = batch_line_output(id, custom_id, status, NULL, body, code, message);
-    record(br, b, custom_id, false, line);
-    free(line);
+    if (rs->n == rs->cap) {
+        rs->cap = MAX(16, 2 * rs->cap);
+        rs->r = xrealloc(rs->r, (size_t)rs->cap * sizeof *rs->r);
+    }
+    rs->r[rs->n++] = (struct jobstore_result){
+        .custom_id = xstrdup(custom_id),
+        .ok = false,
+        .line = batch_line_output(id, custom_id, status, NULL, body, code, message)};
+}
+
+/* Record the gathered lines of batch b and empty the buffer. */
+static void results_flush(struct batchrun *br, struct br_batch *b, struct br_results *rs)
+{
+    if (rs->n && !br->store_failed) {
+        int err = jobstore_batch_append_results(br->s->js, b->id, rs->r, rs->n);
+        if (err) {
+            log_error("batch %s: %s", b->id, err_msg());
+            store_failed(br);
+        }
+    }
+    for (int i = 0; i < rs->n; i++) {
+        free((char *)rs->r[i].custom_id);
+        free((char *)rs->r[i].line);
+    }
+    rs->n = 0;
+}
+
+static void results_free(struct br_results *rs)
+{
+    CHECK(rs->n == 0); /* flushed */
+    free(rs->r);
 }
 
 static uint64_t seed_of(const char *batch_id, const char *custom_id)
@@ -192,15 +233,16 @@ static uint64_t seed_of(const char *batch_id, const char *custom_id)
     return h;
 }
 
-/* Parse request r of batch b and hand it to the engine (or record why not). */
-static void start_line(struct batchrun *br, struct br_batch *b, const struct jobstore_request *r)
+/* Parse request r of batch b and hand it to the engine, or add why not to `refused`. */
+static void start_line(struct batchrun *br, struct br_batch *b, const struct jobstore_request *r,
+                       struct br_results *refused)
 {
     struct srv *s = br->s;
     struct batch_line_error le;
     char *cid = NULL;
     cJSON *body = batch_line_parse(r->body, strlen(r->body), "/v1/completions", NULL, &cid, &le);
     if (!body) { /* validated before it was stored: only a damaged store gets here */
-        record_error(br, b, r->custom_id, 0, NULL, le.code, le.message);
+        results_add_error(refused, r->custom_id, 0, NULL, le.code, le.message);
         free(cid);
         return;
     }
@@ -216,7 +258,7 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     int err = cmpl_parse(text, strlen(text), &m, &l->params, &e);
     free(text);
     if (err) { /* a request the API refuses: its error body is the response */
-        record_error(br, b, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
+        results_add_error(refused, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
         api_error_clear(&e);
         cmpl_params_free(&l->params);
         free(l->custom_id);
@@ -254,8 +296,11 @@ static void finish_line(struct batchrun *br, int32_t k)
     if (err) {
         struct api_error e = {0};
         api_error_set(&e, err->status, err->type, err->param, err->code, "%s", err->message);
-        record_error(br, l->b, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
+        struct br_results one = {0};
+        results_add_error(&one, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
         api_error_clear(&e);
+        results_flush(br, l->b, &one);
+        results_free(&one);
     } else {
         size_t len;
         char *text = cmpl_resp_body(l->resp, &len);
@@ -273,9 +318,9 @@ static void finish_line(struct batchrun *br, int32_t k)
 void batchrun_event(struct batchrun *br, struct req_event *ev)
 {
     if (!br) return;
-    if (ev->finish != REQ_FINISH_NONE) br->s->m.finished[ev->finish]++;
     int32_t k = find_line(br, ev->req_id & ~SRV_BATCH_ID_BIT);
-    if (k < 0) return; /* cancelled */
+    if (k < 0) return; /* a line the runner dropped (cancelled) */
+    if (ev->finish != REQ_FINISH_NONE) br->s->m.finished[ev->finish]++;
     struct br_line *l = br->lines[k];
     const int32_t pi = (int32_t)((ev->req_id & ~SRV_BATCH_ID_BIT) - l->base_id);
     free(cmpl_resp_event(l->resp, pi, ev, NULL)); /* not streaming: nothing to send */
@@ -315,39 +360,50 @@ void batchrun_feed(struct batchrun *br)
 {
     if (!br || !engine_ready(br)) return;
     const int32_t max = br->s->cfg->batch_max_in_flight;
+    int looked = 0;
+    struct br_results refused = {0};
     for (struct br_batch *b = br->head, *next; b; b = next) {
         next = b->next;
         if (b->cancelling) continue;
         const struct jobstore_request *r;
-        while (br->n_reqs < max && !br->store_failed && (r = next_request(br, b)))
-            start_line(br, b, r);
-        if (b->exhausted && b->n_lines == 0 && !br->store_failed) {
-            set_status(br, b->id, JOBSTORE_FINALIZING, NULL);
-            set_status(br, b->id, JOBSTORE_COMPLETED, NULL);
-            untrack(br, b);
+        while (br->n_reqs < max && looked < BR_FEED_MAX && !br->store_failed &&
+               (r = next_request(br, b))) {
+            start_line(br, b, r, &refused);
+            looked++;
+        }
+        results_flush(br, b, &refused);
+        if (b->exhausted && b->n_lines == 0 && b->i_page == b->n_page && !br->store_failed) {
+            /* A failed step leaves the batch tracked: the next feed tries again. */
+            if (!set_status(br, b->id, JOBSTORE_FINALIZING, NULL) &&
+                !set_status(br, b->id, JOBSTORE_COMPLETED, NULL))
+                untrack(br, b);
         }
     }
+    results_free(&refused);
 }
 
-/* Past its window: what did not run goes to the error file as batch_expired. */
+/* Past its window: what did not run goes to the error file as batch_expired, a
+ * page of lines per store call. */
 static void expire(struct batchrun *br, struct br_batch *b)
 {
     drop_batch_lines(br, b);
     int64_t after = 0;
-    for (;;) {
+    struct br_results lines = {0};
+    while (!br->store_failed) {
         struct jobstore_request *rs;
         int n;
-        if (jobstore_batch_pending(br->s->js, b->id, after, BR_PAGE, &rs, &n) || n == 0) break;
-        for (int i = 0; i < n && !br->store_failed; i++)
-            record_error(br, b, rs[i].custom_id, 0, NULL, "batch_expired",
-                         "This request could not be executed before the completion window "
-                         "expired.");
+        if (jobstore_batch_pending(br->s->js, b->id, after, BR_EXPIRE_PAGE, &rs, &n) || n == 0)
+            break;
+        for (int i = 0; i < n; i++)
+            results_add_error(&lines, rs[i].custom_id, 0, NULL, "batch_expired",
+                              "This request could not be executed before the completion "
+                              "window expired.");
         after = rs[n - 1].line;
         jobstore_requests_free(rs, n);
-        if (br->store_failed) return;
+        results_flush(br, b, &lines);
     }
-    set_status(br, b->id, JOBSTORE_EXPIRED, NULL);
-    untrack(br, b);
+    results_free(&lines);
+    if (!br->store_failed && !set_status(br, b->id, JOBSTORE_EXPIRED, NULL)) untrack(br, b);
 }
 
 void batchrun_tick(struct batchrun *br)
@@ -357,8 +413,10 @@ void batchrun_tick(struct batchrun *br)
     for (struct br_batch *b = br->head, *next; b; b = next) {
         next = b->next;
         if (b->cancelling) {
-            set_status(br, b->id, JOBSTORE_CANCELLED, NULL);
-            untrack(br, b);
+            /* Not while the store is failed: publishing its files now could publish
+             * a tail the restart's recovery has not checked yet. */
+            if (!br->store_failed && !set_status(br, b->id, JOBSTORE_CANCELLED, NULL))
+                untrack(br, b);
         } else if (b->expires_at && now >= b->expires_at && !br->store_failed) {
             expire(br, b);
         }
@@ -465,7 +523,8 @@ static void check_work(uv_work_t *w)
         cJSON_Delete(body);
         free(cid);
     }
-    if (ferror(f)) check_error(c, 0, "file_not_found", "input_file_id", "the input file cannot be read");
+    if (ferror(f))
+        check_error(c, 0, "file_unreadable", "input_file_id", "the input file cannot be read");
     fclose(f);
     free(text);
     batch_idset_free(&ids);
@@ -520,8 +579,7 @@ static void check_done(uv_work_t *w, int status)
             if (jobstore_batch_add_requests(js, b.id, c->reqs, c->n_reqs)) {
                 /* The disk: leave it validating, so a restart validates it again. */
                 log_error("batch %s: %s", b.id, err_msg());
-            } else {
-                set_status(br, b.id, JOBSTORE_IN_PROGRESS, NULL);
+            } else if (!set_status(br, b.id, JOBSTORE_IN_PROGRESS, NULL)) {
                 track(br, &b);
                 batchrun_feed(br);
             }
@@ -573,8 +631,7 @@ struct batchrun *batchrun_create(struct srv *s)
         switch (b->status) {
         case JOBSTORE_VALIDATING:
             if (b->total > 0) { /* its requests were stored: it was about to start */
-                set_status(br, b->id, JOBSTORE_IN_PROGRESS, NULL);
-                track(br, b);
+                if (!set_status(br, b->id, JOBSTORE_IN_PROGRESS, NULL)) track(br, b);
             } else {
                 batchrun_validate(br, b->id);
             }

@@ -83,6 +83,7 @@ static void on_written(uv_write_t *w, int status)
     struct wreq *r = (struct wreq *)w;
     struct conn *c = r->c;
     c->wq_bytes -= r->len;
+    c->last_written = uv_now(c->s->loop);
     free(r);
     if (c->closing) return;
     if (status < 0) {
@@ -90,7 +91,10 @@ static void on_written(uv_write_t *w, int status)
         return;
     }
     c->last_active = uv_now(c->s->loop);
-    if (c->head && c->head->file_open) pump_file(c->head);
+    /* The head's file goes on; not after a "Connection: close" response, whose
+     * successor never gets to write. */
+    if (c->head && c->head->is_head && c->head->file_open && !c->close_after_write)
+        pump_file(c->head);
     if (!c->closing && c->close_after_write && c->wq_bytes == 0) conn_close(c);
 }
 
@@ -102,6 +106,7 @@ static void sock_write(struct conn *c, const char *data, size_t len)
     r->len = len;
     memcpy(r->data, data, len);
     uv_buf_t b = uv_buf_init(r->data, (unsigned)len);
+    if (c->wq_bytes == 0) c->last_written = uv_now(c->s->loop); /* the wait starts now */
     c->wq_bytes += len;
     if (uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
         c->wq_bytes -= len;
@@ -475,6 +480,10 @@ void conn_sweep(struct srv *s)
          * it (slowloris). A connection waiting on its own long generation is busy,
          * not idle. */
         if (idle_ms && quiet && !partial && now - c->last_active > idle_ms) conn_close(c);
+        /* A client that stops reading a response (a download it never drains stays
+         * under the write-queue limit) is closed once no write has completed for
+         * the idle timeout. */
+        else if (idle_ms && c->wq_bytes > 0 && now - c->last_written > idle_ms) conn_close(c);
         else if (idle_ms && quiet && partial && now - c->req_started > idle_ms) conn_close(c);
         else if (s->draining && quiet && !partial) conn_close(c);
     }

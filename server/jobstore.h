@@ -271,6 +271,27 @@ void jobstore_requests_free(struct jobstore_request *reqs, int n);
 int jobstore_batch_append_result(struct jobstore *js, const char *batch_id,
                                  const char *custom_id, bool ok, const char *json_line);
 
+/* One result for jobstore_batch_append_results (borrowed strings). */
+struct jobstore_result {
+    const char *custom_id;
+    bool ok;          /* output file; else error file */
+    const char *line; /* as for jobstore_batch_append_result */
+};
+
+/*
+ * Record `n` results at once, with jobstore_batch_append_result's checks and
+ * guarantees, all or nothing up to the first write: every line is checked (and
+ * refused, ENG_EINVAL, before anything is written, if one is already answered or
+ * a custom_id is there twice), the output lines go to the output file in one
+ * append and one fsync, the error lines likewise, and then one transaction marks
+ * and counts them all. Recovery covers a crash between the appends and the commit
+ * exactly as for one line (a torn tail is cut, every whole line is marked). For
+ * callers with many results at once (expiring a batch), where one fsync each would
+ * hold the owning thread for seconds. Thread: owner.
+ */
+int jobstore_batch_append_results(struct jobstore *js, const char *batch_id,
+                                  const struct jobstore_result *rs, int n);
+
 /*
  * Make the database agree with the batch's output and error files: cut a torn or
  * unparsable tail (only the one append that was not synced can have one), mark

@@ -477,9 +477,10 @@ static int ensure_output_id(struct jobstore *js, const struct jobstore_batch *b,
     return db_step_done(js, st, "set output file");
 }
 
-/* Append `line` + '\n' to `path` and make it durable. On a failed write the file
- * is cut back to its old length, so no torn line stays in the middle of it. */
-static int append_line(struct jobstore *js, const char *path, const char *line)
+/* Append `len` bytes (whole lines) to `path` and make them durable. On a failed
+ * write the file is cut back to its old length, so no torn line stays in the
+ * middle of it. */
+static int append_bytes(struct jobstore *js, const char *path, const char *buf, size_t len)
 {
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return err_set(ENG_EIO, "%s: %s", path, strerror(errno));
@@ -489,12 +490,8 @@ static int append_line(struct jobstore *js, const char *path, const char *line)
         close(fd);
         return err;
     }
-    size_t len = strlen(line);
-    char *buf = xmalloc(len + 1);
-    memcpy(buf, line, len);
-    buf[len] = '\n';
     int err = 0;
-    if (write_all(fd, buf, len + 1) != 0) {
+    if (write_all(fd, buf, len) != 0) {
         err = err_set(ENG_EIO, "%s: write: %s", path, strerror(errno));
         if (ftruncate(fd, sb.st_size) != 0) err = poison(js, err);
     } else if (fsync(fd) != 0) {
@@ -504,63 +501,103 @@ static int append_line(struct jobstore *js, const char *path, const char *line)
         err = fsync_path(js->files_dir);
         if (err) err = poison(js, err);
     }
-    free(buf);
     close(fd);
     return err;
 }
 
-int jobstore_batch_append_result(struct jobstore *js, const char *batch_id,
-                                 const char *custom_id, bool ok, const char *json_line)
+/* The checks of one result before anything is written: a single line whose
+ * custom_id is the result's, not answered yet, not twice in this call. */
+static int check_result(struct jobstore *js, const char *batch_id,
+                        const struct jobstore_result *rs, int i, int64_t *prompt,
+                        int64_t *completion)
+{
+    const struct jobstore_result *r = &rs[i];
+    if (!r->custom_id || !r->line || strchr(r->line, '\n'))
+        return err_set(ENG_EINVAL, "result line missing or not a single line");
+    char *line_cid;
+    if (!parse_result_line(r->line, strlen(r->line), &line_cid, prompt, completion))
+        return err_set(ENG_EINVAL, "result line is not a JSON object with a custom_id");
+    bool same = strcmp(line_cid, r->custom_id) == 0;
+    free(line_cid);
+    if (!same) return err_set(ENG_EINVAL, "result line's custom_id is not '%s'", r->custom_id);
+    for (int k = 0; k < i; k++)
+        if (strcmp(rs[k].custom_id, r->custom_id) == 0)
+            return err_set(ENG_EINVAL, "custom_id '%s' is twice in one append", r->custom_id);
+    /* A second line for a custom_id would be a second answer that no recovery could
+     * take back. */
+    bool pending = false;
+    int err = request_state(js, batch_id, r->custom_id, &pending);
+    if (!err && !pending)
+        err = err_set(ENG_EINVAL, "batch %s: custom_id '%s' is already answered", batch_id,
+                      r->custom_id);
+    return err;
+}
+
+int jobstore_batch_append_results(struct jobstore *js, const char *batch_id,
+                                  const struct jobstore_result *rs, int n)
 {
     if (js->broken)
         return err_set(ENG_EIO, "%s: an earlier write failed; restart to recover", js->dir);
-    if (!custom_id || !json_line || strchr(json_line, '\n'))
-        return err_set(ENG_EINVAL, "result line missing or not a single line");
-    char *line_cid;
-    int64_t prompt, completion;
-    if (!parse_result_line(json_line, strlen(json_line), &line_cid, &prompt, &completion))
-        return err_set(ENG_EINVAL, "result line is not a JSON object with a custom_id");
-    bool same = strcmp(line_cid, custom_id) == 0;
-    free(line_cid);
-    if (!same) return err_set(ENG_EINVAL, "result line's custom_id is not '%s'", custom_id);
-
+    if (n <= 0) return n == 0 ? 0 : err_set(ENG_EINVAL, "negative result count");
     struct jobstore_batch b;
     int err = jobstore_batch_get(js, batch_id, &b);
     if (err) return err;
-    char file_id[JOBSTORE_ID_MAX];
-    char *path = NULL;
-    bool pending = false;
+    int64_t *usage = xcalloc((size_t)n * 2, sizeof *usage);
+    char *buf[2] = {NULL, NULL}; /* [0] error lines, [1] output lines */
+    size_t len[2] = {0, 0}, cap[2] = {0, 0};
+    int appended = 0;
     if (b.status != JOBSTORE_IN_PROGRESS && b.status != JOBSTORE_CANCELLING) {
         err = err_set(ENG_EINVAL, "batch %s is %s: no more results", batch_id,
                       status_names[b.status]);
         goto out;
     }
-    /* Checked before writing: a second line for a custom_id would be a second
-     * answer that no recovery could take back. */
-    err = request_state(js, batch_id, custom_id, &pending);
-    if (!err && !pending)
-        err = err_set(ENG_EINVAL, "batch %s: custom_id '%s' is already answered", batch_id,
-                      custom_id);
-    if (!err) err = ensure_output_id(js, &b, ok, file_id, sizeof file_id);
-    if (err) goto out;
-    path = jobstore_body_path(js, file_id);
-    err = append_line(js, path, json_line);
-    if (err) goto out;
-
-    /* The line is durable; from here a failure leaves it uncounted, which only the
-     * recovery at the next open can settle, so it poisons the store. */
-    bool marked = false;
+    for (int i = 0; i < n && !err; i++) {
+        err = check_result(js, batch_id, rs, i, &usage[2 * i], &usage[2 * i + 1]);
+        if (err) break;
+        const int k = rs[i].ok;
+        size_t l = strlen(rs[i].line);
+        if (len[k] + l + 1 > cap[k]) {
+            cap[k] = MAX(2 * cap[k], len[k] + l + 1);
+            buf[k] = xrealloc(buf[k], cap[k]);
+        }
+        memcpy(buf[k] + len[k], rs[i].line, l);
+        buf[k][len[k] + l] = '\n';
+        len[k] += l + 1;
+    }
+    for (int k = 1; k >= 0 && !err; k--) { /* each file: one append, one fsync */
+        if (!len[k]) continue;
+        char file_id[JOBSTORE_ID_MAX];
+        err = ensure_output_id(js, &b, k, file_id, sizeof file_id);
+        if (err) break;
+        char *path = jobstore_body_path(js, file_id);
+        err = append_bytes(js, path, buf[k], len[k]);
+        free(path);
+        if (!err) appended++;
+    }
+    /* Once a line is durable, a failure leaves it uncounted, which only the recovery
+     * at the next open can settle, so it poisons the store. */
+    if (err) {
+        if (appended) err = poison(js, err);
+        goto out;
+    }
+    int64_t n_ok = 0;
     err = db_begin(js);
-    if (!err) err = mark_request(js, batch_id, custom_id, ok, prompt, completion, &marked);
+    for (int i = 0; i < n && !err; i++) {
+        bool marked = false;
+        err = mark_request(js, batch_id, rs[i].custom_id, rs[i].ok, usage[2 * i],
+                           usage[2 * i + 1], &marked);
+        CHECK(err || marked); /* pending a moment ago, and we are its only writer */
+        n_ok += rs[i].ok;
+    }
     if (!err) {
         sqlite3_stmt *st;
-        err = db_prepare(js,
-                         ok ? "UPDATE batches SET completed=completed+1 WHERE id=?"
-                            : "UPDATE batches SET failed=failed+1 WHERE id=?",
+        err = db_prepare(js, "UPDATE batches SET completed=completed+?, failed=failed+? WHERE id=?",
                          &st);
         if (!err) {
-            bind_text(st, 1, batch_id);
-            err = db_step_done(js, st, "count result");
+            sqlite3_bind_int64(st, 1, n_ok);
+            sqlite3_bind_int64(st, 2, n - n_ok);
+            bind_text(st, 3, batch_id);
+            err = db_step_done(js, st, "count results");
         }
     }
     if (!err) err = db_commit(js);
@@ -568,11 +605,19 @@ int jobstore_batch_append_result(struct jobstore *js, const char *batch_id,
         db_rollback(js);
         err = poison(js, err);
     }
-    CHECK(err || marked); /* it was pending a moment ago and we are its only writer */
 out:
-    free(path);
+    free(buf[0]);
+    free(buf[1]);
+    free(usage);
     jobstore_batch_deinit(&b);
     return err;
+}
+
+int jobstore_batch_append_result(struct jobstore *js, const char *batch_id,
+                                 const char *custom_id, bool ok, const char *json_line)
+{
+    const struct jobstore_result r = {.custom_id = custom_id, .ok = ok, .line = json_line};
+    return jobstore_batch_append_results(js, batch_id, &r, 1);
 }
 
 /* Read one output or error file back: mark every complete line's custom_id, cut

@@ -64,6 +64,8 @@ struct conn {
     size_t pending_len;
     size_t wq_bytes;           /* bytes handed to uv_write and not yet written */
     uint64_t last_active;      /* uv_now() of the last read or write */
+    uint64_t last_written;     /* uv_now() of the last completed write, or of the
+                                  first queued one when nothing was pending */
     uint64_t req_started;      /* uv_now() when the partial request buffered began */
     bool reading, closing, close_after_write;
     bool failed;               /* a protocol error was answered: never parse again */
@@ -234,7 +236,8 @@ void batches_route(struct exch *x, const char *rest);
 /*
  * The runner of Batches API jobs: validates new batches off the loop thread, feeds
  * in_progress batches' requests to the engine at batch priority (at most
- * cfg->batch_max_in_flight lines at once), records each result through the job
+ * cfg->batch_max_in_flight engine requests at once; a line is never split, so one
+ * line of many prompts may pass the bound), records each result through the job
  * store, finalizes, expires and cancels. Created after the store is open; resumes
  * every unfinished batch it finds there. Owns its own engine id map (ids with
  * SRV_BATCH_ID_BIT). NULL is a no-op for every call but create. Thread: loop.

@@ -96,6 +96,8 @@ def invalid_files(srv):
         json.dumps({"custom_id": "b", "method": "POST", "url": "/v1/completions",
                     "body": "text"}),                                      # 11 body not object
         good(12),
+        good(13) + good(14),                                                # 13 two objects
+        good(15) + " trailing",                                             # 14 trailing text
     ]
     st, f = bl.upload(srv, bl.jsonl(lines))
     st, b = bl.create(srv, f["id"])
@@ -104,12 +106,19 @@ def invalid_files(srv):
     got = [(e["line"], e["code"]) for e in errs]
     want = [(2, "invalid_json"), (4, "duplicate_custom_id"), (5, "invalid_url"),
             (6, "model_not_found"), (8, "missing_custom_id"), (9, "invalid_method"),
-            (10, "invalid_body"), (11, "invalid_body")]
+            (10, "invalid_body"), (11, "invalid_body"), (13, "invalid_json"),
+            (14, "invalid_json")]
     tap(b["status"] == "failed" and b["failed_at"] and got == want
         and b["errors"]["object"] == "list" and all("message" in e and "param" in e for e in errs)
         and b["request_counts"]["total"] == 0 and b["output_file_id"] is None,
         "an invalid file fails the batch with every bad line numbered", got)
     tap(b["in_progress_at"] is None, "nothing of a failed batch ran", b)
+
+    # Lines ended by CR alone are one line to JSONL: never a silently shorter batch.
+    st, f = bl.upload(srv, "\r".join(good(i) for i in range(3)).encode())
+    b = bl.wait(srv, bl.create(srv, f["id"])[1]["id"])
+    tap(b["status"] == "failed" and b["errors"]["data"][0]["code"] == "invalid_json",
+        "CR-only line ends fail the batch", b.get("errors"))
 
     st, f = bl.upload(srv, b"\n\n")
     b = bl.wait(srv, bl.create(srv, f["id"])[1]["id"])

@@ -10,6 +10,7 @@ healthy. TAP output. Usage: test_files.py H2OSERVE_BINARY
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -298,7 +299,51 @@ def main():
     tap(len(parts) == 2 and parts[0] == big and parts[1] == big and healthy(srv),
         "two pipelined 12 MiB downloads to a slow reader with a 64 KiB write queue are whole",
         [len(p) for p in parts])
+    # A client that stops reading a download is closed after the idle timeout (the
+    # download never passes the write-queue limit, so only the timeout can tell).
+    srv2 = Server("--write-queue-max-bytes", "64K", "--idle-timeout-s", "1")
+    st, fb2 = upload(srv2, big, "big.jsonl")
+    s = socket.create_connection(("127.0.0.1", srv2.port))
+    s.sendall(f"GET /v1/files/{fb2['id']}/content HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    time.sleep(3)  # read nothing
+    s.settimeout(10)
+    got, eof = 0, False
+    try:
+        while True:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                eof = True
+                break
+            got += len(chunk)
+    except (socket.timeout, ConnectionResetError):
+        eof = True
+    s.close()
+    tap(eof and got < len(big) and healthy(srv2),
+        "a stalled download is closed after --idle-timeout-s", got)
+    stop_ok(srv2, "stalled-download server exits 0")
     stop_ok(srv, "small-queue server exits 0")
+
+    # A download pipelined behind a response that closes the connection (the server
+    # started draining) is never sent: no body without its head after the close.
+    srv = Server("--model", "dummy:opt-125m")
+    small = b"x" * (1 << 20)
+    st, fs = upload(srv, small, "small.jsonl")
+    body = json.dumps({"model": "dummy:opt-125m", "prompt": "a", "max_tokens": 300,
+                       "ignore_eos": True}).encode()
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body +
+              f"GET /v1/files/{fs['id']}/content HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    time.sleep(0.5)
+    srv.proc.send_signal(signal.SIGTERM)
+    data = read_until(s, lambda d: False, 60)
+    s.close()
+    head = data.partition(b"\r\n\r\n")[0].lower()
+    tap(data.startswith(b"HTTP/1.1 200") and b"connection: close" in head
+        and data.count(b"HTTP/1.1 ") == 1 and b"xxxxxxxx" not in data,
+        "nothing follows a Connection: close response, not even a pipelined download",
+        data[:200] + b"..." + data[-100:])
+    srv.proc.wait(timeout=30)
 
     # --- a filename that looks like a path is a name, not a path
     root = tempfile.mkdtemp(prefix="h2oserve-files-")

@@ -614,6 +614,63 @@ TEST(results_counted_once_and_published)
     rm_rf(dir);
 }
 
+TEST(many_results_in_one_append)
+{
+    char *dir = tmp_dir();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_batch b;
+    make_running_batch(js, 4, &b);
+    char *l1 = xstrdup(result_line("r1")), *l3 = xstrdup(result_line("r3")); /* static */
+    EXPECT_EQ(jobstore_batch_append_result(js, b.id, "r2", true, result_line("r2")), 0);
+    /* Refused as a whole, before anything is written: r2 is already answered, and
+     * r1 twice in one call. */
+    const struct jobstore_result again[] = {{"r1", true, l1}, {"r2", true, result_line("r2")}};
+    EXPECT_EQ(jobstore_batch_append_results(js, b.id, again, 2), ENG_EINVAL);
+    const struct jobstore_result twice[] = {{"r1", true, l1}, {"r1", true, l1}};
+    EXPECT_EQ(jobstore_batch_append_results(js, b.id, twice, 2), ENG_EINVAL);
+    struct jobstore_batch c;
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.completed, 1);
+    char *path = NULL, *body = NULL;
+    size_t len = 0;
+    EXPECT_EQ(jobstore_file_path(js, c.output_file_id, &path), ENG_ENOTFOUND); /* unpublished */
+    jobstore_batch_deinit(&c);
+
+    /* Output and error lines in one call: both files grow, counts and usage add up. */
+    const struct jobstore_result mixed[] = {
+        {"r1", true, l1},
+        {"r4", false, "{\"custom_id\":\"r4\",\"error\":{\"code\":\"batch_expired\"}}"},
+        {"r3", true, l3}};
+    EXPECT_EQ(jobstore_batch_append_results(js, b.id, mixed, 3), 0);
+    EXPECT_EQ(jobstore_batch_append_results(js, b.id, mixed, 0), 0);
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.completed, 3);
+    EXPECT_EQ(c.failed, 1);
+    EXPECT_EQ(c.prompt_tokens, 9);
+    EXPECT_EQ(c.completion_tokens, 15);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_FINALIZING, NULL), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_COMPLETED, NULL), 0);
+    EXPECT_EQ(jobstore_file_path(js, c.output_file_id, &path), 0);
+    EXPECT_EQ(util_read_file(path, &body, &len), 0);
+    /* r2 from the single append, then r1 and r3 from the batch, in that order. */
+    if (body) {
+        char *p2 = strstr(body, "\"r2\""), *p1 = strstr(body, "\"r1\""),
+             *p3 = strstr(body, "\"r3\"");
+        EXPECT(p2 && p1 && p3 && p2 < p1 && p1 < p3);
+        int lines = 0;
+        for (size_t i = 0; i < len; i++) lines += body[i] == '\n';
+        EXPECT_EQ(lines, 3);
+    }
+    free(body);
+    free(path);
+    free(l1);
+    free(l3);
+    jobstore_batch_deinit(&c);
+    jobstore_batch_deinit(&b);
+    jobstore_close(js);
+    rm_rf(dir);
+}
+
 TEST(cancelling_keeps_partial_output)
 {
     char *dir = tmp_dir();
@@ -841,6 +898,7 @@ int main(void)
     RUN(batch_list_and_unfinished);
     RUN(add_requests_all_or_nothing);
     RUN(results_counted_once_and_published);
+    RUN(many_results_in_one_append);
     RUN(cancelling_keeps_partial_output);
     RUN(crash_after_write_before_mark);
     RUN(crash_mid_write_torn_line_is_cut);
