@@ -1,0 +1,48 @@
+/*
+ * cuda_kernels.h - the CUDA backend's own kernels besides attention, callable from C:
+ * embedding + learned positions, LayerNorm, bias (+ ReLU), residual add.
+ *
+ * Each function is named after its file (cuda_embed.cu has cuda_embed) and after its
+ * CPU twin in engine/cpu/cpu_ops.h, whose results it matches up to fp16 rounding.
+ * Activations and weights are fp16; every sum and product is done in fp32 and rounded
+ * to fp16 once, on the store. C has no half type and <cuda_fp16.h> is C++, so fp16
+ * tensors cross this interface as uint16_t (the IEEE binary16 bits, as dtype.h's
+ * f32_to_f16 makes them).
+ *
+ * Owns: nothing. Every pointer is device memory owned by the caller (the backend, and
+ * for now tests/gpu); the functions only enqueue a kernel on `stream` (0 is the legacy
+ * default stream) and return without waiting. fp16 pointers must be 4-byte aligned
+ * (an even element offset from a cudaMalloc'ed base): the kernels move half2 pairs.
+ * Indices (token ids, positions) are not checked on the device; the engine validated
+ * them on the host before the batch was built.
+ *
+ * Returns: cudaSuccess, cudaErrorInvalidValue for arguments the kernel cannot take
+ * (negative sizes, an odd row width where pairs are needed, a grid past CUDA's
+ * limits), or the launch's error from cudaGetLastError; empty work launches nothing.
+ * Errors while the kernel runs surface at the next synchronising call, as usual in
+ * CUDA.
+ * Thread: any host thread that owns `stream`; calls on one stream run in order.
+ *
+ * Not yet used by a backend: the CUDA backend behind struct be_ops is the next step
+ * (docs/cuda.md).
+ */
+#ifndef H2O_CUDA_KERNELS_H
+#define H2O_CUDA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* x [n] += y [n], the residual add; any n. x and y must not overlap unless equal. */
+cudaError_t cuda_add(uint16_t *x, const uint16_t *y, int64_t n, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
