@@ -38,6 +38,36 @@
 extern "C" {
 #endif
 
+/*
+ * dst [n, d] = tok [ids[i], :] + pos_table [pos[i] + offset, :], the token embedding
+ * plus OPT's learned position (offset 2, as Hugging Face looks them up).
+ * tok [vocab, d], pos_table [max_pos + offset, d], ids [n], pos [n]; d even.
+ * pos_table may be NULL: tokens only, for models with project_in (OPT-350m), where
+ * the positions are added after the projection with cuda_add_positions.
+ */
+cudaError_t cuda_embed(uint16_t *dst, const uint16_t *tok, const int32_t *ids,
+                       const uint16_t *pos_table, const int32_t *pos, int32_t offset,
+                       int32_t n, int32_t d, cudaStream_t stream);
+
+/* x [n, d] += pos_table [pos[i] + offset, :]; d even. */
+cudaError_t cuda_add_positions(uint16_t *x, const uint16_t *pos_table, const int32_t *pos,
+                               int32_t offset, int32_t n, int32_t d, cudaStream_t stream);
+
+/*
+ * dst [n, d] = (x - mean) / sqrt(var + 1e-5) * w + b over each row of x [n, d], with
+ * w, b [d]; mean and variance in fp32, two passes as PyTorch (and cpu_layernorm) do.
+ * d even. dst may alias x (post-LN models normalise the residual stream in place).
+ */
+cudaError_t cuda_layernorm(uint16_t *dst, const uint16_t *x, const uint16_t *w,
+                           const uint16_t *b, int32_t n, int32_t d, cudaStream_t stream);
+
+/*
+ * x [n, m] = x + bias [m], then max(0, .) when relu: the epilogue of a cuBLAS
+ * projection (cuBLAS's GemmEx adds no bias). m even.
+ */
+cudaError_t cuda_bias_relu(uint16_t *x, const uint16_t *bias, int32_t n, int32_t m,
+                           bool relu, cudaStream_t stream);
+
 /* x [n] += y [n], the residual add; any n. x and y must not overlap unless equal. */
 cudaError_t cuda_add(uint16_t *x, const uint16_t *y, int64_t n, cudaStream_t stream);
 
