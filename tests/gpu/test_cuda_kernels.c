@@ -1,0 +1,333 @@
+/*
+ * test_cuda_kernels.c - every kernel in cuda/cuda_kernels.h against a host reference
+ * written from the CPU backend's semantics (engine/cpu/cpu_ops.c), on random fp16 data.
+ *
+ * The host reference reads the same fp16 inputs widened to float and computes in
+ * fp32, as the kernels do. The elementwise kernels (embed, positions, bias + ReLU,
+ * residual add) do one fp32 add of two fp16 values, then a max with 0, then one
+ * round-to-nearest-even to fp16: IEEE fp32 gives the same bits on host and device,
+ * so those outputs must be bit-identical. LayerNorm sums in a different order and
+ * uses rsqrtf (2 ulp in fp32), so its output is checked against the unrounded fp32
+ * reference within fp16's rounding (2^-11 relative) plus 1e-5 for the fp32 noise.
+ *
+ * Without a CUDA device (cudaGetDeviceCount finds none, or no driver) it prints
+ * "no CUDA device: skipping" and exits 77, meson's skip code. Run on a GPU machine
+ * with tests/gpu/run.sh.
+ */
+#include "cuda_kernels.h"
+#include "dtype.h"
+#include "test.h"
+
+#include <cuda_runtime_api.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A failed CUDA call fails the test and leaves it (device memory is freed at exit). */
+#define CUDA_OK(call)                                                                   \
+    do {                                                                                \
+        cudaError_t e_ = (call);                                                        \
+        if (e_ != cudaSuccess) {                                                        \
+            TEST_FAIL("%s: %s", #call, cudaGetErrorString(e_));                         \
+            return;                                                                     \
+        }                                                                               \
+    } while (0)
+
+/* xorshift64*: the same data on every run. */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float rnd_uniform(float lo, float hi)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
+    return lo + (hi - lo) * (float)(r >> 40) / (float)(1ull << 24);
+}
+
+/* n fp16 values uniform in [lo, hi). Caller frees. */
+static uint16_t *rnd_f16(int64_t n, float lo, float hi)
+{
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++) h[i] = f32_to_f16(rnd_uniform(lo, hi));
+    return h;
+}
+
+/* A device copy of `bytes` bytes of host memory; NULL on failure. Caller cudaFrees. */
+static void *to_dev(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes) != cudaSuccess) return NULL;
+    if (cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaFree(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Wait for the kernels, copy n fp16 values back into out; 0 or the CUDA error. */
+static cudaError_t from_dev(uint16_t *out, const void *d, int64_t n)
+{
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) return e;
+    return cudaMemcpy(out, d, (size_t)n * sizeof *out, cudaMemcpyDeviceToHost);
+}
+
+/* How many of got [n] differ from want [n] in their bits; reports the first few. */
+static int64_t count_bit_diffs(const char *what, const uint16_t *got, const uint16_t *want,
+                               int64_t n)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (got[i] == want[i]) continue;
+        if (bad++ < 5)
+            TEST_FAIL("%s[%lld] = %g (0x%04x), expected %g (0x%04x)", what, (long long)i,
+                      f16_to_f32(got[i]), got[i], f16_to_f32(want[i]), want[i]);
+    }
+    return bad;
+}
+
+/* ---- embedding + positions ------------------------------------------------------ */
+
+/* cpu_embed then cpu_add_positions on fp16 tables: dst [n, d]; tok NULL = dst kept. */
+static void ref_embed(uint16_t *dst, const uint16_t *tok, const int32_t *ids,
+                      const uint16_t *pos_table, const int32_t *pos, int32_t offset,
+                      int32_t n, int32_t d)
+{
+    for (int32_t i = 0; i < n; i++)
+        for (int32_t j = 0; j < d; j++) {
+            uint16_t *o = dst + (int64_t)i * d + j;
+            float v = f16_to_f32(tok ? tok[(int64_t)ids[i] * d + j] : *o);
+            if (pos_table) v += f16_to_f32(pos_table[(int64_t)(pos[i] + offset) * d + j]);
+            *o = f32_to_f16(v);
+        }
+}
+
+/* One embed check: `mode` 0 = tokens + positions, 1 = tokens only, 2 = positions onto
+ * an existing x (the project_in path). */
+static void check_embed(int32_t n, int32_t d, int mode)
+{
+    const int32_t vocab = 97, max_pos = 64, offset = 2;
+    uint16_t *tok = rnd_f16((int64_t)vocab * d, -1.0f, 1.0f);
+    uint16_t *pt = rnd_f16((int64_t)(max_pos + offset) * d, -0.5f, 0.5f);
+    uint16_t *x0 = rnd_f16((int64_t)n * d, -1.0f, 1.0f);
+    int32_t *ids = malloc((size_t)n * sizeof *ids), *pos = malloc((size_t)n * sizeof *pos);
+    for (int32_t i = 0; i < n; i++) {
+        ids[i] = (int32_t)rnd_uniform(0.0f, (float)vocab);
+        pos[i] = (int32_t)rnd_uniform(0.0f, (float)max_pos);
+    }
+    /* The last row reads the table's last rows: the offset must stay in range. */
+    ids[n - 1] = vocab - 1;
+    pos[n - 1] = max_pos - 1;
+    uint16_t *want = malloc((size_t)n * d * sizeof *want);
+    uint16_t *got = malloc((size_t)n * d * sizeof *got);
+    memcpy(want, x0, (size_t)n * d * sizeof *want);
+    ref_embed(want, mode == 2 ? NULL : tok, ids, mode == 1 ? NULL : pt, pos, offset, n, d);
+
+    uint16_t *d_tok = to_dev(tok, (size_t)vocab * d * 2);
+    uint16_t *d_pt = to_dev(pt, (size_t)(max_pos + offset) * d * 2);
+    uint16_t *d_x = to_dev(x0, (size_t)n * d * 2);
+    int32_t *d_ids = to_dev(ids, (size_t)n * 4), *d_pos = to_dev(pos, (size_t)n * 4);
+    EXPECT(d_tok && d_pt && d_x && d_ids && d_pos);
+    cudaError_t e;
+    if (mode == 2)
+        e = cuda_add_positions(d_x, d_pt, d_pos, offset, n, d, 0);
+    else
+        e = cuda_embed(d_x, d_tok, d_ids, mode == 1 ? NULL : d_pt, d_pos, offset, n, d, 0);
+    EXPECT_EQ(e, cudaSuccess);
+    EXPECT_EQ(from_dev(got, d_x, (int64_t)n * d), cudaSuccess);
+    EXPECT_EQ(count_bit_diffs("embed", got, want, (int64_t)n * d), 0);
+
+    cudaFree(d_tok), cudaFree(d_pt), cudaFree(d_x), cudaFree(d_ids), cudaFree(d_pos);
+    free(tok), free(pt), free(x0), free(ids), free(pos), free(want), free(got);
+}
+
+TEST(embed_tokens_plus_positions_at_offset_2)
+{
+    check_embed(7, 768, 0);   /* OPT-125m width, a short prompt */
+    check_embed(1, 4096, 0);  /* one decode token, OPT-6.7B width */
+    check_embed(300, 10, 0);  /* rows narrower than the block */
+}
+
+TEST(embed_tokens_only_then_add_positions)
+{
+    check_embed(5, 512, 1);   /* OPT-350m: tokens at 512, project_in, then positions */
+    check_embed(5, 1024, 2);
+}
+
+/* ---- LayerNorm --------------------------------------------------------------------- */
+
+/* cpu_layernorm on fp16 data, result left in fp32: out [n, d]. */
+static void ref_layernorm(float *out, const uint16_t *x, const uint16_t *w,
+                          const uint16_t *b, int32_t n, int32_t d)
+{
+    for (int32_t i = 0; i < n; i++) {
+        const uint16_t *row = x + (int64_t)i * d;
+        float mean = 0.0f, var = 0.0f;
+        for (int32_t j = 0; j < d; j++) mean += f16_to_f32(row[j]);
+        mean /= (float)d;
+        for (int32_t j = 0; j < d; j++) {
+            float c = f16_to_f32(row[j]) - mean;
+            var += c * c;
+        }
+        var /= (float)d;
+        float rstd = 1.0f / sqrtf(var + 1e-5f);
+        for (int32_t j = 0; j < d; j++)
+            out[(int64_t)i * d + j] =
+                (f16_to_f32(row[j]) - mean) * rstd * f16_to_f32(w[j]) + f16_to_f32(b[j]);
+    }
+}
+
+/* One LayerNorm check on rows centred at `centre` (a large centre tests that the
+ * variance is taken around the mean, as the two-pass formula does). */
+static void check_layernorm(int32_t n, int32_t d, float centre, bool in_place)
+{
+    const int64_t nd = (int64_t)n * d;
+    uint16_t *x = rnd_f16(nd, centre - 2.0f, centre + 2.0f);
+    uint16_t *w = rnd_f16(d, 0.5f, 1.5f), *b = rnd_f16(d, -0.2f, 0.2f);
+    float *want = malloc((size_t)nd * sizeof *want);
+    uint16_t *got = malloc((size_t)nd * sizeof *got);
+    ref_layernorm(want, x, w, b, n, d);
+
+    uint16_t *d_x = to_dev(x, (size_t)nd * 2), *d_w = to_dev(w, (size_t)d * 2);
+    uint16_t *d_b = to_dev(b, (size_t)d * 2), *d_out = in_place ? d_x : NULL;
+    if (!in_place) cudaMalloc((void **)&d_out, (size_t)nd * 2);
+    EXPECT(d_x && d_w && d_b && d_out);
+    EXPECT_EQ(cuda_layernorm(d_out, d_x, d_w, d_b, n, d, 0), cudaSuccess);
+    EXPECT_EQ(from_dev(got, d_out, nd), cudaSuccess);
+
+    int64_t bad = 0;
+    double worst = 0.0;
+    for (int64_t i = 0; i < nd; i++) {
+        double g = f16_to_f32(got[i]), r = want[i], err = fabs(g - r);
+        double tol = fabs(r) / 2048.0 + 1e-5; /* half an fp16 ulp, plus fp32 noise */
+        if (err > worst) worst = err;
+        if (err > tol && bad++ < 5)
+            TEST_FAIL("layernorm[%lld] = %g, expected %g (tol %g)", (long long)i, g, r, tol);
+    }
+    printf("# layernorm n=%d d=%d centre=%g%s: max |err| %.3g\n", n, d, (double)centre,
+           in_place ? " in place" : "", worst);
+    EXPECT_EQ(bad, 0);
+
+    if (!in_place) cudaFree(d_out);
+    cudaFree(d_x), cudaFree(d_w), cudaFree(d_b);
+    free(x), free(w), free(b), free(want), free(got);
+}
+
+TEST(layernorm_matches_cpu_two_pass)
+{
+    check_layernorm(4, 768, 0.0f, false);
+    check_layernorm(3, 4096, 0.0f, false);
+    check_layernorm(2, 7168, 0.0f, false); /* OPT-30B width: 14 pairs per thread */
+    check_layernorm(5, 18, 0.0f, false);   /* most threads of the block idle */
+}
+
+TEST(layernorm_large_mean_and_in_place)
+{
+    check_layernorm(4, 2048, 60.0f, false);
+    check_layernorm(4, 2048, 0.0f, true); /* post-LN models normalise x in place */
+}
+
+/* ---- bias + ReLU ------------------------------------------------------------------- */
+
+static void check_bias_relu(int32_t n, int32_t m, bool relu)
+{
+    const int64_t nm = (int64_t)n * m;
+    uint16_t *x = rnd_f16(nm, -2.0f, 2.0f), *bias = rnd_f16(m, -1.0f, 1.0f);
+    uint16_t *want = malloc((size_t)nm * sizeof *want), *got = malloc((size_t)nm * 2);
+    for (int64_t i = 0; i < nm; i++) {
+        float v = f16_to_f32(x[i]) + f16_to_f32(bias[i % m]);
+        want[i] = f32_to_f16(relu && v < 0.0f ? 0.0f : v);
+    }
+    uint16_t *d_x = to_dev(x, (size_t)nm * 2), *d_b = to_dev(bias, (size_t)m * 2);
+    EXPECT(d_x && d_b);
+    EXPECT_EQ(cuda_bias_relu(d_x, d_b, n, m, relu, 0), cudaSuccess);
+    EXPECT_EQ(from_dev(got, d_x, nm), cudaSuccess);
+    EXPECT_EQ(count_bit_diffs(relu ? "bias_relu" : "bias", got, want, nm), 0);
+    cudaFree(d_x), cudaFree(d_b);
+    free(x), free(bias), free(want), free(got);
+}
+
+TEST(bias_relu_is_the_fc1_epilogue)
+{
+    check_bias_relu(6, 3072, true);  /* OPT-125m fc1 */
+    check_bias_relu(1, 16384, true); /* one decode row of OPT-6.7B fc1 */
+    check_bias_relu(333, 6, true);   /* many narrow rows: the bias index wraps */
+}
+
+TEST(bias_without_relu_keeps_negatives)
+{
+    check_bias_relu(5, 2304, false); /* q/k/v of OPT-125m */
+}
+
+/* ---- residual add ------------------------------------------------------------------ */
+
+static void check_add(int64_t n)
+{
+    uint16_t *x = rnd_f16(n, -4.0f, 4.0f), *y = rnd_f16(n, -4.0f, 4.0f);
+    uint16_t *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) want[i] = f32_to_f16(f16_to_f32(x[i]) + f16_to_f32(y[i]));
+    uint16_t *d_x = to_dev(x, (size_t)n * 2), *d_y = to_dev(y, (size_t)n * 2);
+    EXPECT(d_x && d_y);
+    EXPECT_EQ(cuda_add(d_x, d_y, n, 0), cudaSuccess);
+    EXPECT_EQ(from_dev(got, d_x, n), cudaSuccess);
+    EXPECT_EQ(count_bit_diffs("add", got, want, n), 0);
+    cudaFree(d_x), cudaFree(d_y);
+    free(x), free(y), free(want), free(got);
+}
+
+TEST(residual_add_any_length)
+{
+    check_add(7 * 768);
+    check_add(1001);    /* odd: the last thread adds one element */
+    check_add(1);
+    check_add(1 << 22); /* many blocks */
+}
+
+/* ---- arguments --------------------------------------------------------------------- */
+
+TEST(bad_arguments_are_refused_before_launch)
+{
+    uint16_t *d = NULL;
+    CUDA_OK(cudaMalloc((void **)&d, 64));
+    int32_t *ids = (int32_t *)d;
+    EXPECT_EQ(cuda_embed(d, d, ids, d, ids, 2, 1, 3, 0), cudaErrorInvalidValue); /* odd d */
+    EXPECT_EQ(cuda_embed(d, NULL, ids, d, ids, 2, 1, 4, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_add_positions(d, NULL, ids, 2, 1, 4, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_layernorm(d, d, d, d, 1, 5, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_layernorm(d, d, d, d, -1, 4, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_bias_relu(d, d, 2, 7, true, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_add(d, d, -1, 0), cudaErrorInvalidValue);
+    /* Empty work is not an error and launches nothing. */
+    EXPECT_EQ(cuda_embed(d, d, ids, d, ids, 2, 0, 4, 0), cudaSuccess);
+    EXPECT_EQ(cuda_layernorm(d, d, d, d, 0, 4, 0), cudaSuccess);
+    EXPECT_EQ(cuda_bias_relu(d, d, 0, 4, false, 0), cudaSuccess);
+    EXPECT_EQ(cuda_add(d, d, 0, 0), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaFree(d);
+}
+
+int main(void)
+{
+    int n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev == 0) {
+        printf("no CUDA device: skipping (%s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 77; /* meson's skip code */
+    }
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        printf("# device 0: %s, sm_%d%d, %d devices\n", prop.name, prop.major, prop.minor,
+               n_dev);
+
+    RUN(embed_tokens_plus_positions_at_offset_2);
+    RUN(embed_tokens_only_then_add_positions);
+    RUN(layernorm_matches_cpu_two_pass);
+    RUN(layernorm_large_mean_and_in_place);
+    RUN(bias_relu_is_the_fc1_epilogue);
+    RUN(bias_without_relu_keeps_negatives);
+    RUN(residual_add_any_length);
+    RUN(bad_arguments_are_refused_before_launch);
+    return test_done();
+}
