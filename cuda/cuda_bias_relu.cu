@@ -16,7 +16,8 @@ enum { BIAS_THREADS = 256 };
 
 /* x [n, m] = act(x + bias [m]), as n rows of m2 pairs. grid: (n, ceil(m2 /
  * BIAS_THREADS)), block: BIAS_THREADS. */
-__global__ void cuda_bias_relu_kernel(__half2 *x, const __half2 *bias, int32_t m2, bool relu)
+__global__ void cuda_bias_relu_kernel(__half2 *x, const __half2 *bias, int32_t m2,
+                                      bool relu)
 {
     const int32_t col = blockIdx.y * blockDim.x + threadIdx.x;
     if (col >= m2) return;

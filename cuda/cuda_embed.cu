@@ -40,16 +40,15 @@ static cudaError_t launch(uint16_t *dst, const uint16_t *tok, const int32_t *ids
 {
     if (n < 0 || d < 0 || d % 2 != 0) return cudaErrorInvalidValue;
     if (n == 0 || d == 0) return cudaSuccess;
-    cuda_embed_kernel<<<n, EMBED_THREADS, 0, stream>>>(
-        (__half2 *)dst, (const __half2 *)tok, ids, (const __half2 *)pos_table, pos,
-        offset, d / 2);
+    cuda_embed_kernel<<<n, EMBED_THREADS, 0, stream>>>((__half2 *)dst, (const __half2 *)tok,
+                                                       ids, (const __half2 *)pos_table, pos,
+                                                       offset, d / 2);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuda_embed(uint16_t *dst, const uint16_t *tok, const int32_t *ids,
                                   const uint16_t *pos_table, const int32_t *pos,
-                                  int32_t offset, int32_t n, int32_t d,
-                                  cudaStream_t stream)
+                                  int32_t offset, int32_t n, int32_t d, cudaStream_t stream)
 {
     if (!tok) return cudaErrorInvalidValue;
     return launch(dst, tok, ids, pos_table, pos, offset, n, d, stream);

@@ -17,13 +17,15 @@ enum { LN_THREADS = 256, LN_WARPS = LN_THREADS / 32 };
 static __device__ float block_sum(float v, float *red)
 {
     /* Within each warp by shuffles, then warp 0 adds the warps' sums. */
-    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    for (int off = 16; off > 0; off /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) red[warp] = v;
     __syncthreads();
     if (warp == 0) {
         v = lane < LN_WARPS ? red[lane] : 0.0f;
-        for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+        for (int off = 16; off > 0; off /= 2)
+            v += __shfl_xor_sync(0xffffffffu, v, off);
         if (lane == 0) red[0] = v;
     }
     __syncthreads();
@@ -37,9 +39,8 @@ static __device__ float block_sum(float v, float *red)
  * LN_THREADS, each thread striding over the row's half2 pairs. dst may alias x: each
  * element is read for the output by the thread that writes it, after both reductions.
  */
-__global__ void __launch_bounds__(LN_THREADS)
-cuda_layernorm_kernel(__half2 *dst, const __half2 *x, const __half2 *w, const __half2 *b,
-                      int32_t d2)
+__global__ __launch_bounds__(LN_THREADS) void cuda_layernorm_kernel(
+    __half2 *dst, const __half2 *x, const __half2 *w, const __half2 *b, int32_t d2)
 {
     __shared__ float red[LN_WARPS];
     const int64_t row = blockIdx.x;

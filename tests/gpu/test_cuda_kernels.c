@@ -24,13 +24,13 @@
 #include <stdint.h>
 
 /* A failed CUDA call fails the test and leaves it (device memory is freed at exit). */
-#define CUDA_OK(call)                                                                   \
-    do {                                                                                \
-        cudaError_t e_ = (call);                                                        \
-        if (e_ != cudaSuccess) {                                                        \
-            TEST_FAIL("%s: %s", #call, cudaGetErrorString(e_));                         \
-            return;                                                                     \
-        }                                                                               \
+#define CUDA_OK(call)                                                                      \
+    do {                                                                                   \
+        cudaError_t e_ = (call);                                                           \
+        if (e_ != cudaSuccess) {                                                           \
+            TEST_FAIL("%s: %s", #call, cudaGetErrorString(e_));                            \
+            return;                                                                        \
+        }                                                                                  \
     } while (0)
 
 /* xorshift64*: the same data on every run. */
@@ -49,7 +49,8 @@ static float rnd_uniform(float lo, float hi)
 static uint16_t *rnd_f16(int64_t n, float lo, float hi)
 {
     uint16_t *h = malloc((size_t)n * sizeof *h);
-    for (int64_t i = 0; i < n; i++) h[i] = f32_to_f16(rnd_uniform(lo, hi));
+    for (int64_t i = 0; i < n; i++)
+        h[i] = f32_to_f16(rnd_uniform(lo, hi));
     return h;
 }
 
@@ -144,14 +145,14 @@ static void check_embed(int32_t n, int32_t d, int mode)
 
 TEST(embed_tokens_plus_positions_at_offset_2)
 {
-    check_embed(7, 768, 0);   /* OPT-125m width, a short prompt */
-    check_embed(1, 4096, 0);  /* one decode token, OPT-6.7B width */
-    check_embed(300, 10, 0);  /* rows narrower than the block */
+    check_embed(7, 768, 0);  /* OPT-125m width, a short prompt */
+    check_embed(1, 4096, 0); /* one decode token, OPT-6.7B width */
+    check_embed(300, 10, 0); /* rows narrower than the block */
 }
 
 TEST(embed_tokens_only_then_add_positions)
 {
-    check_embed(5, 512, 1);   /* OPT-350m: tokens at 512, project_in, then positions */
+    check_embed(5, 512, 1); /* OPT-350m: tokens at 512, project_in, then positions */
     check_embed(5, 1024, 2);
 }
 
@@ -164,7 +165,8 @@ static void ref_layernorm(float *out, const uint16_t *x, const uint16_t *w,
     for (int32_t i = 0; i < n; i++) {
         const uint16_t *row = x + (int64_t)i * d;
         float mean = 0.0f, var = 0.0f;
-        for (int32_t j = 0; j < d; j++) mean += f16_to_f32(row[j]);
+        for (int32_t j = 0; j < d; j++)
+            mean += f16_to_f32(row[j]);
         mean /= (float)d;
         for (int32_t j = 0; j < d; j++) {
             float c = f16_to_f32(row[j]) - mean;
@@ -203,7 +205,8 @@ static void check_layernorm(int32_t n, int32_t d, float centre, bool in_place)
         double tol = fabs(r) / 2048.0 + 1e-5; /* half an fp16 ulp, plus fp32 noise */
         if (err > worst) worst = err;
         if (err > tol && bad++ < 5)
-            TEST_FAIL("layernorm[%lld] = %g, expected %g (tol %g)", (long long)i, g, r, tol);
+            TEST_FAIL("layernorm[%lld] = %g, expected %g (tol %g)", (long long)i, g, r,
+                      tol);
     }
     printf("# layernorm n=%d d=%d centre=%g%s: max |err| %.3g\n", n, d, (double)centre,
            in_place ? " in place" : "", worst);
@@ -266,7 +269,8 @@ static void check_add(int64_t n)
 {
     uint16_t *x = rnd_f16(n, -4.0f, 4.0f), *y = rnd_f16(n, -4.0f, 4.0f);
     uint16_t *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * 2);
-    for (int64_t i = 0; i < n; i++) want[i] = f32_to_f16(f16_to_f32(x[i]) + f16_to_f32(y[i]));
+    for (int64_t i = 0; i < n; i++)
+        want[i] = f32_to_f16(f16_to_f32(x[i]) + f16_to_f32(y[i]));
     uint16_t *d_x = to_dev(x, (size_t)n * 2), *d_y = to_dev(y, (size_t)n * 2);
     EXPECT(d_x && d_y);
     EXPECT_EQ(cuda_add(d_x, d_y, n, 0), cudaSuccess);
@@ -279,7 +283,7 @@ static void check_add(int64_t n)
 TEST(residual_add_any_length)
 {
     check_add(7 * 768);
-    check_add(1001);    /* odd: the last thread adds one element */
+    check_add(1001); /* odd: the last thread adds one element */
     check_add(1);
     check_add(1 << 22); /* many blocks */
 }
