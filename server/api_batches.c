@@ -139,19 +139,17 @@ static void create(struct exch *x)
     }
     char *meta_text = meta && !cJSON_IsNull(meta) ? json_print(meta, NULL) : NULL;
     struct jobstore_batch b;
+    /* "24h" is what OpenAI accepts and what the object says; the server's own
+     * window (batch_window_s) decides when it expires. */
     if (!err)
         err = jobstore_batch_create(s->js, file->valuestring, endpoint->valuestring, "24h",
-                                    meta_text, &b);
+                                    meta_text, s->cfg->batch_window_s, &b);
     free(meta_text);
     cJSON_Delete(j);
     if (err) {
         reply_store_error(x, err);
         return;
     }
-    /* "24h" is what OpenAI accepts and what the object says; the server's own
-     * window (batch_window_s) decides when it expires. */
-    if (!jobstore_batch_set_expires_at(s->js, b.id, b.created_at + s->cfg->batch_window_s))
-        b.expires_at = b.created_at + s->cfg->batch_window_s;
     log_info("batch %s: validating %s", b.id, b.input_file_id);
     batchrun_validate(s->br, b.id);
     reply_batch(x, &b);

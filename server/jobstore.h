@@ -200,18 +200,16 @@ void jobstore_files_free(struct jobstore_file *fs, int n);
 /*
  * Create a batch in `validating` for an existing input file. completion_window is
  * "<N>h" (OpenAI accepts only "24h"; the caller checks that); expires_at is
- * created_at + N hours. metadata is JSON text or NULL, stored as given. Fills *out
+ * created_at + N hours, or created_at + expires_in_s when that is positive (a
+ * server whose batches run longer or shorter than the window they report; one
+ * commit either way). metadata is JSON text or NULL, stored as given. Fills *out
  * (caller deinits; may be NULL). ENG_ENOTFOUND (no such input file), ENG_EINVAL.
  * Thread: owner.
  */
 int jobstore_batch_create(struct jobstore *js, const char *input_file_id,
                           const char *endpoint, const char *completion_window,
-                          const char *metadata, struct jobstore_batch *out);
-
-/* Set batch `id`'s expires_at (Unix seconds): a server whose batches may run
- * longer or shorter than their completion_window says. ENG_ENOTFOUND.
- * Thread: owner. */
-int jobstore_batch_set_expires_at(struct jobstore *js, const char *id, int64_t t);
+                          const char *metadata, int64_t expires_in_s,
+                          struct jobstore_batch *out);
 
 /* Fill *out with batch `id`. ENG_ENOTFOUND. Thread: owner. */
 int jobstore_batch_get(struct jobstore *js, const char *id, struct jobstore_batch *out);

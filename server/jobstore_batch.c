@@ -50,7 +50,8 @@ int jobstore_batch_get(struct jobstore *js, const char *id, struct jobstore_batc
 
 int jobstore_batch_create(struct jobstore *js, const char *input_file_id,
                           const char *endpoint, const char *completion_window,
-                          const char *metadata, struct jobstore_batch *out)
+                          const char *metadata, int64_t expires_in_s,
+                          struct jobstore_batch *out)
 {
     if (!input_file_id || !endpoint || !completion_window)
         return err_set(ENG_EINVAL, "batch: input_file_id, endpoint and "
@@ -82,7 +83,7 @@ int jobstore_batch_create(struct jobstore *js, const char *input_file_id,
     bind_text(st, 3, endpoint);
     bind_text(st, 4, completion_window);
     sqlite3_bind_int64(st, 5, now);
-    sqlite3_bind_int64(st, 6, now + (int64_t)hours * 3600);
+    sqlite3_bind_int64(st, 6, now + (expires_in_s > 0 ? expires_in_s : (int64_t)hours * 3600));
     bind_text(st, 7, metadata);
     err = db_step_done(js, st, "insert batch");
     if (err) return err;
@@ -233,19 +234,6 @@ fail_b:
     jobstore_batch_deinit(&b);
 fail:
     db_rollback(js);
-    return err;
-}
-
-int jobstore_batch_set_expires_at(struct jobstore *js, const char *id, int64_t t)
-{
-    sqlite3_stmt *st;
-    int err = db_prepare(js, "UPDATE batches SET expires_at=? WHERE id=?", &st);
-    if (err) return err;
-    sqlite3_bind_int64(st, 1, t);
-    bind_text(st, 2, id);
-    err = db_step_done(js, st, "set expires_at");
-    if (!err && sqlite3_changes(js->db) == 0)
-        err = err_set(ENG_ENOTFOUND, "no such batch: '%s'", id);
     return err;
 }
 

@@ -99,7 +99,7 @@ static void make_running_batch(struct jobstore *js, int n, struct jobstore_batch
 {
     struct jobstore_file f;
     EXPECT_EQ(jobstore_file_create(js, "in.jsonl", "batch", "{}\n", 3, &f), 0);
-    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, b), 0);
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, 0, b), 0);
     jobstore_file_deinit(&f);
     struct jobstore_request reqs[16];
     char cids[16][8], bodies[16][64];
@@ -339,7 +339,7 @@ TEST(batch_create_and_get)
     EXPECT_EQ(jobstore_file_create(js, "in.jsonl", "batch", "{}\n", 3, &f), 0);
     struct jobstore_batch b;
     EXPECT_EQ(
-        jobstore_batch_create(js, f.id, "/v1/completions", "24h", "{\"k\":\"v\"}", &b), 0);
+        jobstore_batch_create(js, f.id, "/v1/completions", "24h", "{\"k\":\"v\"}", 0, &b), 0);
     EXPECT(id_well_formed(b.id, "batch_"));
     EXPECT_STR(b.input_file_id, f.id);
     EXPECT_STR(b.endpoint, "/v1/completions");
@@ -354,11 +354,11 @@ TEST(batch_create_and_get)
     EXPECT(b.errors == NULL);
     jobstore_batch_deinit(&b);
 
-    EXPECT_EQ(jobstore_batch_create(js, "file-none", "/v1/completions", "24h", NULL, &b),
+    EXPECT_EQ(jobstore_batch_create(js, "file-none", "/v1/completions", "24h", NULL, 0, &b),
               ENG_ENOTFOUND);
-    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "1d", NULL, &b),
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "1d", NULL, 0, &b),
               ENG_EINVAL);
-    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "h", NULL, &b),
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "h", NULL, 0, &b),
               ENG_EINVAL);
     EXPECT_EQ(jobstore_batch_get(js, "batch_none", &b), ENG_ENOTFOUND);
     jobstore_file_deinit(&f);
@@ -404,7 +404,7 @@ TEST(batch_state_machine)
         for (int to = 0; to < 8; to++) {
             struct jobstore_batch b;
             jobstore_set_time(js, 100);
-            EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, &b),
+            EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, 0, &b),
                       0);
             reach(js, b.id, (enum jobstore_status)from);
             jobstore_set_time(js, 200);
@@ -431,7 +431,7 @@ TEST(batch_state_machine)
     }
     /* The message says which move was refused. */
     struct jobstore_batch b;
-    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, &b), 0);
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, 0, &b), 0);
     EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_COMPLETED, NULL), ENG_EINVAL);
     EXPECT(strstr(err_msg(), "cannot go from validating to completed") != NULL);
     /* Validation errors are stored with the failure. */
@@ -456,7 +456,7 @@ TEST(batch_list_and_unfinished)
     char ids[4][JOBSTORE_ID_MAX];
     for (int i = 0; i < 4; i++) {
         struct jobstore_batch b;
-        EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, &b), 0);
+        EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, 0, &b), 0);
         memcpy(ids[i], b.id, sizeof ids[i]);
         jobstore_batch_deinit(&b);
     }
@@ -504,7 +504,7 @@ TEST(add_requests_all_or_nothing)
     struct jobstore_file f;
     EXPECT_EQ(jobstore_file_create(js, "in", "batch", "{}\n", 3, &f), 0);
     struct jobstore_batch b;
-    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, &b), 0);
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, 0, &b), 0);
     struct jobstore_request dup[3] = {{1, "a", "{}"}, {2, "b", "{}"}, {3, "a", "{}"}};
     EXPECT_EQ(jobstore_batch_add_requests(js, b.id, dup, 3), ENG_EINVAL);
     EXPECT(strstr(err_msg(), "line 3") != NULL);
