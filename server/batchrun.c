@@ -28,6 +28,7 @@
 #include "err.h"
 #include "util.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,7 @@ struct batchrun {
     uint64_t next_id;
     int32_t n_checks;       /* validations on the thread pool */
     bool stopped;           /* draining: nothing more goes to the engine */
+    atomic_bool checks_stop; /* draining: validations give up (read on the thread pool) */
     bool store_failed;      /* a result could not be recorded: stop until a restart */
 };
 
@@ -445,6 +447,7 @@ void batchrun_stop(struct batchrun *br)
 {
     if (!br || br->stopped) return;
     br->stopped = true;
+    atomic_store(&br->checks_stop, true);
     while (br->n_lines) drop_line(br, br->n_lines - 1, true);
 }
 
@@ -461,6 +464,7 @@ struct br_check {
     int n_reqs, cap_reqs;
     cJSON *errors; /* array of {code, message, param, line} */
     int64_t n_errors;
+    bool abandoned; /* the server is stopping: the batch stays validating */
 };
 
 static void check_error(struct br_check *c, int64_t line, const char *code, const char *param,
@@ -500,6 +504,12 @@ static void check_work(uv_work_t *w)
     ssize_t n;
     int64_t line = 0, requests = 0;
     while ((n = getline(&text, &cap, f)) >= 0) {
+        /* A 200 MB file takes seconds: a stopping server does not wait for it (the
+         * batch stays validating and is validated again at the next start). */
+        if (atomic_load_explicit(&c->br->checks_stop, memory_order_relaxed)) {
+            c->abandoned = true;
+            break;
+        }
         line++;
         if (blank(text, (size_t)n)) continue; /* a trailing newline or a blank line */
         struct batch_line_error le;
@@ -556,7 +566,7 @@ static void check_done(uv_work_t *w, int status)
     br->n_checks--;
     struct jobstore *js = br->s->js;
     struct jobstore_batch b;
-    if (status == 0 && jobstore_batch_get(js, c->batch_id, &b) == 0) {
+    if (status == 0 && !c->abandoned && jobstore_batch_get(js, c->batch_id, &b) == 0) {
         if (b.status == JOBSTORE_CANCELLING) {
             set_status(br, b.id, JOBSTORE_CANCELLED, NULL);
         } else if (b.status == JOBSTORE_VALIDATING && c->n_errors > 0) {
