@@ -252,7 +252,7 @@ void exch_respond(struct exch *x, int status, const char *content_type, const ch
     x->status = status;
     write_head(x, status, content_type ? content_type : "application/json", (int64_t)len, extra);
     free(extra);
-    exch_write(x, body, len);
+    if (!x->head_only) exch_write(x, body, len);
     exch_finish(x);
 }
 
@@ -264,7 +264,7 @@ void exch_respond_file(struct exch *x, int status, const char *content_type, int
     x->status = status;
     write_head(x, status, content_type, len, extra);
     free(extra);
-    if (len == 0) {
+    if (len == 0 || x->head_only) {
         close(fd);
         exch_finish(x);
         return;

@@ -327,6 +327,12 @@ void router_dispatch(struct exch *x)
     struct srv *s = x->c->s;
     const struct http_request *r = x->req;
     s->m.requests_total++;
+    /* HEAD is GET without the body (RFC 9110 9.3.2): routed as GET, and the
+     * connection writes the head alone. Rewritten in place ("HEAD" has room). */
+    if (strcmp(r->method, "HEAD") == 0) {
+        x->head_only = true;
+        memcpy(x->req->method, "GET", 4);
+    }
     const bool get = strcmp(r->method, "GET") == 0, post = strcmp(r->method, "POST") == 0;
     if (strcmp(r->method, "OPTIONS") == 0 && s->cfg->cors_allow_origin) {
         /* CORS preflight: allow what the API uses. */

@@ -40,6 +40,7 @@ struct exch {
     bool is_head;              /* first in the queue: writes go straight out */
     bool chunked;              /* streaming with chunked transfer encoding */
     bool keep_alive;           /* the response head said keep-alive (else close after) */
+    bool head_only;            /* a HEAD request: the response has no body */
     /* An engine-backed request (completions): */
     struct cmpl_params *params;
     struct cmpl_resp *resp;

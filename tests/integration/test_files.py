@@ -137,6 +137,9 @@ def main():
     tap(st == 200 and data == LINES
         and r.getheader("Content-Type") == "application/octet-stream",
         "content returns the bytes uploaded", (st, data[:200], r.getheaders()))
+    st, data, r = srv.request("HEAD", f"/v1/files/{fid}/content")
+    tap(st == 200 and data == b"" and r.getheader("Content-Length") == str(len(LINES))
+        and healthy(srv), "HEAD content: the length, no body", (st, data[:100]))
     st, lst = getj(srv, "/v1/files")
     ok = (st == 200 and lst["object"] == "list" and [x["id"] for x in lst["data"]] == [fid]
           and lst["first_id"] == fid and lst["last_id"] == fid and lst["has_more"] is False)

@@ -157,6 +157,17 @@ def main():
     # --- admin endpoints
     st, body, _ = srv.get("/health")
     tap(st == 200 and json.loads(body)["status"] == "ready", "health is 200 when ready", body)
+    # HEAD: GET's head without the body, and the connection stays in step.
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\nHEAD /v1/nope HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = read_until(s, lambda d: False, 10)
+    s.close()
+    parts = data.split(b"\r\n\r\n")
+    tap(len(parts) == 4 and parts[0].startswith(b"HTTP/1.1 200")
+        and parts[1].startswith(b"HTTP/1.1 404") and parts[2].startswith(b"HTTP/1.1 200")
+        and b'"ready"' in parts[3] and b"content-length: 18" in parts[0].lower(),
+        "HEAD answers heads only, and the next responses follow in step", data)
     st, body, _ = srv.get("/v1/models")
     ok = st == 200 and json.loads(body)["data"][0]["id"] == MODEL
     tap(ok and json.loads(body)["object"] == "list", "GET /v1/models", body)
