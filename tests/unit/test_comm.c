@@ -363,8 +363,12 @@ TEST(errors_fail_every_rank_and_leave_the_group_usable)
 #define BW_N ((int64_t)4 << 20) /* 16 MiB of fp32 */
 #define BW_ITERS 20
 
+#define SMALL_N ((int64_t)32 * 4096) /* 512 KiB: one decode all-reduce, 32 x n_embd 4096   \
+                                      */
+#define SMALL_ITERS 200
+
 struct bw_ctx {
-    double seconds;
+    double seconds, small_seconds;
 };
 
 static void bw_rank(struct comm *c, void *arg)
@@ -379,6 +383,11 @@ static void bw_rank(struct comm *c, void *arg)
     for (int k = 0; k < BW_ITERS; k++)
         comm_allreduce_sum(c, buf, BW_N, DTYPE_F32);
     if (comm_rank(c) == 0) x->seconds = time_now() - t0;
+    comm_barrier(c);
+    t0 = time_now();
+    for (int k = 0; k < SMALL_ITERS; k++)
+        comm_allreduce_sum(c, buf, SMALL_N, DTYPE_F32);
+    if (comm_rank(c) == 0) x->small_seconds = time_now() - t0;
     free(buf);
 }
 
@@ -390,6 +399,8 @@ TEST(allreduce_throughput_16mib_two_ranks)
     printf("# all-reduce fp32 16 MiB, N=2 threads: %.2f ms per call, %.2f GB/s "
            "(buffer bytes per second per rank)\n",
            x.seconds / BW_ITERS * 1e3, bytes / x.seconds / 1e9);
+    printf("# all-reduce fp32 512 KiB, N=2 threads: %.1f us per call\n",
+           x.small_seconds / SMALL_ITERS * 1e6);
     EXPECT(x.seconds > 0);
 }
 
