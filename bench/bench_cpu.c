@@ -15,6 +15,7 @@
  *                  [--dtypes fp32,bf16] [--max-batched-tokens 2048]
  */
 #include "batch.h"
+#include "bench_args.h"
 #include "cpu_gemm.h"
 #include "err.h"
 #include "kv_pool.h"
@@ -167,20 +168,6 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
     return r;
 }
 
-static int parse_list(const char *s, int32_t *out, int max)
-{
-    int n = 0;
-    char *end;
-    while (*s && n < max) {
-        long v = strtol(s, &end, 10);
-        if (end == s || v <= 0) return -1;
-        out[n++] = (int32_t)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n;
-}
-
 int main(int argc, char **argv)
 {
     struct bench_opts o = {.model = "dummy:opt-125m", .ctx = 512, .decode_steps = 16,
@@ -201,7 +188,7 @@ int main(int argc, char **argv)
         case 's': o.decode_steps = atoi(optarg); break;
         case 't': o.max_batched = atoi(optarg); break;
         case 'b':
-            o.n_batches = parse_list(optarg, o.batches, 8);
+            o.n_batches = bench_args_int_list(optarg, o.batches, 8);
             if (o.n_batches <= 0) return fprintf(stderr, "bad --batches\n"), 2;
             break;
         case 'd':

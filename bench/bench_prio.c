@@ -31,6 +31,7 @@
  *                   [--gap-ms 250] [--window 8] [--kv h2o|full] [--max-num-seqs 256]
  *                   [--max-batched-tokens 2048] [--batch-prompt-tokens 0]
  */
+#include "bench_args.h"
 #include "err.h"
 #include "h2o.h"
 #include "kv_pool.h"
@@ -245,20 +246,6 @@ static struct ttft run_loaded(struct bench *b, int32_t P, double *batch_tps)
     return t;
 }
 
-static int parse_list(const char *s, int32_t *out, int max)
-{
-    int n = 0;
-    char *end;
-    while (*s && n < max) {
-        long v = strtol(s, &end, 10);
-        if (end == s || v <= 0) return -1;
-        out[n++] = (int32_t)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n;
-}
-
 static const char usage[] =
     "usage: bench_prio [--model NAME] [--dtype fp32|bf16] [--prompts 128,512]\n"
     "                  [--in-flight 64] [--batch-prompt 128] [--batch-tokens 128]\n"
@@ -297,7 +284,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             else return fprintf(stderr, "bad --dtype\n"), 2;
             break;
         case 'p':
-            o->n_prompts = parse_list(optarg, o->prompts, MAX_PROMPTS);
+            o->n_prompts = bench_args_int_list(optarg, o->prompts, MAX_PROMPTS);
             if (o->n_prompts <= 0) return fprintf(stderr, "bad --prompts\n"), 2;
             break;
         case 'k': o->in_flight = atoi(optarg); break;
