@@ -1,0 +1,129 @@
+/*
+ * cuda_ref.c - host reference of cuda_decode_attn (see cuda_ref.h).
+ *
+ * Written to be read next to cuda_decode_attn.cu: the same steps in the same order
+ * for one (sequence, head) at a time. The logits are the kernel's exact arithmetic
+ * (q widened and scaled in fp32, then one fmaf per dimension in order), so they are
+ * bit-identical on host and device; the softmax sums and the value sums are
+ * sequential here and tree-shaped on the device, and expf differs by an ulp or two,
+ * so those agree to fp32 rounding noise (about 1e-7 relative), not bit for bit.
+ */
+#include "cuda_ref.h"
+
+#include "dtype.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+int32_t cuda_ref_victim(const float *score, const int32_t *pos, int32_t n, int32_t t,
+                        int32_t recent)
+{
+    const int64_t last = (int64_t)t - (recent - 1); /* positions above stay */
+    int32_t best = -1;
+    for (int32_t j = 0; j < n; j++) {
+        if (pos[j] < 0 || pos[j] > last) continue;
+        if (best < 0 || score[j] < score[best] ||
+            (score[j] == score[best] && pos[j] < pos[best]))
+            best = j;
+    }
+    return best;
+}
+
+/* Index of slot s of head h in a [n_blocks, n_head, block_size] array. */
+static int64_t slot_index(const struct cuda_decode_attn_args *a, const int32_t *blocks,
+                          int32_t s, int32_t h)
+{
+    return ((int64_t)blocks[s / a->block_size] * a->n_head + h) * a->block_size +
+           s % a->block_size;
+}
+
+static void decode_head(const struct cuda_decode_attn_args *a, int32_t i, int32_t h,
+                        float *q, float *p, int32_t *hpos, float *hscore, float *o)
+{
+    const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
+    const struct cuda_decode_seq *sq = &a->seqs[i];
+    const int32_t *blocks = a->blocks + (int64_t)i * a->max_blocks;
+    const uint16_t *row = a->qkv + (int64_t)i * 3 * H * D;
+    const int32_t n = sq->n_slots;
+
+    /* The new token's K, V and slot state. */
+    const int32_t ns = a->new_slot[(int64_t)i * H + h];
+    const int64_t ni = slot_index(a, blocks, ns, h);
+    const int64_t tile = ni / BS, off = ni % BS; /* (block, head) tile, slot in it */
+    for (int32_t d = 0; d < D; d++) {
+        a->k[(tile * D + d) * BS + off] = row[(int64_t)H * D + (int64_t)h * D + d];
+        a->v[ni * D + d] = row[2 * (int64_t)H * D + (int64_t)h * D + d];
+    }
+    a->pos[ni] = sq->t;
+    a->score[ni] = 0.0f;
+
+    for (int32_t d = 0; d < D; d++)
+        q[d] = f16_to_f32(row[(int64_t)h * D + d]) * a->scale;
+
+    /* Logits, -inf where the slot is free or (never in decode) later than t. */
+    float mx = -INFINITY;
+    for (int32_t j = 0; j < n; j++) {
+        const int64_t si = slot_index(a, blocks, j, h);
+        const int64_t tj = si / BS, oj = si % BS;
+        const int32_t pj = a->pos[si];
+        float l = -INFINITY;
+        if (pj >= 0 && pj <= sq->t) {
+            float acc = 0.0f;
+            for (int32_t d = 0; d < D; d++)
+                acc = fmaf(q[d], f16_to_f32(a->k[(tj * D + d) * BS + oj]), acc);
+            l = acc;
+        }
+        p[j] = l;
+        mx = l > mx ? l : mx;
+    }
+    /* fp32 softmax; the token always sees itself, so the sum is at least 1. */
+    float sum = 0.0f;
+    for (int32_t j = 0; j < n; j++) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    const float inv = 1.0f / sum;
+    for (int32_t d = 0; d < D; d++)
+        o[d] = 0.0f;
+    int32_t n_occ = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const int64_t si = slot_index(a, blocks, j, h);
+        p[j] *= inv;
+        if (a->pos[si] >= 0) n_occ++;
+        if (p[j] != 0.0f) { /* free slots: no score, and their V may be anything */
+            a->score[si] += p[j];
+            for (int32_t d = 0; d < D; d++)
+                o[d] = fmaf(p[j], f16_to_f32(a->v[si * D + d]), o[d]);
+        }
+        hpos[j] = a->pos[si];
+        hscore[j] = a->score[si];
+    }
+    const bool evict = sq->budget > 0 && n_occ >= sq->budget;
+    a->victim[(int64_t)i * H + h] =
+        evict ? cuda_ref_victim(hscore, hpos, n, sq->t, sq->recent) : -1;
+}
+
+void cuda_ref_decode_attn(const struct cuda_decode_attn_args *a, float *out_f32)
+{
+    const int32_t H = a->n_head, D = a->head_dim;
+    float *q = malloc((size_t)D * sizeof *q), *o = malloc((size_t)D * sizeof *o);
+    float *p = malloc((size_t)(a->max_slots > 0 ? a->max_slots : 1) * sizeof *p);
+    float *hscore = malloc((size_t)(a->max_slots > 0 ? a->max_slots : 1) * sizeof *hscore);
+    int32_t *hpos = malloc((size_t)(a->max_slots > 0 ? a->max_slots : 1) * sizeof *hpos);
+    if (!q || !o || !p || !hscore || !hpos) abort();
+    for (int32_t i = 0; i < a->n_seq; i++)
+        for (int32_t h = 0; h < H; h++) {
+            decode_head(a, i, h, q, p, hpos, hscore, o);
+            const int64_t oi = (int64_t)i * H * D + (int64_t)h * D;
+            for (int32_t d = 0; d < D; d++) {
+                if (out_f32) out_f32[oi + d] = o[d];
+                if (a->out) a->out[oi + d] = f32_to_f16(o[d]);
+            }
+        }
+    free(q);
+    free(o);
+    free(p);
+    free(hscore);
+    free(hpos);
+}

@@ -1,0 +1,91 @@
+/*
+ * cuda_ref.h - the CUDA decode attention's arguments and its host reference.
+ *
+ * Plain C, no CUDA headers: built in every configuration (also -Dcuda=disabled), so
+ * the logic of cuda_decode_attn (cuda_decode_attn.cu) is tested on the CPU in CI
+ * against the engine's own decode attention and H2O eviction (tests/unit/
+ * test_cuda_ref.c), and the GPU parity test (tests/gpu/) compares the kernel with
+ * this same reference on the same data.
+ *
+ * Layout: the CPU backend's (engine/cpu/cpu_attn.h) with fp16 elements. Per layer,
+ * K [n_blocks, n_head, head_dim, block_size] (each (block, head) tile transposed),
+ * V [n_blocks, n_head, block_size, head_dim], slot state pos / score
+ * [n_blocks, n_head, block_size]; slot s of a sequence is offset s % block_size of
+ * block blocks[s / block_size], in every head (DESIGN section 5).
+ *
+ * Owns: nothing. The kernel takes device pointers, the reference host pointers.
+ * Thread: the reference is pure apart from its writes through the arguments.
+ */
+#ifndef H2O_CUDA_REF_H
+#define H2O_CUDA_REF_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One decode sequence of the step. */
+struct cuda_decode_seq {
+    int32_t n_slots; /* slots [0, n_slots) are scanned, the new token's included */
+    int32_t t;       /* the decode token's logical position */
+    int32_t budget;  /* B = H + R slots per head; INT32_MAX (or <= 0) never evicts (full) */
+    int32_t recent;  /* R >= 1, the recent window including the current token */
+};
+
+/*
+ * One layer's decode attention for n_seq sequences of one token each.
+ *
+ * For each (sequence i, head h): write the token's K and V (from qkv) into slot
+ * new_slot[i * n_head + h] with pos = t and score = 0; attend with
+ * q * scale over every slot j < n_slots whose 0 <= pos[j] <= t, fp32 logits (an FMA
+ * chain over d in order), fp32 softmax; out = sum_j p(j) V_j rounded once to fp16;
+ * score[j] += p(j) for every attended slot (the new token starts with its own p).
+ * Then, if the head's occupied slots (pos >= 0 among [0, n_slots)) number at least
+ * B, victim[i * n_head + h] = argmin score among occupied slots with
+ * pos <= t - (R - 1) (the R - 1 newest, the current token included, are protected;
+ * with R = 1 the new token competes), ties to the older position; else -1. The victim is
+ * only reported: its slot keeps its pos and score until the caller frees it (the next token
+ * of that head goes there).
+ */
+struct cuda_decode_attn_args {
+    const uint16_t *qkv;   /* [n_seq, 3 * n_head * head_dim] fp16: q | k | v, q unscaled */
+    uint16_t *out;         /* [n_seq, n_head * head_dim] fp16 */
+    uint16_t *k;           /* [n_blocks, n_head, head_dim, block_size] fp16 */
+    uint16_t *v;           /* [n_blocks, n_head, block_size, head_dim] fp16 */
+    int32_t *pos;          /* [n_blocks, n_head, block_size], -1 = free */
+    float *score;          /* [n_blocks, n_head, block_size] accumulated attention */
+    const int32_t *blocks; /* [n_seq, max_blocks] block tables, row i for sequence i */
+    int32_t max_blocks;    /* row stride of blocks */
+    const struct cuda_decode_seq *seqs; /* [n_seq] */
+    const int32_t *new_slot; /* [n_seq, n_head] the new token's slot in each head */
+    int32_t *victim;         /* [n_seq, n_head] out: slot to evict, or -1 */
+    int32_t n_seq, n_head, head_dim, block_size;
+    int32_t max_slots; /* >= every seqs[i].n_slots: sizes the kernel's shared memory */
+    float scale;       /* head_dim^-0.5 */
+};
+
+/*
+ * The reference: the computation above on host memory, one (sequence, head) after
+ * another, in the kernel's arithmetic where it is fixed (logits, the single fp16
+ * rounding) and in plain sequential order where the kernel reduces in parallel (max,
+ * sum, values), with expf. out_f32 [n_seq, n_head * head_dim], when not NULL, gets
+ * the outputs before the fp16 rounding; a->out may be NULL when only those are
+ * wanted.
+ */
+void cuda_ref_decode_attn(const struct cuda_decode_attn_args *a, float *out_f32);
+
+/*
+ * The eviction rule alone, for one head's n slots (pos -1 = free): argmin score
+ * among pos >= 0 and pos <= t - (recent - 1), ties to the older position; -1 if none.
+ * The same rule as h2o_select_evict (engine/h2o.c), written here so that this file
+ * depends on nothing but dtype.h.
+ */
+int32_t cuda_ref_victim(const float *score, const int32_t *pos, int32_t n, int32_t t,
+                        int32_t recent);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

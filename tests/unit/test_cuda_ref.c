@@ -1,0 +1,260 @@
+/*
+ * test_cuda_ref.c - the host reference of the CUDA decode attention (cuda/cuda_ref.c)
+ * against the engine's own decode step on the CPU: cpu_attn_forward (K/V write,
+ * attention, H2O score update) followed by the eviction kv_seq_after_decode does
+ * (h2o_select_evict over the head's slots once n_slots reaches B).
+ *
+ * Both run on the same random steps (tests/decode_case.h): the reference on fp16 K/V,
+ * the engine on fp32 K/V holding the same values widened (exactly). The engine uses
+ * its fast_exp and 16-lane sums, the reference expf and plain sums, so outputs and
+ * scores agree within 1e-5, not bit for bit; K/V writes, positions and victims must be
+ * identical. With ties on, every logit is 0 and every probability exactly 1/n on both
+ * sides, so equal scores stay equal and the tie rule (older position first) decides.
+ * This is the CUDA kernel's logic checked where CI can run it; tests/gpu checks the
+ * kernel against this reference.
+ */
+#include "test.h"
+
+#include "cpu_attn.h"
+#include "cuda_ref.h"
+#include "decode_case.h"
+#include "h2o.h"
+#include "util.h"
+
+#include <omp.h>
+
+/* The engine's step on c: outputs [n_seq, n_head * head_dim] fp32 into out, K/V
+ * (fp32), pos, score of the pool into the given arrays (filled from c first), and
+ * the victims kv_seq_after_decode would pick (-1 when it evicts nothing). */
+static void engine_step(const struct decode_case *c, float *out, float *k32, float *v32,
+                        int32_t *pos, float *score, int32_t *victim)
+{
+    const int32_t H = c->n_head, D = c->head_dim, BS = c->block_size;
+    const int64_t pool_el = (int64_t)c->n_pool * H * BS;
+    for (int64_t e = 0; e < pool_el * D; e++) {
+        k32[e] = f16_to_f32(c->k[e]);
+        v32[e] = f16_to_f32(c->v[e]);
+    }
+    memcpy(pos, c->pos, (size_t)pool_el * sizeof *pos);
+    memcpy(score, c->score, (size_t)pool_el * sizeof *score);
+    float *qkv = xmalloc((size_t)c->n_seq * 3 * H * D * sizeof *qkv);
+    for (int64_t e = 0; e < (int64_t)c->n_seq * 3 * H * D; e++)
+        qkv[e] = f16_to_f32(c->qkv[e]);
+
+    struct be_seq *seqs = xmalloc((size_t)c->n_seq * sizeof *seqs);
+    int32_t *tpos = xmalloc((size_t)c->n_seq * sizeof *tpos);
+    int32_t *tokens = xmalloc((size_t)c->n_seq * sizeof *tokens);
+    for (int32_t i = 0; i < c->n_seq; i++) {
+        const struct cuda_decode_seq *sq = &c->seqs[i];
+        seqs[i] = (struct be_seq){
+            .blocks = c->blocks + (int64_t)i * c->max_blocks,
+            .n_blocks = CEIL_DIV(sq->n_slots, BS),
+            .tok_start = i,
+            .n_tok = 1,
+            .slot_start = c->new_slot[(int64_t)i * H],
+            .head_slots = c->new_slot + (int64_t)i * H, /* layer 0 */
+            .n_slots = sq->n_slots,
+        };
+        tpos[i] = sq->t;
+        tokens[i] = 0;
+    }
+    struct be_batch b = {
+        .n_tok = c->n_seq, .tokens = tokens, .pos = tpos, .n_seq = c->n_seq, .seqs = seqs};
+    const int32_t stride = cpu_attn_scratch_floats(c->max_slots, BS, H);
+    float *scratch = xmalloc((size_t)omp_get_max_threads() * stride * sizeof *scratch);
+    struct cpu_attn_args a = {
+        .batch = &b,
+        .qkv = qkv,
+        .out = out,
+        .out_dtype = DTYPE_F32,
+        .kv = {.k = k32, .v = v32, .pos = pos, .score = score},
+        .kv_dtype = DTYPE_F32,
+        .layer = 0,
+        .n_head = H,
+        .head_dim = D,
+        .block_size = BS,
+        .scale = 1.0f / sqrtf((float)D),
+        .scratch = scratch,
+        .scratch_stride = stride,
+    };
+    cpu_attn_forward(&a);
+
+    /* kv_seq_after_decode: nothing for full or below B; else per head over its B
+     * slots (all occupied in every state the engine reaches). */
+    int32_t *hpos = xmalloc((size_t)c->max_slots * sizeof *hpos);
+    float *hscore = xmalloc((size_t)c->max_slots * sizeof *hscore);
+    for (int32_t i = 0; i < c->n_seq; i++) {
+        const struct cuda_decode_seq *sq = &c->seqs[i];
+        const bool full = sq->budget == INT32_MAX;
+        for (int32_t h = 0; h < H; h++) {
+            int32_t e = -1;
+            if (!full && sq->n_slots >= sq->budget) {
+                for (int32_t s = 0; s < sq->n_slots; s++) {
+                    hpos[s] = pos[dc_index(c, i, s, h)];
+                    hscore[s] = score[dc_index(c, i, s, h)];
+                }
+                e = h2o_select_evict(hscore, hpos, sq->n_slots, sq->t, sq->recent);
+            }
+            victim[(int64_t)i * H + h] = e;
+        }
+    }
+    free(hpos);
+    free(hscore);
+    free(scratch);
+    free(qkv);
+    free(seqs);
+    free(tpos);
+    free(tokens);
+}
+
+/* Runs both on one case and compares everything; returns the evictions seen. */
+static int32_t compare_case(struct decode_case *c)
+{
+    const int32_t H = c->n_head, D = c->head_dim, BS = c->block_size;
+    const int64_t pool_el = (int64_t)c->n_pool * H * BS, n_out = (int64_t)c->n_seq * H * D;
+    float *out = xmalloc((size_t)n_out * sizeof *out),
+          *ref_out = xmalloc((size_t)n_out * 4);
+    float *k32 = xmalloc((size_t)(pool_el * D) * 4),
+          *v32 = xmalloc((size_t)(pool_el * D) * 4);
+    int32_t *pos = xmalloc((size_t)pool_el * 4),
+            *victim = xmalloc((size_t)c->n_seq * H * 4);
+    float *score = xmalloc((size_t)pool_el * 4);
+
+    engine_step(c, out, k32, v32, pos, score, victim);
+    struct cuda_decode_attn_args a = dc_args(c);
+    cuda_ref_decode_attn(&a, ref_out);
+
+    int32_t bad = 0, n_evict = 0;
+    for (int64_t e = 0; e < n_out && bad < 5; e++)
+        if (!(fabsf(out[e] - ref_out[e]) <= 1e-5f)) {
+            TEST_FAIL("out[%lld]: engine %.9g, reference %.9g", (long long)e, out[e],
+                      ref_out[e]);
+            bad++;
+        }
+    for (int64_t e = 0; e < n_out && bad < 5; e++)
+        if (c->out[e] != f32_to_f16(ref_out[e])) {
+            TEST_FAIL("out[%lld]: fp16 output is not the rounded fp32 one", (long long)e);
+            bad++;
+        }
+    for (int64_t e = 0; e < pool_el && bad < 5; e++) {
+        if (pos[e] != c->pos[e]) {
+            TEST_FAIL("pos[%lld]: engine %d, reference %d", (long long)e, pos[e],
+                      c->pos[e]);
+            bad++;
+        }
+        if (!(fabsf(score[e] - c->score[e]) <= 1e-5f)) {
+            TEST_FAIL("score[%lld]: engine %.9g, reference %.9g", (long long)e, score[e],
+                      c->score[e]);
+            bad++;
+        }
+    }
+    for (int64_t e = 0; e < pool_el * D && bad < 5; e++)
+        if (k32[e] != f16_to_f32(c->k[e]) || v32[e] != f16_to_f32(c->v[e])) {
+            TEST_FAIL("K/V element %lld written differently", (long long)e);
+            bad++;
+        }
+    for (int64_t e = 0; e < (int64_t)c->n_seq * H && bad < 5; e++) {
+        if (victim[e] != c->victim[e]) {
+            TEST_FAIL("victim of (seq %lld, head %lld): engine slot %d, reference slot %d",
+                      (long long)(e / H), (long long)(e % H), victim[e], c->victim[e]);
+            bad++;
+        }
+        n_evict += victim[e] >= 0;
+    }
+    free(out);
+    free(ref_out);
+    free(k32);
+    free(v32);
+    free(pos);
+    free(victim);
+    free(score);
+    return n_evict;
+}
+
+/* Geometries: head_dim a multiple of 16 (what cpu_attn supports), the default block
+ * size 16 (the engine's AVX-512 paths) and odd ones (its portable paths). */
+static void run_cases(bool ties, int n_cases)
+{
+    static const int32_t dims[] = {16, 64, 80, 128}, bss[] = {16, 16, 8, 5, 1};
+    uint64_t st = ties ? 7 : 3;
+    int64_t n_evict = 0;
+    for (int k = 0; k < n_cases && !test_cur_failed; k++) {
+        struct decode_case c;
+        const int32_t n_seq = 1 + dc_int(&st, 6), H = 1 + dc_int(&st, 4);
+        const int32_t D = dims[dc_int(&st, 4)], BS = bss[dc_int(&st, 5)];
+        const int32_t max_b = 2 + dc_int(&st, k % 5 == 0 ? 300 : 40);
+        dc_make(&c, &st, n_seq, H, D, BS, max_b, ties);
+        n_evict += compare_case(&c);
+        dc_free(&c);
+    }
+    printf("# %s: %d cases, %lld evictions\n", ties ? "ties" : "random", n_cases,
+           (long long)n_evict);
+    EXPECT(n_evict > n_cases / 4); /* the eviction path really ran */
+}
+
+TEST(reference_matches_engine_on_random_decode_steps)
+{
+    run_cases(false, 400);
+}
+
+TEST(reference_matches_engine_when_scores_tie)
+{
+    run_cases(true, 400);
+}
+
+/*
+ * A hand-made head, 1 sequence, 1 head, block size 4, slots 0..2 holding positions
+ * p0..p2 with scores s0..s2, the new token (position 3) going to slot 3. Every query is
+ * 0, so each of the 4 tokens gets p = 1/4. Returns the victim.
+ */
+static int32_t small_victim(int32_t heavy, int32_t recent, const int32_t *p, const float *s)
+{
+    struct decode_case c;
+    uint64_t st = 11;
+    dc_make(&c, &st, 1, 1, 16, 4, 4, true);
+    c.blocks[0] = 0;
+    for (int32_t j = 0; j < 4; j++) {
+        c.pos[j] = j < 3 ? p[j] : -1;
+        c.score[j] = j < 3 ? s[j] : 0.0f;
+    }
+    c.new_slot[0] = 3;
+    c.seqs[0] = (struct cuda_decode_seq){
+        .n_slots = 4, .t = 3, .budget = heavy + recent, .recent = recent};
+    c.max_slots = 4;
+    compare_case(&c); /* the engine agrees on this one too */
+    const int32_t v = c.victim[0];
+    for (int32_t j = 0; j < 4; j++)
+        EXPECT_NEAR(c.score[j], (j < 3 ? s[j] : 0.0f) + 0.25f, 0);
+    dc_free(&c);
+    return v;
+}
+
+TEST(victim_rules_of_design_section_5)
+{
+    const int32_t p[3] = {2, 0, 1};
+    /* H = 0 (local, R = 4): a sliding window evicts the oldest whatever its score. */
+    const float s1[3] = {0.1f, 5.0f, 0.2f};
+    EXPECT_EQ(small_victim(0, 4, p, s1), 1);
+    /* R = 1: the new token competes, and with the lowest score (0.25) it goes. */
+    EXPECT_EQ(small_victim(3, 1, p, s1), 3);
+    /* R = 2 protects the new token only: the lowest of the rest (slot 0, 0.1). */
+    EXPECT_EQ(small_victim(2, 2, p, s1), 0);
+    /* R = 3 also protects position 2 (slot 0): slot 2 (0.2). */
+    EXPECT_EQ(small_victim(1, 3, p, s1), 2);
+    /* Ties: equal scores go to the older position (slot 1, position 0). */
+    const float s2[3] = {0.5f, 0.5f, 0.5f};
+    EXPECT_EQ(small_victim(2, 2, p, s2), 1);
+    /* R = 1 and a tie with the new token (both 0 + 0.25): the older one goes. */
+    const float s3[3] = {1.0f, 0.0f, 1.0f};
+    EXPECT_EQ(small_victim(3, 1, p, s3), 1);
+    /* Below the budget nothing is evicted. */
+    EXPECT_EQ(small_victim(4, 1, p, s1), -1);
+}
+
+int main(void)
+{
+    RUN(reference_matches_engine_on_random_decode_steps);
+    RUN(reference_matches_engine_when_scores_tie);
+    RUN(victim_rules_of_design_section_5);
+    return test_done();
+}
