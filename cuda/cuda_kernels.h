@@ -1,6 +1,7 @@
 /*
- * cuda_kernels.h - the CUDA backend's own kernels besides attention, callable from C:
- * embedding + learned positions, LayerNorm, bias (+ ReLU), residual add.
+ * cuda_kernels.h - the CUDA backend's own kernels, callable from C: embedding +
+ * learned positions, LayerNorm, bias (+ ReLU), residual add, and paged decode
+ * attention with the H2O score update and victim choice.
  *
  * Each function is named after its file (cuda_embed.cu has cuda_embed) and after its
  * CPU twin in engine/cpu/cpu_ops.h, whose results it matches up to fp16 rounding.
@@ -28,6 +29,8 @@
  */
 #ifndef H2O_CUDA_KERNELS_H
 #define H2O_CUDA_KERNELS_H
+
+#include "cuda_ref.h"
 
 #include <cuda_runtime_api.h>
 
@@ -70,6 +73,22 @@ cudaError_t cuda_bias_relu(uint16_t *x, const uint16_t *bias, int32_t n, int32_t
 
 /* x [n] += y [n], the residual add; any n. x and y must not overlap unless equal. */
 cudaError_t cuda_add(uint16_t *x, const uint16_t *y, int64_t n, cudaStream_t stream);
+
+/*
+ * One layer's decode attention, H2O included, for n_seq sequences of one token each:
+ * the contract of struct cuda_decode_attn_args (cuda_ref.h), whose host reference
+ * cuda_ref_decode_attn it matches up to fp32 rounding noise (bit-identical logits;
+ * softmax sums, expf and value sums to about 1e-7 relative) and one fp16 rounding of
+ * the output. Every pointer in *a is device memory; *a itself is read on the host
+ * and may be reused once the call returns. head_dim even and at most 256 (the
+ * kernel moves V as half2 pairs), n_seq at most 65535, every n_slots at most
+ * max_slots, which sizes the kernel's shared memory at 4 bytes per slot (plus about
+ * 3 KiB): past 8192 slots the call opts in to more than the default 48 KiB with
+ * cudaFuncSetAttribute, up to about 57000 slots on sm_90 (227 KiB) and 40000 on sm_80
+ * (163 KiB); beyond, that call's error is returned. Block tables and slots are not
+ * checked on the device.
+ */
+cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
