@@ -1,0 +1,257 @@
+/*
+ * test_cuda_gemm.c - cuda_gemm_linear (cuda/cuda_gemm.c, cuBLAS) against a host GEMM
+ * of the same fp16 inputs: y [m, n] = x [m, k] . w [n, k]^T (+ bias, ReLU), the
+ * weight in the checkpoint's [out, in] layout as the CPU backend reads it.
+ *
+ * The host reference widens the fp16 values and sums in double (so its own error is
+ * negligible); the device sums fp32 products in fp32 in an order cuBLAS picks, and
+ * rounds to fp16 once (twice with a bias: the GEMM's store, then the bias add). Each
+ * output must be within one fp16 ulp of the reference (half an ulp per rounding) plus
+ * 2^-16 of sum |x w| for the fp32 accumulation (an fp32 sum over k terms errs by
+ * about sqrt(k) 2^-24 of that, 2^-17 at k = 16384). A wrong layout, a transposed
+ * operand or an off-by-one row fails by orders of magnitude more.
+ *
+ * Shapes: OPT-125m's projections (hidden 768, ffn 3072, vocab 50272) and
+ * OPT-6.7B's (4096, 16384), with m = 1, 3, 17 and 512 tokens (odd m: no tile
+ * multiple). Where m n k is large the reference checks a sample of rows (the first,
+ * the last, and 14 in between) against the whole device output's rows.
+ *
+ * Without a CUDA device it prints "no CUDA device: skipping" and exits 77 (SKIP).
+ */
+#include "cuda_gemm.h"
+#include "dtype.h"
+#include "err.h"
+#include "test.h"
+
+#include <cuda_runtime_api.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#define CUDA_OK(call)                                                                      \
+    do {                                                                                   \
+        cudaError_t e_ = (call);                                                           \
+        if (e_ != cudaSuccess) {                                                           \
+            TEST_FAIL("%s: %s", #call, cudaGetErrorString(e_));                            \
+            goto out;                                                                      \
+        }                                                                                  \
+    } while (0)
+
+static struct cuda_gemm *gemm;
+
+static uint64_t rng_state = 0x51a3f2d4c9e7b601ull;
+
+static float rnd_uniform(float lo, float hi)
+{
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
+    return lo + (hi - lo) * (float)(r >> 40) / (float)(1ull << 24);
+}
+
+static uint16_t *rnd_f16(int64_t n, float lo, float hi)
+{
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++) h[i] = f32_to_f16(rnd_uniform(lo, hi));
+    return h;
+}
+
+/* One fp16 ulp at |v| (the spacing of binary16 around v; 2^-24 for subnormals). */
+static double f16_ulp(double v)
+{
+    v = fabs(v);
+    if (v < 6.103515625e-05) return ldexp(1.0, -24);
+    int e;
+    frexp(v, &e); /* v = f 2^e, 0.5 <= f < 1 */
+    return ldexp(1.0, e - 11);
+}
+
+/* Compare cuda_gemm_linear with the host on one shape; returns the bad outputs. */
+static int64_t check_shape(int32_t m, int32_t n, int32_t k, bool bias, bool relu)
+{
+    int64_t bad = 0;
+    const float ws = 1.0f / sqrtf((float)k); /* keeps y near 1, as trained weights do */
+    uint16_t *x = rnd_f16((int64_t)m * k, -1.0f, 1.0f);
+    uint16_t *w = rnd_f16((int64_t)n * k, -ws, ws);
+    uint16_t *b = bias ? rnd_f16(n, -0.5f, 0.5f) : NULL;
+    uint16_t *y = malloc((size_t)m * n * sizeof *y);
+    uint16_t *d_x = NULL, *d_w = NULL, *d_b = NULL, *d_y = NULL;
+    float *xf = malloc((size_t)k * sizeof *xf), *wf = malloc((size_t)n * k * sizeof *wf);
+    for (int64_t i = 0; i < (int64_t)n * k; i++) wf[i] = f16_to_f32(w[i]);
+
+    CUDA_OK(cudaMalloc((void **)&d_x, (size_t)m * k * 2));
+    CUDA_OK(cudaMalloc((void **)&d_w, (size_t)n * k * 2));
+    CUDA_OK(cudaMalloc((void **)&d_y, (size_t)m * n * 2));
+    CUDA_OK(cudaMemcpy(d_x, x, (size_t)m * k * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_w, w, (size_t)n * k * 2, cudaMemcpyHostToDevice));
+    if (b) {
+        CUDA_OK(cudaMalloc((void **)&d_b, (size_t)n * 2));
+        CUDA_OK(cudaMemcpy(d_b, b, (size_t)n * 2, cudaMemcpyHostToDevice));
+    }
+    CUDA_OK(cudaMemset(d_y, 0xff, (size_t)m * n * 2)); /* NaNs where nothing is written */
+    int err = cuda_gemm_linear(gemm, d_y, d_x, d_w, d_b, m, n, k, relu);
+    if (err) {
+        TEST_FAIL("cuda_gemm_linear(%d, %d, %d): %s", m, n, k, err_msg());
+        bad = 1;
+        goto out;
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(y, d_y, (size_t)m * n * 2, cudaMemcpyDeviceToHost));
+
+    /* Every row when the host work is small, else 16 rows spread over m. */
+    const bool all = (double)m * n * k <= 3e8;
+    const int32_t n_rows = all ? m : (m < 16 ? m : 16);
+    double worst = 0.0;
+    for (int32_t ri = 0; ri < n_rows; ri++) {
+        const int32_t r = all || n_rows == m ? ri : (int32_t)((int64_t)ri * (m - 1) / 15);
+        for (int32_t j = 0; j < k; j++) xf[j] = f16_to_f32(x[(int64_t)r * k + j]);
+        for (int32_t c = 0; c < n; c++) {
+            const float *wr = wf + (int64_t)c * k;
+            double acc = 0.0, mag = 0.0;
+            for (int32_t j = 0; j < k; j++) {
+                acc += (double)xf[j] * wr[j];
+                mag += fabs((double)xf[j] * wr[j]);
+            }
+            if (b) acc += f16_to_f32(b[c]);
+            if (relu && acc < 0.0) acc = 0.0;
+            const double got = f16_to_f32(y[(int64_t)r * n + c]);
+            const double tol = f16_ulp(acc) + ldexp(mag, -16);
+            const double e = fabs(got - acc);
+            if (!(e <= tol)) {
+                if (bad++ < 5)
+                    TEST_FAIL("m=%d n=%d k=%d: y[%d, %d] = %.8g, expected %.8g (tol %.3g)", m,
+                              n, k, r, c, got, acc, tol);
+            } else if (e / tol > worst) {
+                worst = e / tol;
+            }
+        }
+    }
+    printf("# m=%5d n=%5d k=%5d%s%s: %d rows checked, worst error %.2f of tolerance\n", m,
+           n, k, b ? " +bias" : "", relu ? " +relu" : "", n_rows, worst);
+out:
+    cudaFree(d_x), cudaFree(d_w), cudaFree(d_b), cudaFree(d_y);
+    free(x), free(w), free(b), free(y), free(xf), free(wf);
+    return bad;
+}
+
+static const int32_t ms[] = {1, 3, 17, 512};
+
+/* qkv, out_proj, fc1 (+ReLU), fc2 of a model with hidden hd and ffn f, every m. */
+static void check_model(int32_t hd, int32_t f)
+{
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        EXPECT_EQ(check_shape(ms[i], 3 * hd, hd, true, false), 0);
+        EXPECT_EQ(check_shape(ms[i], hd, hd, true, false), 0);
+        EXPECT_EQ(check_shape(ms[i], f, hd, true, true), 0);
+        EXPECT_EQ(check_shape(ms[i], hd, f, true, false), 0);
+    }
+}
+
+TEST(opt_125m_projections)
+{
+    check_model(768, 3072);
+}
+
+TEST(opt_125m_lm_head_without_bias)
+{
+    /* The tied LM head: [vocab, hidden], no bias; the decode rows of a step. */
+    EXPECT_EQ(check_shape(1, 50272, 768, false, false), 0);
+    EXPECT_EQ(check_shape(17, 50272, 768, false, false), 0);
+}
+
+TEST(opt_6_7b_projections)
+{
+    check_model(4096, 16384);
+}
+
+TEST(odd_shapes_and_no_bias)
+{
+    /* n, k not multiples of 8 (cuBLAS's non-tensor-core fallbacks), no bias. */
+    EXPECT_EQ(check_shape(5, 37, 29, false, false), 0);
+    EXPECT_EQ(check_shape(3, 38, 29, true, true), 0);
+}
+
+/* Achieved TFLOP/s of one projection (m = 512), from 20 calls after a warm-up. */
+static void time_shape(const char *name, int32_t m, int32_t n, int32_t k, bool relu)
+{
+    uint16_t *d_x = NULL, *d_w = NULL, *d_b = NULL, *d_y = NULL;
+    cudaEvent_t t0 = NULL, t1 = NULL;
+    CUDA_OK(cudaMalloc((void **)&d_x, (size_t)m * k * 2));
+    CUDA_OK(cudaMalloc((void **)&d_w, (size_t)n * k * 2));
+    CUDA_OK(cudaMalloc((void **)&d_b, (size_t)n * 2));
+    CUDA_OK(cudaMalloc((void **)&d_y, (size_t)m * n * 2));
+    CUDA_OK(cudaMemset(d_x, 0, (size_t)m * k * 2));
+    CUDA_OK(cudaMemset(d_w, 0, (size_t)n * k * 2));
+    CUDA_OK(cudaMemset(d_b, 0, (size_t)n * 2));
+    CUDA_OK(cudaEventCreate(&t0));
+    CUDA_OK(cudaEventCreate(&t1));
+    EXPECT_EQ(cuda_gemm_linear(gemm, d_y, d_x, d_w, d_b, m, n, k, relu), 0);
+    CUDA_OK(cudaEventRecord(t0, 0));
+    for (int i = 0; i < 20; i++) cuda_gemm_linear(gemm, d_y, d_x, d_w, d_b, m, n, k, relu);
+    CUDA_OK(cudaEventRecord(t1, 0));
+    CUDA_OK(cudaEventSynchronize(t1));
+    float ms_ = 0.0f;
+    CUDA_OK(cudaEventElapsedTime(&ms_, t0, t1));
+    const double s = ms_ / 1e3 / 20, flop = 2.0 * m * n * k;
+    const double bytes = 2.0 * ((double)n * k + (double)m * k + 2.0 * m * n);
+    printf("# timing %-12s m=%4d n=%5d k=%5d: %8.1f us, %6.1f TFLOP/s, %6.0f GB/s\n", name,
+           m, n, k, s * 1e6, flop / s / 1e12, bytes / s / 1e9);
+out:
+    if (t0) cudaEventDestroy(t0);
+    if (t1) cudaEventDestroy(t1);
+    cudaFree(d_x), cudaFree(d_w), cudaFree(d_b), cudaFree(d_y);
+}
+
+TEST(timing_opt_6_7b)
+{
+    const int32_t mm[] = {512, 64, 1};
+    for (size_t i = 0; i < 3; i++) {
+        time_shape("qkv", mm[i], 3 * 4096, 4096, false);
+        time_shape("fc1", mm[i], 16384, 4096, true);
+        time_shape("fc2", mm[i], 4096, 16384, false);
+    }
+}
+
+TEST(bad_arguments_are_refused)
+{
+    uint16_t *d = NULL;
+    if (cudaMalloc((void **)&d, 64) != cudaSuccess) {
+        TEST_FAIL("cudaMalloc");
+        return;
+    }
+    EXPECT_EQ(cuda_gemm_linear(gemm, d, d, d, NULL, -1, 4, 4, false), ENG_EINVAL);
+    EXPECT_EQ(cuda_gemm_linear(gemm, d, d, d, NULL, 1, 0, 4, false), ENG_EINVAL);
+    EXPECT_EQ(cuda_gemm_linear(gemm, d, d, d, NULL, 1, 4, 0, false), ENG_EINVAL);
+    EXPECT_EQ(cuda_gemm_linear(gemm, d, d, d, NULL, 1, 4, 4, true), ENG_EINVAL); /* relu */
+    EXPECT_EQ(cuda_gemm_linear(gemm, d, d, d, d, 1, 3, 4, false), ENG_EINVAL); /* odd n */
+    EXPECT(strstr(err_msg(), "cuda_gemm_linear") != NULL);
+    EXPECT_EQ(cuda_gemm_linear(gemm, d, d, d, d, 0, 4, 4, false), 0); /* nothing to do */
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaFree(d);
+}
+
+int main(void)
+{
+    int n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev == 0) {
+        printf("no CUDA device: skipping (%s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 77; /* meson's skip code */
+    }
+    int err = cuda_gemm_create(&gemm, 0, 0);
+    if (err) {
+        printf("Bail out! cuda_gemm_create: %s\n", err_msg());
+        return 1;
+    }
+    RUN(opt_125m_projections);
+    RUN(opt_125m_lm_head_without_bias);
+    RUN(opt_6_7b_projections);
+    RUN(odd_shapes_and_no_bias);
+    RUN(timing_opt_6_7b);
+    RUN(bad_arguments_are_refused);
+    cuda_gemm_destroy(gemm);
+    return test_done();
+}
