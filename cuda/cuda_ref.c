@@ -127,3 +127,28 @@ void cuda_ref_decode_attn(const struct cuda_decode_attn_args *a, float *out_f32)
     free(hscore);
     free(hpos);
 }
+
+void cuda_ref_kv_compact(const struct cuda_kv_compact_args *a)
+{
+    const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
+    for (int32_t h = 0; h < H; h++) {
+        const int32_t *keep = a->keep + (int64_t)h * a->n_keep;
+        for (int32_t i = 0; i < a->n_slots; i++) {
+            /* Tile (block, head) and offset of destination slot i. */
+            const int64_t td = (int64_t)a->blocks[i / BS] * H + h, od = i % BS;
+            if (i >= a->n_keep) {
+                a->pos[td * BS + od] = -1;
+                a->score[td * BS + od] = 0.0f;
+                continue;
+            }
+            const int32_t src = keep[i];
+            const int64_t ts = (int64_t)a->blocks[src / BS] * H + h, os = src % BS;
+            for (int32_t d = 0; d < D; d++) /* K tile transposed: [head_dim, block_size] */
+                a->k[(td * D + d) * BS + od] = a->k[(ts * D + d) * BS + os];
+            for (int32_t d = 0; d < D; d++)
+                a->v[(td * BS + od) * D + d] = a->v[(ts * BS + os) * D + d];
+            a->pos[td * BS + od] = a->pos[ts * BS + os];
+            a->score[td * BS + od] = a->score[ts * BS + os];
+        }
+    }
+}

@@ -84,6 +84,29 @@ void cuda_ref_decode_attn(const struct cuda_decode_attn_args *a, float *out_f32)
 int32_t cuda_ref_victim(const float *score, const int32_t *pos, int32_t n, int32_t t,
                         int32_t recent);
 
+/*
+ * H2O prefill compaction of one layer of one sequence (the device twin of be_ops
+ * kv_compact, whose CPU code is cpu_kv_compact_head in engine/cpu/cpu_attn.c):
+ * for every head h, move slot keep[h * n_keep + i] to slot i (K, V, pos, score, bit
+ * copies) for i < n_keep, keep ascending within a head (so keep[i] >= i), in
+ * increasing i; then mark slots n_keep..n_slots-1 free (pos -1, score 0; their K/V
+ * are left as they are). The kv_compact op is this for every layer, keep advancing
+ * by n_head * n_keep per layer. Layout as above (K tiles transposed).
+ */
+struct cuda_kv_compact_args {
+    uint16_t *k;           /* [n_blocks, n_head, head_dim, block_size] fp16 */
+    uint16_t *v;           /* [n_blocks, n_head, block_size, head_dim] fp16 */
+    int32_t *pos;          /* [n_blocks, n_head, block_size] */
+    float *score;          /* [n_blocks, n_head, block_size] */
+    const int32_t *blocks; /* the sequence's block table, covering slots [0, n_slots) */
+    const int32_t *keep;   /* [n_head, n_keep] kept slots per head, ascending */
+    int32_t n_slots, n_keep; /* 0 <= n_keep <= n_slots */
+    int32_t n_head, head_dim, block_size;
+};
+
+/* The reference: the CPU backend's loop on host memory, one head after another. */
+void cuda_ref_kv_compact(const struct cuda_kv_compact_args *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -317,35 +317,10 @@ static void cpu_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots,
     const int32_t L = c->cfg.n_layer, H = c->cfg.n_head, D = c->cfg.head_dim, BS = c->block_size;
     const size_t es = (size_t)dtype_size(c->opts.dtype);
 #pragma omp parallel for schedule(dynamic, 1) collapse(2)
-    for (int32_t l = 0; l < L; l++) {
-        for (int32_t h = 0; h < H; h++) {
-            struct cpu_kv_layer *kv = &c->layers[l].kv;
-            const int32_t *k = keep + ((int64_t)l * H + h) * n_keep;
-            for (int32_t i = 0; i < n_slots; i++) {
-                /* (block, head) tile and offset of the destination slot i. */
-                const int64_t td = (int64_t)blocks[i / BS] * H + h, od = i % BS;
-                if (i >= n_keep) {
-                    kv->pos[td * BS + od] = -1;
-                    kv->score[td * BS + od] = 0.0f;
-                    continue;
-                }
-                const int32_t src = k[i];
-                CHECK(src >= i && src < n_slots && (i == 0 || src > k[i - 1]));
-                if (src == i) continue;
-                const int64_t ts = (int64_t)blocks[src / BS] * H + h, os = src % BS;
-                /* K tiles are transposed ([head_dim, block_size]): one element per
-                 * dimension; V rows are contiguous. */
-                char *kb = kv->k;
-                for (int32_t d = 0; d < D; d++)
-                    memcpy(kb + ((td * D + d) * BS + od) * es, kb + ((ts * D + d) * BS + os) * es,
-                           es);
-                memcpy((char *)kv->v + (td * BS + od) * D * es,
-                       (char *)kv->v + (ts * BS + os) * D * es, (size_t)D * es);
-                kv->pos[td * BS + od] = kv->pos[ts * BS + os];
-                kv->score[td * BS + od] = kv->score[ts * BS + os];
-            }
-        }
-    }
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t h = 0; h < H; h++)
+            cpu_kv_compact_head(&c->layers[l].kv, es, H, D, BS, h, blocks, n_slots,
+                                keep + ((int64_t)l * H + h) * n_keep, n_keep);
 }
 
 static int cpu_kv_state(void *ctx, int32_t layer, int32_t **pos, float **score)

@@ -585,3 +585,34 @@ bool cpu_attn_supports(int32_t head_dim, int32_t block_size)
     return head_dim > 0 && head_dim <= ATTN_MAX_D && head_dim % 16 == 0 && block_size > 0 &&
            block_size <= ATTN_MAX_BS;
 }
+
+void cpu_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size, int32_t n_head,
+                         int32_t head_dim, int32_t block_size, int32_t h, const int32_t *blocks,
+                         int32_t n_slots, const int32_t *keep, int32_t n_keep)
+{
+    const int32_t H = n_head, D = head_dim, BS = block_size;
+    const size_t es = elem_size;
+    const int32_t *k = keep;
+    for (int32_t i = 0; i < n_slots; i++) {
+        /* (block, head) tile and offset of the destination slot i. */
+        const int64_t td = (int64_t)blocks[i / BS] * H + h, od = i % BS;
+        if (i >= n_keep) {
+            kv->pos[td * BS + od] = -1;
+            kv->score[td * BS + od] = 0.0f;
+            continue;
+        }
+        const int32_t src = k[i];
+        CHECK(src >= i && src < n_slots && (i == 0 || src > k[i - 1]));
+        if (src == i) continue;
+        const int64_t ts = (int64_t)blocks[src / BS] * H + h, os = src % BS;
+        /* K tiles are transposed ([head_dim, block_size]): one element per
+         * dimension; V rows are contiguous. */
+        char *kb = kv->k;
+        for (int32_t d = 0; d < D; d++)
+            memcpy(kb + ((td * D + d) * BS + od) * es, kb + ((ts * D + d) * BS + os) * es, es);
+        memcpy((char *)kv->v + (td * BS + od) * D * es, (char *)kv->v + (ts * BS + os) * D * es,
+               (size_t)D * es);
+        kv->pos[td * BS + od] = kv->pos[ts * BS + os];
+        kv->score[td * BS + od] = kv->score[ts * BS + os];
+    }
+}

@@ -49,6 +49,19 @@ struct cpu_attn_args {
  */
 void cpu_attn_forward(const struct cpu_attn_args *a);
 
+/*
+ * The H2O prefill compaction (be_ops.kv_compact) of one layer's head h of one
+ * sequence (block table `blocks`, slots 0..n_slots-1 in use): move slot keep[i] to
+ * slot i (K, V, pos, score; bit copies) for i < n_keep, keep ascending with
+ * keep[i] >= i, in increasing i (so a slot is read before it is overwritten); then
+ * mark slots n_keep..n_slots-1 free (pos -1, score 0; their K/V stay). elem_size is
+ * the KV dtype's size. The CPU backend runs it for every (layer, head); it is
+ * exported so that the CUDA twin's host reference is tested against this very code.
+ */
+void cpu_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size, int32_t n_head,
+                         int32_t head_dim, int32_t block_size, int32_t h, const int32_t *blocks,
+                         int32_t n_slots, const int32_t *keep, int32_t n_keep);
+
 /* Whether the kernels handle this geometry: head_dim a multiple of 16 up to 256
  * (every OPT: 64, 80 or 128), block_size up to 64. */
 bool cpu_attn_supports(int32_t head_dim, int32_t block_size);

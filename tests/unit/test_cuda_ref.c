@@ -17,6 +17,7 @@
 
 #include "cpu_attn.h"
 #include "cuda_ref.h"
+#include "compact_case.h"
 #include "decode_case.h"
 #include "h2o.h"
 #include "util.h"
@@ -251,10 +252,103 @@ TEST(victim_rules_of_design_section_5)
     EXPECT_EQ(small_victim(4, 1, p, s1), -1);
 }
 
+/* ---- kv_compact -------------------------------------------------------------- */
+
+/*
+ * One random compaction: cuda_ref_kv_compact on the fp16 case against the CPU
+ * backend's cpu_kv_compact_head for every head on fp32 K/V holding the same values
+ * (widening is exact, so the moved values must be bit-identical), over the whole
+ * pool (blocks outside the table untouched on both sides); and both against the
+ * rule itself: slot i holds what slot keep[i] held, slots past n_keep are free.
+ */
+static int64_t compare_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS,
+                               int32_t n_slots, int32_t n_keep)
+{
+    struct compact_case c;
+    cc_make(&c, st, H, D, BS, n_slots, n_keep);
+    const int64_t ns = cc_slots(&c);
+    float *k32 = xmalloc((size_t)ns * D * sizeof *k32), *v32 = xmalloc((size_t)ns * D * sizeof *v32);
+    float *k0 = xmalloc((size_t)ns * D * sizeof *k0), *v0 = xmalloc((size_t)ns * D * sizeof *v0);
+    int32_t *pos = xmalloc((size_t)ns * sizeof *pos), *pos0 = xmalloc((size_t)ns * sizeof *pos0);
+    float *score = xmalloc((size_t)ns * sizeof *score), *score0 = xmalloc((size_t)ns * sizeof *score0);
+    for (int64_t e = 0; e < ns * D; e++) {
+        k0[e] = k32[e] = f16_to_f32(c.k[e]);
+        v0[e] = v32[e] = f16_to_f32(c.v[e]);
+    }
+    memcpy(pos, c.pos, (size_t)ns * sizeof *pos);
+    memcpy(pos0, c.pos, (size_t)ns * sizeof *pos);
+    memcpy(score, c.score, (size_t)ns * sizeof *score);
+    memcpy(score0, c.score, (size_t)ns * sizeof *score);
+
+    struct cuda_kv_compact_args a = cc_args(&c);
+    cuda_ref_kv_compact(&a);
+    const struct cpu_kv_layer kv = {.k = k32, .v = v32, .pos = pos, .score = score};
+    for (int32_t h = 0; h < H; h++)
+        cpu_kv_compact_head(&kv, sizeof(float), H, D, BS, h, c.blocks, n_slots,
+                            c.keep + (int64_t)h * n_keep, n_keep);
+
+    int64_t bad = 0;
+    for (int64_t e = 0; e < ns * D; e++) {
+        const float rk = f16_to_f32(c.k[e]), rv = f16_to_f32(c.v[e]);
+        if (memcmp(&rk, &k32[e], 4) != 0 || memcmp(&rv, &v32[e], 4) != 0) {
+            if (bad++ < 5)
+                TEST_FAIL("H=%d D=%d BS=%d n=%d keep=%d: K/V element %lld: ref %g/%g, cpu %g/%g",
+                          H, D, BS, n_slots, n_keep, (long long)e, rk, rv, k32[e], v32[e]);
+        }
+    }
+    for (int64_t e = 0; e < ns; e++) {
+        if (c.pos[e] != pos[e] || memcmp(&c.score[e], &score[e], 4) != 0) {
+            if (bad++ < 5)
+                TEST_FAIL("H=%d D=%d BS=%d n=%d keep=%d: slot state %lld: ref %d/%g, cpu %d/%g",
+                          H, D, BS, n_slots, n_keep, (long long)e, c.pos[e], c.score[e], pos[e],
+                          score[e]);
+        }
+    }
+    /* The rule, from the saved original state. */
+    for (int32_t h = 0; h < H; h++)
+        for (int32_t i = 0; i < n_slots; i++) {
+            const int64_t td = (int64_t)c.blocks[i / BS] * H + h, od = i % BS;
+            const int64_t di = td * BS + od;
+            if (i >= n_keep) {
+                if (pos[di] != -1 || score[di] != 0.0f) bad++;
+                continue;
+            }
+            const int32_t src = c.keep[(int64_t)h * n_keep + i];
+            const int64_t ts = (int64_t)c.blocks[src / BS] * H + h, os = src % BS;
+            const int64_t si = ts * BS + os;
+            bool ok = pos[di] == pos0[si] && score[di] == score0[si];
+            for (int32_t d = 0; d < D; d++)
+                ok = ok && k32[(td * D + d) * BS + od] == k0[(ts * D + d) * BS + os] &&
+                     v32[di * D + d] == v0[si * D + d];
+            if (!ok && bad++ < 5)
+                TEST_FAIL("H=%d BS=%d n=%d keep=%d: head %d slot %d does not hold slot %d",
+                          H, BS, n_slots, n_keep, h, i, src);
+        }
+    free(k32), free(v32), free(k0), free(v0), free(pos), free(pos0), free(score), free(score0);
+    cc_free(&c);
+    return bad;
+}
+
+TEST(kv_compact_reference_matches_cpu_backend)
+{
+    uint64_t st = 2024;
+    const int32_t bss[] = {16, 8, 5, 1};
+    for (int r = 0; r < 300; r++) {
+        const int32_t BS = bss[r % 4], H = 1 + dc_int(&st, 6), D = 2 * (1 + dc_int(&st, 40));
+        const int32_t n = 1 + dc_int(&st, 120);
+        /* Mostly an H2O budget (20%-80%), sometimes everything or nothing kept. */
+        int32_t keep = r % 10 == 0 ? n : r % 10 == 1 ? 0 : 1 + dc_int(&st, n);
+        EXPECT_EQ(compare_compact(&st, H, D, BS, n, keep), 0);
+    }
+    /* OPT-6.7B-like: 32 heads of 128, 544 prompt slots into a budget of 110. */
+    EXPECT_EQ(compare_compact(&st, 32, 128, 16, 544, 110), 0);
+}
+
 int main(void)
 {
     RUN(reference_matches_engine_on_random_decode_steps);
     RUN(reference_matches_engine_when_scores_tie);
     RUN(victim_rules_of_design_section_5);
+    RUN(kv_compact_reference_matches_cpu_backend);
     return test_done();
 }
