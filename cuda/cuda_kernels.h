@@ -1,7 +1,8 @@
 /*
  * cuda_kernels.h - the CUDA backend's own kernels, callable from C: embedding +
- * learned positions, LayerNorm, bias (+ ReLU), residual add, and paged decode
- * attention with the H2O score update and victim choice.
+ * learned positions, LayerNorm, bias (+ ReLU), residual add, paged decode
+ * attention with the H2O score update and victim choice, and the H2O prefill
+ * compaction of the KV cache.
  *
  * Each function is named after its file (cuda_embed.cu has cuda_embed) and after its
  * CPU twin in engine/cpu/cpu_ops.h, whose results it matches up to fp16 rounding.
@@ -89,6 +90,17 @@ cudaError_t cuda_add(uint16_t *x, const uint16_t *y, int64_t n, cudaStream_t str
  * checked on the device.
  */
 cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t stream);
+
+/*
+ * H2O prefill compaction of one layer of one sequence: the contract of struct
+ * cuda_kv_compact_args (cuda_ref.h), whose host reference cuda_ref_kv_compact (and so
+ * the CPU backend's kv_compact) it matches bit for bit: every value is only moved.
+ * The kv_compact op is one call per layer. Every pointer in *a is device memory (keep
+ * this layer's [n_head, n_keep] rows); *a is read on the host. head_dim even and at
+ * most 256, 0 <= n_keep <= n_slots; keep ascending per head and the block table are
+ * not checked on the device. n_head == 0 or n_slots == 0 launches nothing.
+ */
+cudaError_t cuda_kv_compact(const struct cuda_kv_compact_args *a, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

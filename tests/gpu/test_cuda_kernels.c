@@ -18,10 +18,16 @@
  * where every probability is exactly 1/n on both sides, and otherwise unless the two
  * candidates' scores are within 1e-5, which is reported).
  *
+ * The prefill compaction (cuda_kv_compact) only moves values, so the whole pool (K,
+ * V, pos, score, blocks outside the table included) must equal cuda_ref_kv_compact's
+ * bit for bit on the random states of tests/compact_case.h, which
+ * tests/unit/test_cuda_ref.c checks against the CPU backend's own compaction.
+ *
  * Without a CUDA device (cudaGetDeviceCount finds none, or no driver) it prints
  * "no CUDA device: skipping" and exits 77, meson's skip code. Run on a GPU machine
  * with tests/gpu/run.sh.
  */
+#include "compact_case.h"
 #include "cuda_kernels.h"
 #include "decode_case.h"
 #include "dtype.h"
@@ -531,6 +537,77 @@ TEST(decode_attn_timing)
     time_decode(2048);
 }
 
+/* ---- kv_compact ------------------------------------------------------------------- */
+
+/* One random compaction (tests/compact_case.h) on the device and with
+ * cuda_ref_kv_compact on the host: the whole pool (K, V, pos, score) bit-identical.
+ * Returns the differing elements. */
+static int64_t check_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS, int32_t n_slots,
+                             int32_t n_keep)
+{
+    struct compact_case c;
+    cc_make(&c, st, H, D, BS, n_slots, n_keep);
+    const int64_t ns = cc_slots(&c);
+    const int32_t nb = (n_slots + BS - 1) / BS;
+    struct cuda_kv_compact_args d = cc_args(&c);
+    d.k = to_dev(c.k, (size_t)ns * D * 2);
+    d.v = to_dev(c.v, (size_t)ns * D * 2);
+    d.pos = to_dev(c.pos, (size_t)ns * 4);
+    d.score = to_dev(c.score, (size_t)ns * 4);
+    d.blocks = to_dev(c.blocks, (size_t)(nb ? nb : 1) * 4);
+    d.keep = to_dev(c.keep, (size_t)H * (n_keep ? n_keep : 1) * 4);
+    uint16_t *k = malloc((size_t)ns * D * 2), *v = malloc((size_t)ns * D * 2);
+    int32_t *pos = malloc((size_t)ns * 4);
+    float *score = malloc((size_t)ns * 4);
+    int64_t bad = 1;
+    cudaError_t e = cudaErrorMemoryAllocation;
+    if (d.k && d.v && d.pos && d.score && d.blocks && d.keep) e = cuda_kv_compact(&d, 0);
+    if (e == cudaSuccess) e = from_dev(k, d.k, ns * D);
+    if (e == cudaSuccess) e = from_dev(v, d.v, ns * D);
+    if (e == cudaSuccess) e = cudaMemcpy(pos, d.pos, (size_t)ns * 4, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) e = cudaMemcpy(score, d.score, (size_t)ns * 4, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        TEST_FAIL("cuda_kv_compact H=%d D=%d BS=%d n=%d keep=%d: %s", H, D, BS, n_slots,
+                  n_keep, cudaGetErrorString(e));
+    } else {
+        struct cuda_kv_compact_args r = cc_args(&c);
+        cuda_ref_kv_compact(&r);
+        bad = count_bit_diffs("K", k, c.k, ns * D) + count_bit_diffs("V", v, c.v, ns * D);
+        for (int64_t i = 0; i < ns; i++) {
+            if (pos[i] == c.pos[i] && memcmp(&score[i], &c.score[i], 4) == 0) continue;
+            if (bad++ < 5)
+                TEST_FAIL("slot state %lld: pos %d score %g, expected %d %g", (long long)i,
+                          pos[i], score[i], c.pos[i], c.score[i]);
+        }
+        if (bad)
+            TEST_FAIL("H=%d D=%d BS=%d n=%d keep=%d: %lld differences", H, D, BS, n_slots,
+                      n_keep, (long long)bad);
+    }
+    cudaFree(d.k), cudaFree(d.v), cudaFree(d.pos), cudaFree(d.score);
+    cudaFree((void *)d.blocks), cudaFree((void *)d.keep);
+    free(k), free(v), free(pos), free(score);
+    cc_free(&c);
+    return bad;
+}
+
+TEST(kv_compact_matches_reference_bit_for_bit)
+{
+    uint64_t st = 77;
+    const int32_t bss[] = {16, 8, 5, 1};
+    for (int r = 0; r < 200; r++) {
+        const int32_t BS = bss[r % 4], H = 1 + dc_int(&st, 6), D = 2 * (1 + dc_int(&st, 128));
+        const int32_t n = 1 + dc_int(&st, 300);
+        const int32_t keep = r % 10 == 0 ? n : r % 10 == 1 ? 0 : 1 + dc_int(&st, n);
+        EXPECT_EQ(check_compact(&st, H, D, BS, n, keep), 0);
+    }
+    /* Chunk edges (32 slots per chunk), the largest head, OPT-6.7B's h2o 20%. */
+    EXPECT_EQ(check_compact(&st, 4, 64, 16, 64, 32), 0);
+    EXPECT_EQ(check_compact(&st, 4, 64, 16, 65, 33), 0);
+    EXPECT_EQ(check_compact(&st, 2, 256, 16, 400, 200), 0);
+    EXPECT_EQ(check_compact(&st, 32, 128, 16, 544, 110), 0);
+    EXPECT_EQ(check_compact(&st, 32, 128, 16, 2048, 2048), 0);
+}
+
 /* ---- arguments --------------------------------------------------------------------- */
 
 TEST(bad_arguments_are_refused_before_launch)
@@ -561,6 +638,18 @@ TEST(bad_arguments_are_refused_before_launch)
     a.block_size = 16;
     a.n_seq = 0;
     EXPECT_EQ(cuda_decode_attn(&a, 0), cudaSuccess); /* nothing to do */
+    struct cuda_kv_compact_args ca = {
+        .n_slots = 4, .n_keep = 2, .n_head = 1, .head_dim = 3, .block_size = 16};
+    EXPECT_EQ(cuda_kv_compact(&ca, 0), cudaErrorInvalidValue); /* odd head_dim */
+    ca.head_dim = 258;
+    EXPECT_EQ(cuda_kv_compact(&ca, 0), cudaErrorInvalidValue); /* above 256 */
+    ca.head_dim = 64;
+    ca.n_keep = 5;
+    EXPECT_EQ(cuda_kv_compact(&ca, 0), cudaErrorInvalidValue); /* more kept than slots */
+    ca.n_keep = 2;
+    ca.n_slots = 0;
+    ca.n_keep = 0;
+    EXPECT_EQ(cuda_kv_compact(&ca, 0), cudaSuccess); /* nothing to do */
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaFree(d);
 }
@@ -590,6 +679,7 @@ int main(void)
     RUN(decode_attn_ties_pick_the_same_victims);
     RUN(decode_attn_long_sequences_use_large_shared_memory);
     RUN(decode_attn_timing);
+    RUN(kv_compact_matches_reference_bit_for_bit);
     RUN(bad_arguments_are_refused_before_launch);
     return test_done();
 }
