@@ -1,8 +1,8 @@
 /*
  * cuda_kernels.h - the CUDA backend's own kernels, callable from C: embedding +
- * learned positions, LayerNorm, bias (+ ReLU), residual add, paged decode
- * attention with the H2O score update and victim choice, and the H2O prefill
- * compaction of the KV cache.
+ * learned positions, LayerNorm, bias (+ ReLU), residual add, paged decode attention
+ * with the H2O score update and victim choice, paged prefill attention with the H2O
+ * column sums, and the H2O prefill compaction of the KV cache.
  *
  * Each function is named after its file (cuda_embed.cu has cuda_embed) and after its
  * CPU twin in engine/cpu/cpu_ops.h, whose results it matches up to fp16 rounding.
@@ -101,6 +101,23 @@ cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t
  * not checked on the device. n_head == 0 or n_slots == 0 launches nothing.
  */
 cudaError_t cuda_kv_compact(const struct cuda_kv_compact_args *a, cudaStream_t stream);
+
+/*
+ * One layer's prefill attention for a chunk of prompt tokens of each of n_seq
+ * sequences, H2O column sums included: the contract of struct cuda_prefill_attn_args
+ * (cuda_ref.h), whose host reference cuda_ref_prefill_attn it matches up to fp32
+ * rounding noise (bit-identical logits; the online softmax's sums, expf and the value
+ * sums to about 1e-6 relative) and one fp16 rounding of the output. Three kernels on
+ * `stream`: the chunk's K/V writes, the tiled attention (saves each row's log-sum-exp
+ * in a->lse), then the column sums from those (docs/cuda.md). Every pointer in *a is
+ * device memory; *a is read on the host and may be reused once the call returns.
+ * head_dim 1..256; n_seq and n_head at most 65535; every seqs[i].n_tok at most
+ * max_chunk and n_slots at most max_slots (they size the grids: a larger one is
+ * silently cut short). Shared memory is 256 * head_dim + 2048 bytes per block (66 KiB
+ * at head_dim 256, where the call opts in past 48 KiB). Block tables, slots and rows
+ * are not checked on the device.
+ */
+cudaError_t cuda_prefill_attn(const struct cuda_prefill_attn_args *a, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,6 @@
 /*
- * cuda_ref.c - host reference of cuda_decode_attn (see cuda_ref.h).
+ * cuda_ref.c - host references of cuda_decode_attn and cuda_prefill_attn (see
+ * cuda_ref.h).
  *
  * Written to be read next to cuda_decode_attn.cu: the same steps in the same order
  * for one (sequence, head) at a time. The logits are the kernel's exact arithmetic
@@ -151,4 +152,122 @@ void cuda_ref_kv_compact(const struct cuda_kv_compact_args *a)
             a->score[td * BS + od] = a->score[ts * BS + os];
         }
     }
+}
+
+/* ---- prefill ------------------------------------------------------------------------ */
+
+/* Index of slot s of head h of a sequence with block table `blocks`. */
+static int64_t prefill_slot(const struct cuda_prefill_attn_args *a, const int32_t *blocks,
+                            int32_t s, int32_t h)
+{
+    return ((int64_t)blocks[s / a->block_size] * a->n_head + h) * a->block_size +
+           s % a->block_size;
+}
+
+/* The logit of query q (already scaled, fp32) against slot s of head h, or -inf when
+ * the query at position qpos must not see it: the kernel's fmaf chain over d. */
+static float prefill_logit(const struct cuda_prefill_attn_args *a, const int32_t *blocks,
+                           int32_t s, int32_t h, const float *q, int32_t qpos)
+{
+    const int32_t D = a->head_dim, BS = a->block_size;
+    const int64_t si = prefill_slot(a, blocks, s, h);
+    const int32_t ps = a->pos[si];
+    if (ps < 0 || ps > qpos) return -INFINITY;
+    const int64_t tile = si / BS, off = si % BS;
+    float acc = 0.0f;
+    for (int32_t d = 0; d < D; d++)
+        acc = fmaf(q[d], f16_to_f32(a->k[(tile * D + d) * BS + off]), acc);
+    return acc;
+}
+
+void cuda_ref_prefill_attn(const struct cuda_prefill_attn_args *a, float *out_f32)
+{
+    const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
+    const int64_t row_stride = 3 * (int64_t)H * D;
+
+    /* 1. Every row's K, V and slot state, in every head. */
+    for (int32_t i = 0; i < a->n_seq; i++) {
+        const struct cuda_prefill_seq *sq = &a->seqs[i];
+        const int32_t *blocks = a->blocks + (int64_t)i * a->max_blocks;
+        for (int32_t r = 0; r < sq->n_tok; r++) {
+            const int64_t row = sq->tok_start + r;
+            for (int32_t h = 0; h < H; h++) {
+                const int64_t si = prefill_slot(a, blocks, sq->slot_start + r, h);
+                const int64_t tile = si / BS, off = si % BS;
+                const uint16_t *k =
+                    a->qkv + row * row_stride + (int64_t)H * D + (int64_t)h * D;
+                const uint16_t *v = k + (int64_t)H * D;
+                for (int32_t d = 0; d < D; d++) {
+                    a->k[(tile * D + d) * BS + off] = k[d];
+                    a->v[si * D + d] = v[d];
+                }
+                a->pos[si] = a->tok_pos[row];
+                a->score[si] = 0.0f;
+            }
+        }
+    }
+
+    const int32_t n_max = a->max_slots > 0 ? a->max_slots : 1;
+    const int32_t c_max = a->max_chunk > 0 ? a->max_chunk : 1;
+    float *q = malloc((size_t)c_max * D * sizeof *q), *o = malloc((size_t)D * sizeof *o);
+    float *p = malloc((size_t)n_max * sizeof *p),
+          *lse = malloc((size_t)c_max * sizeof *lse);
+    if (!q || !o || !p || !lse) abort();
+    for (int32_t i = 0; i < a->n_seq; i++) {
+        const struct cuda_prefill_seq *sq = &a->seqs[i];
+        const int32_t *blocks = a->blocks + (int64_t)i * a->max_blocks;
+        const int32_t n = sq->n_slots;
+        for (int32_t h = 0; h < H; h++) {
+            /* 2. Each query: logits, softmax, output, log-sum-exp. */
+            for (int32_t r = 0; r < sq->n_tok; r++) {
+                const int64_t row = sq->tok_start + r;
+                float *qr = q + (int64_t)r * D;
+                for (int32_t d = 0; d < D; d++)
+                    qr[d] = f16_to_f32(a->qkv[row * row_stride + (int64_t)h * D + d]) *
+                            a->scale;
+                float mx = -INFINITY;
+                for (int32_t j = 0; j < n; j++) {
+                    p[j] = prefill_logit(a, blocks, j, h, qr, a->tok_pos[row]);
+                    mx = p[j] > mx ? p[j] : mx;
+                }
+                float sum = 0.0f; /* >= 1: a query always sees itself */
+                for (int32_t j = 0; j < n; j++) {
+                    p[j] = expf(p[j] - mx);
+                    sum += p[j];
+                }
+                lse[r] = mx + logf(sum);
+                const float inv = 1.0f / sum;
+                for (int32_t d = 0; d < D; d++)
+                    o[d] = 0.0f;
+                for (int32_t j = 0; j < n; j++) {
+                    const float pj = p[j] * inv;
+                    if (pj == 0.0f) continue; /* free slots: their V may be anything */
+                    const int64_t si = prefill_slot(a, blocks, j, h);
+                    for (int32_t d = 0; d < D; d++)
+                        o[d] = fmaf(pj, f16_to_f32(a->v[si * D + d]), o[d]);
+                }
+                const int64_t oi = row * H * D + (int64_t)h * D;
+                for (int32_t d = 0; d < D; d++) {
+                    if (out_f32) out_f32[oi + d] = o[d];
+                    if (a->out) a->out[oi + d] = f32_to_f16(o[d]);
+                }
+                if (a->lse) a->lse[row * H + h] = lse[r];
+            }
+            /* 3. Column sums from the saved log-sum-exp, added to the scores. */
+            for (int32_t j = 0; j < n; j++) {
+                float col = 0.0f;
+                for (int32_t r = 0; r < sq->n_tok; r++) {
+                    const int64_t row = sq->tok_start + r;
+                    const float l =
+                        prefill_logit(a, blocks, j, h, q + (int64_t)r * D, a->tok_pos[row]);
+                    col += expf(l - lse[r]); /* expf(-inf) = 0 */
+                }
+                a->score[prefill_slot(a, blocks, j, h)] += col;
+            }
+        }
+    }
+    free(q);
+    free(o);
+    free(p);
+    free(lse);
 }

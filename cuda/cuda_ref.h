@@ -1,11 +1,12 @@
 /*
- * cuda_ref.h - the CUDA decode attention's arguments and its host reference.
+ * cuda_ref.h - the CUDA attention kernels' arguments and their host references:
+ * decode (cuda_decode_attn) and prefill (cuda_prefill_attn).
  *
  * Plain C, no CUDA headers: built in every configuration (also -Dcuda=disabled), so
- * the logic of cuda_decode_attn (cuda_decode_attn.cu) is tested on the CPU in CI
- * against the engine's own decode attention and H2O eviction (tests/unit/
- * test_cuda_ref.c), and the GPU parity test (tests/gpu/) compares the kernel with
- * this same reference on the same data.
+ * the logic of the kernels (cuda_decode_attn.cu, cuda_prefill_attn.cu) is tested on
+ * the CPU in CI against the engine's own attention and H2O eviction (tests/unit/
+ * test_cuda_ref.c, test_cuda_prefill_ref.c), and the GPU parity tests (tests/gpu/)
+ * compare the kernels with these same references on the same data.
  *
  * Layout: the CPU backend's (engine/cpu/cpu_attn.h) with fp16 elements. Per layer,
  * K [n_blocks, n_head, head_dim, block_size] (each (block, head) tile transposed),
@@ -106,6 +107,60 @@ struct cuda_kv_compact_args {
 
 /* The reference: the CPU backend's loop on host memory, one head after another. */
 void cuda_ref_kv_compact(const struct cuda_kv_compact_args *a);
+
+/* One sequence's prefill chunk. */
+struct cuda_prefill_seq {
+    int32_t tok_start;  /* first row of this sequence in qkv / out / tok_pos */
+    int32_t n_tok;      /* rows of the chunk (>= 1) */
+    int32_t slot_start; /* row r of the chunk goes to slot slot_start + r, every head */
+    int32_t n_slots;    /* slots [0, n_slots) are scanned, the chunk's included */
+};
+
+/*
+ * One layer's prefill attention for a chunk of prompt tokens of each of n_seq
+ * sequences (cpu_attn_forward on a batch without head_slots).
+ *
+ * For each sequence i, row r of its chunk (batch row tok_start + r) and head h: write
+ * the token's K and V (from qkv) into slot slot_start + r with pos = tok_pos[row] and
+ * score = 0. Then every query row attends, as in decode, to each slot j < n_slots with
+ * 0 <= pos[j] <= its own position (causal inside the chunk, all of the earlier
+ * chunks' tokens, never a free slot): fp32 logits q * scale . k (an FMA chain over d
+ * in order), fp32 softmax, out rounded once to fp16. lse[row * n_head + h] gets the
+ * row's log-sum-exp, max + log(sum exp(l - max)).
+ * The H2O column sums (DESIGN section 5): score[j] += col[j] with
+ * col[j] = sum over the chunk's query rows i of p(i, j), p(i, j) = exp(l(i, j) -
+ * lse(i)) from the saved log-sum-exp, for every slot of [0, n_slots) (0 where no query
+ * sees it). Previous chunks' slots keep the sums of their own chunks, so over a whole
+ * prompt score is the column sum of every query, as the CPU engine accumulates it
+ * (cpu_attn.c adds each query's p into score directly).
+ */
+struct cuda_prefill_attn_args {
+    const uint16_t *qkv;    /* [n_tok, 3 * n_head * head_dim] fp16: q | k | v, q unscaled */
+    uint16_t *out;          /* [n_tok, n_head * head_dim] fp16 */
+    float *lse;             /* [n_tok, n_head] out: each query row's log-sum-exp */
+    uint16_t *k;            /* [n_blocks, n_head, head_dim, block_size] fp16 */
+    uint16_t *v;            /* [n_blocks, n_head, block_size, head_dim] fp16 */
+    int32_t *pos;           /* [n_blocks, n_head, block_size], -1 = free */
+    float *score;           /* [n_blocks, n_head, block_size] accumulated attention */
+    const int32_t *blocks;  /* [n_seq, max_blocks] block tables, row i for sequence i */
+    int32_t max_blocks;     /* row stride of blocks */
+    const int32_t *tok_pos; /* [n_tok] logical positions of the rows */
+    const struct cuda_prefill_seq *seqs; /* [n_seq], rows in order, disjoint */
+    int32_t n_tok, n_seq, n_head, head_dim, block_size;
+    int32_t max_chunk; /* >= every seqs[i].n_tok: sizes the kernels' grid */
+    int32_t max_slots; /* >= every seqs[i].n_slots: sizes the kernels' grid */
+    float scale;       /* head_dim^-0.5 */
+};
+
+/*
+ * The reference: the computation above on host memory, one (sequence, head) after
+ * another and one query after another, with the kernel's logits arithmetic (bit-
+ * identical), expf, and sequential sums where the kernel reduces in tiles; the column
+ * sum of each slot adds its queries' p in query order, then adds that sum to score.
+ * out_f32 [n_tok, n_head * head_dim], when not NULL, gets the outputs before the
+ * fp16 rounding; a->out and a->lse may be NULL when not wanted.
+ */
+void cuda_ref_prefill_attn(const struct cuda_prefill_attn_args *a, float *out_f32);
 
 #ifdef __cplusplus
 }

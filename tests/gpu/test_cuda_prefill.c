@@ -1,0 +1,307 @@
+/*
+ * test_cuda_prefill.c - the CUDA prefill attention (cuda_prefill_attn) against its
+ * host reference cuda_ref_prefill_attn (cuda/cuda_ref.c, itself checked against the
+ * CPU engine's chunked prefill by tests/unit/test_cuda_prefill_ref.c) on the same
+ * random chunked prefills (tests/prefill_case.h).
+ *
+ * Each case runs step by step on a device copy of the pool and on the host copy: K/V
+ * writes and positions must be bit-identical, scores (the accumulated column sums)
+ * within 1e-5 relative (absolute below 1), each row's log-sum-exp within 1e-5
+ * relative, outputs within half an fp16 ulp of the unrounded reference plus 1e-5. A
+ * timing pass prints the achieved FLOP rate of OPT-6.7B-shaped prefills.
+ *
+ * Without a CUDA device it prints "no CUDA device: skipping" and exits 77, meson's
+ * skip code. Run on a GPU machine with tests/gpu/run.sh.
+ */
+#include "cuda_kernels.h"
+#include "dtype.h"
+#include "prefill_case.h"
+#include "test.h"
+
+#include <cuda_runtime_api.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A device copy of n bytes of host memory, or NULL. Caller cudaFrees. */
+static void *to_dev(const void *h, int64_t n)
+{
+    void *d = NULL;
+    if (cudaMalloc(&d, (size_t)(n > 0 ? n : 1)) != cudaSuccess) return NULL;
+    if (n > 0 && cudaMemcpy(d, h, (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaFree(d);
+        return NULL;
+    }
+    return d;
+}
+
+static bool close5(double got, double want)
+{
+    return fabs(got - want) <= 1e-5 * (fabs(want) > 1.0 ? fabs(want) : 1.0);
+}
+
+/* The device pool of a case, advanced step by step next to the host one. */
+struct dev_pool {
+    uint16_t *k, *v;
+    int32_t *pos;
+    float *score;
+};
+
+/* One step on the device and in the reference; compares everything. 0 or -1. */
+static int check_step(struct prefill_case *c, struct dev_pool *dp, int32_t step,
+                      double *worst_out, double *worst_score)
+{
+    const int32_t H = c->n_head, D = c->head_dim;
+    const int64_t pool_el = (int64_t)c->n_pool * H * c->block_size;
+    struct prefill_batch b;
+    pc_batch(c, step, &b);
+    const int64_t n_out = (int64_t)b.n_tok * H * D;
+
+    struct cuda_prefill_attn_args d = pc_args(c, &b);
+    d.k = dp->k, d.v = dp->v, d.pos = dp->pos, d.score = dp->score;
+    d.qkv = to_dev(b.qkv, (int64_t)b.n_tok * 3 * H * D * 2);
+    d.tok_pos = to_dev(b.tok_pos, (int64_t)b.n_tok * 4);
+    d.seqs = to_dev(b.seqs, (int64_t)b.n_seq * (int64_t)sizeof *b.seqs);
+    d.blocks = to_dev(b.blocks, (int64_t)b.n_seq * c->max_blocks * 4);
+    d.out = NULL, d.lse = NULL;
+    cudaMalloc((void **)&d.out, (size_t)n_out * 2);
+    cudaMalloc((void **)&d.lse, (size_t)b.n_tok * H * 4);
+
+    int ret = -1;
+    float *want = malloc((size_t)n_out * sizeof *want);
+    uint16_t *got = malloc((size_t)n_out * 2), *gk = malloc((size_t)(pool_el * D) * 2);
+    uint16_t *gv = malloc((size_t)(pool_el * D) * 2);
+    int32_t *gpos = malloc((size_t)pool_el * 4);
+    float *gscore = malloc((size_t)pool_el * 4), *glse = malloc((size_t)b.n_tok * H * 4);
+    cudaError_t e = cudaSuccess;
+    if (!d.qkv || !d.tok_pos || !d.seqs || !d.blocks || !d.out || !d.lse) {
+        TEST_FAIL("device allocation failed");
+        goto out;
+    }
+    e = cuda_prefill_attn(&d, 0);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e == cudaSuccess)
+        e = cudaMemcpy(got, d.out, (size_t)n_out * 2, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(glse, d.lse, (size_t)b.n_tok * H * 4, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(gk, dp->k, (size_t)(pool_el * D) * 2, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(gv, dp->v, (size_t)(pool_el * D) * 2, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(gpos, dp->pos, (size_t)pool_el * 4, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(gscore, dp->score, (size_t)pool_el * 4, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        TEST_FAIL("cuda_prefill_attn: %s", cudaGetErrorString(e));
+        goto out;
+    }
+    struct cuda_prefill_attn_args h = pc_args(c, &b);
+    cuda_ref_prefill_attn(&h, want);
+
+    int64_t bad = 0;
+    for (int64_t i = 0; i < pool_el * D; i++)
+        if ((gk[i] != c->k[i] || gv[i] != c->v[i]) && bad++ < 5)
+            TEST_FAIL("step %d: K/V element %lld differs", step, (long long)i);
+    for (int64_t i = 0; i < pool_el; i++) {
+        const double err = fabs((double)gscore[i] - c->score[i]);
+        if (err > *worst_score) *worst_score = err;
+        if ((gpos[i] != c->pos[i] || !close5(gscore[i], c->score[i])) && bad++ < 5)
+            TEST_FAIL(
+                "step %d slot state %lld: pos %d score %.9g, expected pos %d score %.9g",
+                step, (long long)i, gpos[i], gscore[i], c->pos[i], c->score[i]);
+    }
+    for (int64_t i = 0; i < (int64_t)b.n_tok * H; i++)
+        if (!close5(glse[i], b.lse[i]) && bad++ < 5)
+            TEST_FAIL("step %d lse[%lld] = %.9g, expected %.9g", step, (long long)i,
+                      glse[i], b.lse[i]);
+    for (int64_t i = 0; i < n_out; i++) {
+        const double g = f16_to_f32(got[i]), r = want[i], err = fabs(g - r);
+        if (err > *worst_out) *worst_out = err;
+        if (!(err <= fabs(r) / 2048.0 + 1e-5) && bad++ < 5)
+            TEST_FAIL("step %d out[%lld] = %g, expected %g", step, (long long)i, g, r);
+    }
+    ret = bad ? -1 : 0;
+out:
+    cudaFree((void *)d.qkv), cudaFree((void *)d.tok_pos), cudaFree((void *)d.seqs);
+    cudaFree((void *)d.blocks), cudaFree(d.out), cudaFree(d.lse);
+    free(want), free(got), free(gk), free(gv), free(gpos), free(gscore), free(glse);
+    pc_batch_free(&b);
+    return ret;
+}
+
+/* A whole case: the pool to the device, then every step compared. */
+static void check_case(struct prefill_case *c)
+{
+    const int32_t H = c->n_head, D = c->head_dim;
+    const int64_t pool_el = (int64_t)c->n_pool * H * c->block_size;
+    struct dev_pool dp = {
+        .k = to_dev(c->k, pool_el * D * 2),
+        .v = to_dev(c->v, pool_el * D * 2),
+        .pos = to_dev(c->pos, pool_el * 4),
+        .score = to_dev(c->score, pool_el * 4),
+    };
+    double worst_out = 0.0, worst_score = 0.0;
+    if (!dp.k || !dp.v || !dp.pos || !dp.score) {
+        TEST_FAIL("device allocation failed");
+    } else {
+        for (int32_t s = 0; s < c->n_steps; s++)
+            if (check_step(c, &dp, s, &worst_out, &worst_score) != 0) break;
+    }
+    printf("# prefill n_seq=%d heads=%d head_dim=%d block=%d max_p=%d steps=%d: max |out "
+           "err| %.3g, max |score err| %.3g\n",
+           c->n_seq, H, D, c->block_size, c->max_p, c->n_steps, worst_out, worst_score);
+    cudaFree(dp.k), cudaFree(dp.v), cudaFree(dp.pos), cudaFree(dp.score);
+}
+
+/* n random cases over a spread of geometries (OPT's head_dim 64/80/128, the 256
+ * bound that opts in to more shared memory, small and odd ones; block sizes 16, 5, 1,
+ * 32). */
+static void check_random(int n, int32_t max_chunks, uint64_t seed)
+{
+    static const int32_t dims[] = {64, 80, 128, 256, 2, 18, 16, 3},
+                         bss[] = {16, 16, 5, 1, 32};
+    uint64_t st = seed;
+    for (int k = 0; k < n && !test_cur_failed; k++) {
+        struct prefill_case c;
+        const int32_t n_seq = 1 + dc_int(&st, 5), H = 1 + dc_int(&st, 4);
+        const int32_t D = dims[k % 8], BS = bss[dc_int(&st, 5)];
+        const int32_t max_p = 1 + dc_int(&st, k % 5 == 0 ? 700 : 80);
+        pc_make(&c, &st, n_seq, H, D, BS, max_p, max_chunks);
+        check_case(&c);
+        pc_free(&c);
+    }
+}
+
+TEST(prefill_attn_matches_reference_on_one_chunk)
+{
+    check_random(40, 1, 3);
+}
+
+TEST(prefill_attn_matches_reference_on_chunked_prefills)
+{
+    check_random(60, PC_MAX_CHUNKS, 5);
+}
+
+/* Time one OPT-6.7B-shaped layer (32 heads of 128, block size 16): n_seq prompts of p
+ * tokens in one chunk. Prints the achieved rate counting the useful FLOPs of the causal
+ * triangle (2 D per logit twice, 2 D per value): 6 D p (p + 1) / 2 per (sequence,
+ * head). Nothing is asserted: docs/cuda.md quotes the expectation. */
+static void time_prefill(int32_t n_seq, int32_t p)
+{
+    const int32_t H = 32, D = 128, BS = 16, nb = (p + BS - 1) / BS, n_pool = n_seq * nb;
+    const int64_t pool_el = (int64_t)n_pool * H * BS, n_tok = (int64_t)n_seq * p;
+    int32_t *blocks = malloc((size_t)n_pool * 4), *tok_pos = malloc((size_t)n_tok * 4);
+    struct cuda_prefill_seq *seqs = malloc((size_t)n_seq * sizeof *seqs);
+    uint16_t *qkv = malloc((size_t)n_tok * 3 * H * D * 2);
+    uint64_t st = 21;
+    for (int64_t e = 0; e < n_tok * 3 * H * D; e++)
+        qkv[e] = f32_to_f16(dc_float(&st, -1.0f, 1.0f));
+    for (int32_t b = 0; b < n_pool; b++)
+        blocks[b] = b;
+    for (int32_t i = 0; i < n_seq; i++) {
+        seqs[i] = (struct cuda_prefill_seq){
+            .tok_start = i * p, .n_tok = p, .slot_start = 0, .n_slots = p};
+        for (int32_t r = 0; r < p; r++)
+            tok_pos[i * p + r] = r;
+    }
+    struct cuda_prefill_attn_args d = {
+        .max_blocks = nb,
+        .n_tok = (int32_t)n_tok,
+        .n_seq = n_seq,
+        .n_head = H,
+        .head_dim = D,
+        .block_size = BS,
+        .max_chunk = p,
+        .max_slots = p,
+        .scale = 1.0f / sqrtf((float)D),
+    };
+    d.qkv = to_dev(qkv, n_tok * 3 * H * D * 2);
+    d.tok_pos = to_dev(tok_pos, n_tok * 4);
+    d.seqs = to_dev(seqs, n_seq * (int64_t)sizeof *seqs);
+    d.blocks = to_dev(blocks, n_pool * 4);
+    cudaMalloc((void **)&d.k, (size_t)(pool_el * D) * 2);
+    cudaMalloc((void **)&d.v, (size_t)(pool_el * D) * 2);
+    cudaMalloc((void **)&d.pos, (size_t)pool_el * 4);
+    cudaMalloc((void **)&d.score, (size_t)pool_el * 4);
+    cudaMalloc((void **)&d.out, (size_t)n_tok * H * D * 2);
+    cudaMalloc((void **)&d.lse, (size_t)n_tok * H * 4);
+    if (!d.qkv || !d.tok_pos || !d.seqs || !d.blocks || !d.k || !d.v || !d.pos ||
+        !d.score || !d.out || !d.lse) {
+        TEST_FAIL("device allocation failed");
+    } else {
+        cudaEvent_t t0, t1;
+        cudaEventCreate(&t0);
+        cudaEventCreate(&t1);
+        EXPECT_EQ(cuda_prefill_attn(&d, 0), cudaSuccess); /* warm-up */
+        const int reps = 10;
+        cudaEventRecord(t0, 0);
+        for (int r = 0; r < reps; r++)
+            cuda_prefill_attn(&d, 0);
+        cudaEventRecord(t1, 0);
+        EXPECT_EQ(cudaEventSynchronize(t1), cudaSuccess);
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, t0, t1);
+        const double us = 1e3 * ms / reps;
+        const double flop = (double)n_seq * H * 6.0 * D * p * (p + 1) / 2.0;
+        printf("# prefill timing: %d seqs x 32 heads x %d tokens, head_dim 128: %.1f us, "
+               "%.2f GFLOP, %.1f TFLOP/s\n",
+               n_seq, p, us, flop / 1e9, flop / us / 1e6);
+        cudaEventDestroy(t0);
+        cudaEventDestroy(t1);
+    }
+    cudaFree((void *)d.qkv), cudaFree((void *)d.tok_pos), cudaFree((void *)d.seqs);
+    cudaFree((void *)d.blocks), cudaFree(d.k), cudaFree(d.v), cudaFree(d.pos);
+    cudaFree(d.score), cudaFree(d.out), cudaFree(d.lse);
+    free(blocks), free(tok_pos), free(seqs), free(qkv);
+}
+
+TEST(prefill_attn_timing)
+{
+    time_prefill(1, 512);
+    time_prefill(8, 512);
+    time_prefill(1, 2048);
+}
+
+TEST(bad_arguments_are_refused_before_launch)
+{
+    struct cuda_prefill_attn_args a = {.n_tok = 1,
+                                       .n_seq = 1,
+                                       .n_head = 1,
+                                       .head_dim = 0,
+                                       .block_size = 16,
+                                       .max_chunk = 1};
+    EXPECT_EQ(cuda_prefill_attn(&a, 0), cudaErrorInvalidValue); /* head_dim 0 */
+    a.head_dim = 257;
+    EXPECT_EQ(cuda_prefill_attn(&a, 0), cudaErrorInvalidValue); /* above 256 */
+    a.head_dim = 64;
+    a.block_size = 0;
+    EXPECT_EQ(cuda_prefill_attn(&a, 0), cudaErrorInvalidValue);
+    a.block_size = 16;
+    a.n_seq = 65536;
+    EXPECT_EQ(cuda_prefill_attn(&a, 0), cudaErrorInvalidValue);
+    a.n_seq = 0;
+    EXPECT_EQ(cuda_prefill_attn(&a, 0), cudaSuccess); /* nothing to do */
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+int main(void)
+{
+    int n_dev = 0;
+    cudaError_t e = cudaGetDeviceCount(&n_dev);
+    if (e != cudaSuccess || n_dev == 0) {
+        printf("no CUDA device: skipping (%s)\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 77; /* meson's skip code */
+    }
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        printf("# device 0: %s, sm_%d%d, %d devices\n", prop.name, prop.major, prop.minor,
+               n_dev);
+
+    RUN(prefill_attn_matches_reference_on_one_chunk);
+    RUN(prefill_attn_matches_reference_on_chunked_prefills);
+    RUN(prefill_attn_timing);
+    RUN(bad_arguments_are_refused_before_launch);
+    return test_done();
+}
