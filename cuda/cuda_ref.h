@@ -108,6 +108,49 @@ struct cuda_kv_compact_args {
 /* The reference: the CPU backend's loop on host memory, one head after another. */
 void cuda_ref_kv_compact(const struct cuda_kv_compact_args *a);
 
+/* The most alternatives cuda_sample reports per row (sampler.h's SAMPLER_MAX_LOGPROBS). */
+#define CUDA_SAMPLE_MAX_TOP 5
+
+/*
+ * One decode step's sampling for n rows (cuda_sample, cuda_ref_sample): steps 3-5 of
+ * engine/sampler.h on logits that already carry logit_bias and the penalties (steps
+ * 1-2 touch a handful of tokens; the caller adds them on the device first).
+ *
+ * Per row i: NaN -> -inf, +inf -> FLT_MAX (all non-finite: every logit 0, uniform);
+ * greedy (argmax, ties to the lowest id) when !(temperature[i] >= 1e-5),
+ * top_k[i] == 1 or !(top_p[i] > 0); otherwise the CPU sampler's draw with u[i] in
+ * place of rng_uniform: the host draws u[i] from the sequence's rng (exactly one
+ * rng_uniform for a non-greedy row, none for a greedy one), so the device needs no
+ * generator and the random stream stays the CPU's. The candidates and their order
+ * are the CPU's (sampler_select.c: threshold search, quickselect, nucleus), so the
+ * same u gives the same token. logprob = the token's log_softmax of the processed
+ * logits (before temperature, top-k, top-p) when n_logprobs[i] >= 0, else 0;
+ * n_top[i] = the number of alternatives (finite logits, most likely first, ties
+ * lowest id, at most n_logprobs[i]), the rest of top_ids / top_logprobs zeroed.
+ * Only token, logprob, n_top, top_ids and top_logprobs come back to the host.
+ */
+struct cuda_sample_args {
+    const float *logits;        /* [n, vocab] processed logits (bias, penalties applied) */
+    const float *temperature;   /* [n] 0 (or < 1e-5) = greedy */
+    const int32_t *top_k;       /* [n] 0 (or >= vocab) = off */
+    const float *top_p;         /* [n] 1 = off, <= 0 = greedy */
+    const double *u;            /* [n] rng_uniform of the row's rng; unread when greedy */
+    const int32_t *n_logprobs;  /* [n] -1 (none) .. CUDA_SAMPLE_MAX_TOP */
+    int32_t *token;             /* [n] out */
+    float *logprob;             /* [n] out */
+    int32_t *n_top;             /* [n] out */
+    int32_t *top_ids;           /* [n, CUDA_SAMPLE_MAX_TOP] out */
+    float *top_logprobs;        /* [n, CUDA_SAMPLE_MAX_TOP] out */
+    int32_t n, vocab;
+};
+
+/*
+ * The reference (cuda_ref_sample.c): the CPU sampler's steps 3-5 row by row on host
+ * memory, the selection through the engine's own sampler_select_* (so users link the
+ * engine). Allocates its O(vocab) scratch per call and frees it.
+ */
+void cuda_ref_sample(const struct cuda_sample_args *a);
+
 /* One sequence's prefill chunk. */
 struct cuda_prefill_seq {
     int32_t tok_start;  /* first row of this sequence in qkv / out / tok_pos */
