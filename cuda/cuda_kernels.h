@@ -2,7 +2,7 @@
  * cuda_kernels.h - the CUDA backend's own kernels, callable from C: embedding +
  * learned positions, LayerNorm, bias (+ ReLU), residual add, paged decode attention
  * with the H2O score update and victim choice, paged prefill attention with the H2O
- * column sums, and the H2O prefill compaction of the KV cache.
+ * column sums, the H2O prefill compaction of the KV cache, and sampling.
  *
  * Each function is named after its file (cuda_embed.cu has cuda_embed) and after its
  * CPU twin in engine/cpu/cpu_ops.h, whose results it matches up to fp16 rounding.
@@ -118,6 +118,20 @@ cudaError_t cuda_kv_compact(const struct cuda_kv_compact_args *a, cudaStream_t s
  * are not checked on the device.
  */
 cudaError_t cuda_prefill_attn(const struct cuda_prefill_attn_args *a, cudaStream_t stream);
+
+/*
+ * One decode step's sampling for a->n rows of fp32 logits [n, vocab]: the contract of
+ * struct cuda_sample_args (cuda_ref.h), whose host reference cuda_ref_sample (and so
+ * the CPU's sampler_sample, steps 3-5) it matches: the same greedy token, the same
+ * drawn token for the same u (the host draws u from the sequence's rng; the order-
+ * and rounding-sensitive sums and the selection run as the CPU runs them, see
+ * cuda_sample.cu), logprobs within 1e-5. One block of 1024 threads per row; only
+ * token, logprob, n_top, top_ids and top_logprobs (36 bytes or so per row) need to
+ * come back to the host. Every pointer in *a is device memory, a->scratch
+ * CUDA_SAMPLE_SCRATCH_BYTES(n, vocab) of it, 16-byte aligned; *a is read on the host.
+ * Returns cudaErrorInvalidValue for n < 0, vocab <= 0 or no scratch.
+ */
+cudaError_t cuda_sample(const struct cuda_sample_args *a, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -141,8 +141,14 @@ struct cuda_sample_args {
     int32_t *n_top;             /* [n] out */
     int32_t *top_ids;           /* [n, CUDA_SAMPLE_MAX_TOP] out */
     float *top_logprobs;        /* [n, CUDA_SAMPLE_MAX_TOP] out */
+    void *scratch;              /* cuda_sample only: CUDA_SAMPLE_SCRATCH_BYTES of device
+                                   memory (weights and candidates); the reference ignores it */
     int32_t n, vocab;
 };
+
+/* The device workspace cuda_sample needs: per row, a float weight and a 12-byte
+ * candidate per token. */
+#define CUDA_SAMPLE_SCRATCH_BYTES(n, vocab) ((size_t)(n) * (size_t)(vocab) * 16u)
 
 /*
  * The reference (cuda_ref_sample.c): the CPU sampler's steps 3-5 row by row on host
