@@ -380,11 +380,32 @@ static void convert(const uint8_t *src, enum dtype dtype, int64_t n, float *dst)
     }
 }
 
-int weights_read_f32(const struct weights *w, const char *name, int ndim,
-                     const int64_t *shape, float *dst)
+/* Elements [first, first + n) of tensor t (row-major) as fp32 into dst[0..n). */
+static void read_run(const struct weights *w, const struct weights_tensor *t, int64_t first,
+                     int64_t n, float *dst)
+{
+    switch (t->fill) {
+    case WEIGHTS_FILL_DATA:
+        convert(t->data + first * dtype_size(t->dtype), t->dtype, n, dst);
+        break;
+    case WEIGHTS_FILL_NORMAL: weights_dummy_generate(w, t, first, n, dst); break;
+    case WEIGHTS_FILL_ONE:
+        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
+        break;
+    case WEIGHTS_FILL_ZERO: memset(dst, 0, (size_t)n * sizeof *dst); break;
+    }
+}
+
+/* The tensor `name` if it exists with exactly shape[0..ndim), else NULL with the error
+ * (naming file and tensor) in *err. */
+static const struct weights_tensor *find_shaped(const struct weights *w, const char *name,
+                                                int ndim, const int64_t *shape, int *err)
 {
     const struct weights_tensor *t = weights_find(w, name);
-    if (!t) return err_set(ENG_ENOTFOUND, "%s: no tensor %s", w->source, name);
+    if (!t) {
+        *err = err_set(ENG_ENOTFOUND, "%s: no tensor %s", w->source, name);
+        return NULL;
+    }
     const char *where = t->file >= 0 ? w->files[t->file].path : w->source;
     int same = ndim == t->ndim;
     for (int i = 0; same && i < ndim; i++)
@@ -393,17 +414,39 @@ int weights_read_f32(const struct weights *w, const char *name, int ndim,
         char have[160], want[160];
         weights_shape_str(have, sizeof have, t->ndim, t->shape);
         weights_shape_str(want, sizeof want, ndim, shape);
-        return err_set(ENG_EFORMAT, "%s: tensor %s has shape %s, expected %s", where, name,
+        *err = err_set(ENG_EFORMAT, "%s: tensor %s has shape %s, expected %s", where, name,
                        have, want);
+        return NULL;
     }
-    switch (t->fill) {
-    case WEIGHTS_FILL_DATA: convert(t->data, t->dtype, t->numel, dst); break;
-    case WEIGHTS_FILL_NORMAL: weights_dummy_generate(w, t, dst); break;
-    case WEIGHTS_FILL_ONE:
-        for (int64_t i = 0; i < t->numel; i++)
-            dst[i] = 1.0f;
-        break;
-    case WEIGHTS_FILL_ZERO: memset(dst, 0, (size_t)t->numel * sizeof *dst); break;
+    return t;
+}
+
+int weights_read_f32(const struct weights *w, const char *name, int ndim,
+                     const int64_t *shape, float *dst)
+{
+    int err = 0;
+    const struct weights_tensor *t = find_shaped(w, name, ndim, shape, &err);
+    if (t) read_run(w, t, 0, t->numel, dst);
+    return err;
+}
+
+int weights_read_f32_part(const struct weights *w, const char *name, int ndim,
+                          const int64_t *shape, int64_t row0, int64_t n_rows, int64_t col0,
+                          int64_t n_cols, float *dst)
+{
+    CHECK(ndim == 1 || ndim == 2);
+    const int64_t cols = ndim == 2 ? shape[1] : 1;
+    CHECK(row0 >= 0 && n_rows >= 0 && row0 + n_rows <= shape[0]);
+    CHECK(col0 >= 0 && n_cols >= 0 && col0 + n_cols <= cols);
+    int err = 0;
+    const struct weights_tensor *t = find_shaped(w, name, ndim, shape, &err);
+    if (!t) return err;
+    /* Whole rows are one run; a column window is one run per row. */
+    if (n_cols == cols) {
+        read_run(w, t, row0 * cols, n_rows * cols, dst);
+    } else {
+        for (int64_t r = 0; r < n_rows; r++)
+            read_run(w, t, (row0 + r) * cols + col0, n_cols, dst + r * n_cols);
     }
     return 0;
 }

@@ -59,4 +59,16 @@ int weights_has(const struct weights *w, const char *name);
 int weights_read_f32(const struct weights *w, const char *name, int ndim,
                      const int64_t *shape, float *dst);
 
+/*
+ * Like weights_read_f32 (same shape check against the whole tensor's `shape`), but
+ * only the window rows [row0, row0 + n_rows) x columns [col0, col0 + n_cols) into
+ * dst [n_rows, n_cols], row-major; a vector (ndim 1) takes col0 = 0, n_cols = 1. A
+ * tensor-parallel rank reads its shard this way: the rest of the tensor is never
+ * touched, so its pages of a mapped file are never faulted in. The window must lie
+ * inside `shape` (a caller bug otherwise). Returns as weights_read_f32. Thread: any.
+ */
+int weights_read_f32_part(const struct weights *w, const char *name, int ndim,
+                          const int64_t *shape, int64_t row0, int64_t n_rows, int64_t col0,
+                          int64_t n_cols, float *dst);
+
 #endif

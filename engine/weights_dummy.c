@@ -40,15 +40,17 @@ static inline uint64_t mix64(uint64_t z)
 #define GEN_CHUNK ((int64_t)1 << 16)
 
 void weights_dummy_generate(const struct weights *w, const struct weights_tensor *t,
-                            float *dst)
+                            int64_t first, int64_t n, float *dst)
 {
     const uint64_t base = mix64(w->seed ^ mix64(t->hash));
-    const int64_t n = t->numel, n_chunks = CEIL_DIV(n, GEN_CHUNK);
+    const int64_t n_chunks = CEIL_DIV(n, GEN_CHUNK);
 #pragma omp parallel for schedule(static) if (n_chunks > 1)
     for (int64_t c = 0; c < n_chunks; c++) {
         int64_t lo = c * GEN_CHUNK, hi = MIN(n, lo + GEN_CHUNK);
         for (int64_t i = lo; i < hi; i++) {
-            uint64_t x = mix64(base + (uint64_t)(i + 1) * GOLDEN);
+            /* Element first + i of the tensor: a shard reads the values the whole
+             * tensor has at its indices. */
+            uint64_t x = mix64(base + (uint64_t)(first + i + 1) * GOLDEN);
             int32_t s = (int32_t)(x & 0xffff) + (int32_t)((x >> 16) & 0xffff) +
                         (int32_t)((x >> 32) & 0xffff) + (int32_t)(x >> 48);
             dst[i] = (float)(s - NORMAL_CENTER) * NORMAL_SCALE;

@@ -125,8 +125,9 @@ int weights_zip_read(const char *path, const uint8_t *map, size_t len,
  */
 void weights_dummy_build(struct weights *w, const struct opt_config *cfg);
 
-/* Generate the values of dummy tensor `t` into dst[0..numel). Thread: any. */
+/* Generate elements [first, first + n) of dummy tensor `t` (row-major) into
+ * dst[0..n). Thread: any. */
 void weights_dummy_generate(const struct weights *w, const struct weights_tensor *t,
-                            float *dst);
+                            int64_t first, int64_t n, float *dst);
 
 #endif

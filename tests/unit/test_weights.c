@@ -410,6 +410,65 @@ TEST(golden_bin_and_safetensors_agree)
     }
 }
 
+/* A window must equal that slice of the whole tensor, for every storage kind: mapped
+ * fp32 (golden safetensors), a torch zip (.bin), generated dummy values, and the
+ * ones/zeros of dummy LayerNorms. Windows: row ranges, column ranges and both, the
+ * way tensor-parallel ranks cut q/k/v and fc1 (rows) and out_proj and fc2 (columns). */
+static void expect_windows_match(const struct weights *w)
+{
+    for (int32_t i = 0; i < w->n_tensors; i++) {
+        const struct weights_tensor *t = &w->tensors[i];
+        if (t->ndim > 2) continue;
+        const int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+        float *whole = xmalloc((size_t)t->numel * 4), *part = xmalloc((size_t)t->numel * 4);
+        EXPECT_EQ(weights_read_f32(w, t->name, t->ndim, t->shape, whole), 0);
+        for (int k = 1; k <= 4; k++) {
+            /* Part k of 4 in rows, and part k of 4 in columns (matrices only). */
+            const int64_t r0 = rows * (k - 1) / 4, nr = rows * k / 4 - r0;
+            const int64_t c0 = t->ndim == 2 ? cols * (k - 1) / 4 : 0;
+            const int64_t nc = t->ndim == 2 ? cols * k / 4 - c0 : 1;
+            EXPECT_EQ(weights_read_f32_part(w, t->name, t->ndim, t->shape, r0, nr, 0, cols,
+                                            part), 0);
+            if (memcmp(part, whole + r0 * cols, (size_t)(nr * cols) * 4))
+                TEST_FAIL("%s rows %lld+%lld differ", t->name, (long long)r0, (long long)nr);
+            EXPECT_EQ(weights_read_f32_part(w, t->name, t->ndim, t->shape, r0, nr, c0, nc,
+                                            part), 0);
+            for (int64_t r = 0; r < nr; r++)
+                if (memcmp(part + r * nc, whole + (r0 + r) * cols + c0, (size_t)nc * 4)) {
+                    TEST_FAIL("%s window row %lld differs", t->name, (long long)(r0 + r));
+                    break;
+                }
+        }
+        free(whole);
+        free(part);
+    }
+}
+
+TEST(read_part_equals_the_slice_of_the_whole)
+{
+    static const char *const dirs[] = {"golden/tiny-opt", "golden/tiny-opt-bin",
+                                       "golden/tiny-opt-350m-bin"};
+    for (size_t d = 0; d < ARRAY_LEN(dirs); d++) {
+        struct weights *w = NULL;
+        EXPECT_EQ(weights_open(&w, test_data(dirs[d])), 0);
+        if (!w) continue;
+        expect_windows_match(w);
+        weights_close(w);
+    }
+    struct opt_config cfg;
+    EXPECT_EQ(opt_config_dummy(&cfg, "dummy:tiny"), 0);
+    struct weights *w = NULL;
+    EXPECT_EQ(weights_open_dummy(&w, &cfg, 7), 0);
+    expect_windows_match(w);
+    /* The shape check still applies to the whole tensor. */
+    float v[4];
+    EXPECT_EQ(weights_read_f32_part(w, "layers.0.fc1.weight", 2, (int64_t[]){64, 256}, 0, 1,
+                                    0, 4, v), ENG_EFORMAT);
+    EXPECT_EQ(weights_read_f32_part(w, "layers.9.fc1.weight", 2, (int64_t[]){256, 64}, 0, 1,
+                                    0, 4, v), ENG_ENOTFOUND);
+    weights_close(w);
+}
+
 /* ---- dummy weights ---- */
 
 static int64_t max_numel(const struct weights *w)
@@ -561,6 +620,7 @@ int main(void)
     RUN(python_written_safetensors_matches_torch);
     RUN(unsupported_torch_fixtures);
     RUN(golden_bin_and_safetensors_agree);
+    RUN(read_part_equals_the_slice_of_the_whole);
     RUN(dummy_opt_125m_has_real_shapes_and_stats);
     RUN(dummy_values_are_deterministic);
     RUN(dummy_opt_350m_has_projections_and_no_final_norm);
