@@ -96,14 +96,19 @@ struct backend {
     void *ctx;
 };
 
+/* Most tensor-parallel ranks a backend takes. */
+#define BE_MAX_TP 64
+
 struct be_cpu_opts {
     enum dtype dtype; /* DTYPE_F32 or DTYPE_BF16: weights, activations into GEMMs, KV */
-    int n_threads;    /* 0 = OpenMP's default */
+    int n_threads;    /* 0 = OpenMP's default; split evenly between the ranks */
+    int tensor_parallel; /* ranks (threads) the layers are sharded over; 0 or 1 = none */
 };
 
 /*
- * Create the CPU backend. Returns 0, or ENG_EUNSUPPORTED when bf16 is asked for on
- * a CPU without it. Owns: *out (backend_destroy). Thread: the engine thread from
+ * Create the CPU backend. Returns 0, ENG_EUNSUPPORTED when bf16 is asked for on a
+ * CPU without it, or ENG_EINVAL for tensor_parallel outside 0..BE_MAX_TP. The model's
+ * heads and ffn must divide by tensor_parallel; load says so (ENG_EINVAL) if not. Owns: *out (backend_destroy). Thread: the engine thread from
  * then on.
  */
 int backend_cpu_create(struct backend *out, const struct be_cpu_opts *opts);

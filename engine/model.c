@@ -73,7 +73,8 @@ int model_load(struct model **out, const char *name, const struct model_opts *op
     if (err) goto fail;
     err = dummy ? weights_open_dummy(&w, &m->cfg, opts->dummy_seed) : weights_open(&w, name);
     if (err) goto fail;
-    struct be_cpu_opts bo = {.dtype = opts->dtype, .n_threads = opts->n_threads};
+    struct be_cpu_opts bo = {.dtype = opts->dtype, .n_threads = opts->n_threads,
+                            .tensor_parallel = opts->tensor_parallel};
     err = backend_cpu_create(&m->be, &bo);
     if (err) goto fail;
     m->dtype = opts->dtype;

@@ -51,6 +51,7 @@ struct tokenizer;
 struct model_opts {
     enum dtype dtype;    /* compute dtype of the CPU backend */
     int n_threads;       /* 0 = OpenMP's default */
+    int tensor_parallel; /* ranks the layers are sharded over; 0 or 1 = none */
     uint64_t dummy_seed; /* seed of dummy:* weights */
 };
 

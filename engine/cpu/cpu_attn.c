@@ -25,17 +25,19 @@
 #define ATTN_MAX_BS 64   /* block_size bound of the on-stack tiles */
 #define ATTN_MAX_HEADS 128 /* heads in one decode task's on-stack query (OPT-175B: 96) */
 
-/* Index of (block, head) in a [n_blocks, n_head, ...] array, in units of a
- * (block, head) tile. */
-static inline int64_t bh(int32_t block, int32_t head, int32_t n_head)
+/* Index of (block, this call's head h) in the pool's [n_blocks, pool heads, ...]
+ * arrays, in units of a (block, head) tile. A tensor-parallel rank attends only its
+ * heads head0 .. head0 + n_head - 1 of a pool that holds every head. */
+static inline int64_t bh(const struct cpu_attn_args *a, int32_t block, int32_t h)
 {
-    return (int64_t)block * n_head + head;
+    return (int64_t)block * (a->kv_n_head ? a->kv_n_head : a->n_head) + a->head0 + h;
 }
 
 static void write_kv(const struct cpu_attn_args *a)
 {
     const struct be_batch *b = a->batch;
     const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
+    const int32_t KH = a->kv_n_head ? a->kv_n_head : H; /* head_slots has every head */
     const int64_t row_stride = 3 * (int64_t)H * D;
 #pragma omp parallel for schedule(static)
     for (int32_t r = 0; r < b->n_tok; r++) {
@@ -44,10 +46,10 @@ static void write_kv(const struct cpu_attn_args *a)
         while (r >= b->seqs[s].tok_start + b->seqs[s].n_tok) s++;
         const struct be_seq *sq = &b->seqs[s];
         for (int32_t h = 0; h < H; h++) {
-            int32_t slot = sq->head_slots ? sq->head_slots[a->layer * H + h]
+            int32_t slot = sq->head_slots ? sq->head_slots[a->layer * KH + a->head0 + h]
                                           : sq->slot_start + (r - sq->tok_start);
             int32_t off = slot % BS;
-            int64_t t = bh(sq->blocks[slot / BS], h, H);
+            int64_t t = bh(a, sq->blocks[slot / BS], h);
             const float *k = a->qkv + r * row_stride + (int64_t)H * D + (int64_t)h * D;
             const float *v = k + (int64_t)H * D;
             if (a->kv_dtype == DTYPE_F32) {
@@ -319,7 +321,7 @@ static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *s
                            const float *qv, const int32_t *qpos, int32_t nq, float *s,
                            int32_t width)
 {
-    const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
+    const int32_t D = a->head_dim, BS = a->block_size;
     const int32_t nb = CEIL_DIV(sq->n_slots, BS);
     int32_t qmax = qpos[0], nb_vis = 0;
     for (int32_t q = 1; q < nq; q++) qmax = MAX(qmax, qpos[q]);
@@ -329,7 +331,7 @@ static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *s
     float *q4_s[4];
 #endif
     for (int32_t bi = 0; bi < nb; bi++) {
-        const int64_t t = bh(sq->blocks[bi], h, H);
+        const int64_t t = bh(a, sq->blocks[bi], h);
         const int32_t n_valid = MIN(BS, sq->n_slots - bi * BS);
         float *sb = s + bi * BS;
         if (!block_visible(a, t, n_valid, qmax)) {
@@ -340,7 +342,7 @@ static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *s
         nb_vis = bi + 1;
 #ifdef __AVX512F__
         if (nq == 1 && BS == 16) {
-            if (bi + 4 < nb) prefetch_tile(a, a->kv.k, bh(sq->blocks[bi + 4], h, H));
+            if (bi + 4 < nb) prefetch_tile(a, a->kv.k, bh(a, sq->blocks[bi + 4], h));
             /* Queue visible blocks and run them four at a time. */
             q4_t[q4_n] = t;
             q4_valid[q4_n] = n_valid;
@@ -380,11 +382,11 @@ static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, 
                         const float *p, const int32_t *qpos, int32_t nq, int32_t width,
                         int32_t width_vis, float *out)
 {
-    const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
+    const int32_t D = a->head_dim, BS = a->block_size;
     int32_t qmax = qpos[0];
     for (int32_t q = 1; q < nq; q++) qmax = MAX(qmax, qpos[q]);
     for (int32_t bi = 0; bi < width_vis / BS; bi++) {
-        const int64_t t = bh(sq->blocks[bi], h, H);
+        const int64_t t = bh(a, sq->blocks[bi], h);
         const float *pb = p + bi * BS;
         if (!block_visible(a, t, MIN(BS, sq->n_slots - bi * BS), qmax))
             continue; /* every probability is 0: no score, no value */
@@ -397,7 +399,7 @@ static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, 
             for (int32_t q = 0; q < nq; q++) {
 #ifdef __AVX512F__
                 if (BS == 16 && bi + 2 < width_vis / BS)
-                    prefetch_tile(a, a->kv.v, bh(sq->blocks[bi + 2], h, H));
+                    prefetch_tile(a, a->kv.v, bh(a, sq->blocks[bi + 2], h));
                 if (BS == 16) block_values16_1(a, t, pb + q * width, out + q * D);
 #else
                 if (BS == 16) block_values_bs16(a, t, pb + q * width, width, out + q * D, 1);
@@ -500,7 +502,7 @@ static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq
     for (int32_t i = 0; i < H * D; i++) qv[i] = qr[i] * a->scale;
 
     for (int32_t bi = 0; bi < nb; bi++) {
-        const int64_t t0 = bh(sq->blocks[bi], 0, H);
+        const int64_t t0 = bh(a, sq->blocks[bi], 0);
         const int32_t n_valid = MIN(16, sq->n_slots - bi * 16);
         int32_t h = 0;
         for (; h + 4 <= H; h += 4)
@@ -515,7 +517,7 @@ static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq
         const float *p = s + (int64_t)h * width;
         memset(out, 0, (size_t)D * sizeof *out);
         for (int32_t bi = 0; bi < nb; bi++) {
-            const int64_t t = bh(sq->blocks[bi], h, H);
+            const int64_t t = bh(a, sq->blocks[bi], h);
             block_scores(a, t, p + bi * 16, width, 1, 16);
             block_values16_1(a, t, p + bi * 16, out);
         }

@@ -33,7 +33,11 @@ struct cpu_attn_args {
     enum dtype out_dtype;  /* fp32, or bf16 when it feeds a bf16 GEMM */
     struct cpu_kv_layer kv;
     enum dtype kv_dtype;
-    int32_t layer, n_head, head_dim, block_size;
+    int32_t layer, n_head, head_dim, block_size; /* n_head: heads of qkv and out */
+    /* The pool may hold more heads than this call attends (a tensor-parallel rank
+     * attends its own): kv and the batch's head_slots index heads 0..kv_n_head-1,
+     * and this call's head h is pool head head0 + h. kv_n_head 0 means n_head. */
+    int32_t head0, kv_n_head;
     float scale;           /* head_dim^-0.5 */
     float *scratch;        /* [n_threads, scratch_stride] attention row buffers */
     int32_t scratch_stride; /* >= max n_slots of any sequence */

@@ -1,0 +1,331 @@
+/*
+ * cpu_rank.c - one tensor-parallel rank of the CPU backend (see cpu_rank.h): loading
+ * its shard and running the decoder layers with an all-reduce after out_proj and
+ * after fc2.
+ *
+ * Thread: the rank's own thread; the loops inside fan out to that thread's OpenMP
+ * team (each rank thread has its own team, sized by the backend).
+ */
+#include "cpu_rank.h"
+
+#include "cpu_ops.h"
+#include "err.h"
+#include "util.h"
+#include "weights.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cpu_rank_init(struct cpu_rank *r, const struct cpu_model *m, int32_t rank, int32_t size,
+                  struct comm *comm)
+{
+    const struct opt_config *cfg = &m->cfg;
+    CHECK(size >= 1 && rank >= 0 && rank < size && (comm || size == 1));
+    CHECK(cfg->n_head % size == 0 && cfg->ffn % size == 0);
+    memset(r, 0, sizeof *r);
+    r->rank = rank;
+    r->size = size;
+    r->n_head = cfg->n_head / size;
+    r->head0 = rank * r->n_head;
+    r->n_ffn = cfg->ffn / size;
+    r->ffn0 = rank * r->n_ffn;
+    r->comm = comm;
+    return cpu_dnnl_init(&r->dnnl);
+}
+
+int cpu_read_part(const struct weights *w, const char *prefix, const char *what,
+                  struct cpu_part p, float **dst)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", prefix, what);
+    float *buf = malloc((size_t)(p.n_rows * p.n_cols) * sizeof *buf);
+    if (!buf) return err_set(ENG_ENOMEM, "out of memory reading %s", name);
+    int64_t shape[2] = {p.rows, p.cols};
+    int err = weights_read_f32_part(w, name, p.cols > 1 ? 2 : 1, shape, p.row0, p.n_rows,
+                                    p.col0, p.n_cols, buf);
+    if (err) {
+        free(buf);
+        buf = NULL;
+    }
+    *dst = buf;
+    return err;
+}
+
+int cpu_rank_load_linear(struct cpu_rank *r, const struct cpu_model *m,
+                         const struct weights *w, struct cpu_linear *l, const char *prefix,
+                         struct cpu_part p, bool bias, enum dtype dst_dtype, bool relu)
+{
+    float *wt = NULL, *bs = NULL;
+    int err = cpu_read_part(w, prefix, "weight", p, &wt);
+    if (!err && bias)
+        err = cpu_read_part(w, prefix, "bias",
+                            (struct cpu_part){p.rows, 1, p.row0, p.n_rows, 0, 1}, &bs);
+    if (!err)
+        err = cpu_linear_init(l, &r->dnnl, wt, bs, p.n_rows, p.n_cols, m->dtype, dst_dtype,
+                              relu);
+    free(wt);
+    free(bs);
+    return err;
+}
+
+/* This rank's heads of q, k and v, stacked into one [3 * n_head_r * D, hidden] GEMM. */
+static int load_qkv(struct cpu_rank *r, const struct cpu_model *m, const struct weights *w,
+                    int32_t li)
+{
+    const int64_t hd = m->cfg.hidden, rows = (int64_t)r->n_head * m->cfg.head_dim;
+    const int64_t row0 = (int64_t)r->head0 * m->cfg.head_dim;
+    const char *names[3] = {"q_proj", "k_proj", "v_proj"};
+    float *wt = NULL, *bs = NULL;
+    float *stack_w = malloc((size_t)(3 * rows * hd) * sizeof *stack_w);
+    float *stack_b = malloc((size_t)(3 * rows) * sizeof *stack_b);
+    int err = 0;
+    if (!stack_w || !stack_b)
+        err = err_set(ENG_ENOMEM, "out of memory loading layer %d", li);
+    for (int i = 0; i < 3 && !err; i++) {
+        char prefix[96];
+        snprintf(prefix, sizeof prefix, "layers.%d.self_attn.%s", li, names[i]);
+        err = cpu_read_part(w, prefix, "weight",
+                            (struct cpu_part){hd, hd, row0, rows, 0, hd}, &wt);
+        if (!err)
+            err = cpu_read_part(w, prefix, "bias",
+                                (struct cpu_part){hd, 1, row0, rows, 0, 1}, &bs);
+        if (!err) {
+            memcpy(stack_w + i * rows * hd, wt, (size_t)(rows * hd) * sizeof *wt);
+            memcpy(stack_b + i * rows, bs, (size_t)rows * sizeof *bs);
+        }
+        free(wt);
+        free(bs);
+        wt = bs = NULL;
+    }
+    if (!err)
+        err = cpu_linear_init(&r->layers[li].qkv, &r->dnnl, stack_w, stack_b, 3 * rows, hd,
+                              m->dtype, DTYPE_F32, false);
+    free(stack_w);
+    free(stack_b);
+    return err;
+}
+
+static int load_ln(const struct weights *w, const char *prefix, int64_t d, float **wt,
+                   float **bs)
+{
+    const struct cpu_part p = {d, 1, 0, d, 0, 1};
+    int err = cpu_read_part(w, prefix, "weight", p, wt);
+    return err ? err : cpu_read_part(w, prefix, "bias", p, bs);
+}
+
+int cpu_rank_load(struct cpu_rank *r, const struct cpu_model *m, const struct weights *w)
+{
+    const struct opt_config *cfg = &m->cfg;
+    const int64_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim, ffn = cfg->ffn;
+    const int64_t attn_cols = (int64_t)r->n_head * cfg->head_dim;
+    const int64_t attn0 = (int64_t)r->head0 * cfg->head_dim;
+    const bool rank0 = r->rank == 0;
+    int err = 0;
+    if (proj != hd)
+        err = cpu_rank_load_linear(r, m, w, &r->project_in, "project_in",
+                                   (struct cpu_part){hd, proj, 0, hd, 0, proj}, false,
+                                   DTYPE_F32, false);
+    r->layers = xcalloc((size_t)cfg->n_layer, sizeof *r->layers);
+    for (int32_t li = 0; li < cfg->n_layer && !err; li++) {
+        struct cpu_layer *L = &r->layers[li];
+        char p[96];
+        err = load_qkv(r, m, w, li);
+        snprintf(p, sizeof p, "layers.%d.self_attn.out_proj", li);
+        if (!err)
+            err = cpu_rank_load_linear(r, m, w, &L->out, p,
+                                       (struct cpu_part){hd, hd, 0, hd, attn0, attn_cols},
+                                       rank0, DTYPE_F32, false);
+        snprintf(p, sizeof p, "layers.%d.fc1", li);
+        /* fc1's output only feeds fc2, so it is produced in the GEMM dtype. */
+        if (!err)
+            err = cpu_rank_load_linear(r, m, w, &L->fc1, p,
+                                       (struct cpu_part){ffn, hd, r->ffn0, r->n_ffn, 0, hd},
+                                       true, m->dtype, true);
+        snprintf(p, sizeof p, "layers.%d.fc2", li);
+        if (!err)
+            err = cpu_rank_load_linear(r, m, w, &L->fc2, p,
+                                       (struct cpu_part){hd, ffn, 0, hd, r->ffn0, r->n_ffn},
+                                       rank0, DTYPE_F32, false);
+        snprintf(p, sizeof p, "layers.%d.self_attn_layer_norm", li);
+        if (!err) err = load_ln(w, p, hd, &L->ln1_w, &L->ln1_b);
+        snprintf(p, sizeof p, "layers.%d.final_layer_norm", li);
+        if (!err) err = load_ln(w, p, hd, &L->ln2_w, &L->ln2_b);
+    }
+    return err;
+}
+
+/* Grow the workspace to n_tok rows and attention scratch for max_slots slots. */
+static void ws_reserve(struct cpu_rank *r, const struct cpu_model *m, int32_t n_tok,
+                       int32_t max_slots)
+{
+    struct cpu_ws *ws = &r->ws;
+    const size_t es = (size_t)dtype_size(m->dtype);
+    const size_t hd = (size_t)m->cfg.hidden, proj = (size_t)m->cfg.word_embed_proj_dim;
+    const size_t attn = (size_t)r->n_head * (size_t)m->cfg.head_dim;
+    const size_t wide = MAX(hd, proj);
+    if (n_tok > ws->cap_tok) {
+        size_t n = (size_t)MAX(n_tok, 2 * ws->cap_tok);
+        ws->x = xrealloc(ws->x, n * hd * sizeof(float));
+        ws->h = xrealloc(ws->h, n * wide * sizeof(float));
+        ws->qkv = xrealloc(ws->qkv, n * 3 * attn * sizeof(float));
+        ws->attn = xrealloc(ws->attn, n * attn * es);
+        ws->ff = xrealloc(ws->ff, n * (size_t)r->n_ffn * es);
+        ws->tmp = xrealloc(ws->tmp, n * wide * sizeof(float));
+        ws->emb = xrealloc(ws->emb, n * proj * sizeof(float));
+        ws->cap_tok = (int32_t)n;
+    }
+    /* One row per thread of the coming parallel regions. The thread count is the
+     * calling thread's OpenMP setting, which another backend_cpu_create (or anyone
+     * calling omp_set_num_threads) may have raised since the scratch last grew, so
+     * it is checked on every forward, not only when the rows get longer. */
+    const int32_t need = cpu_attn_scratch_floats(max_slots, m->block_size, r->n_head);
+    const int32_t rows = omp_get_max_threads();
+    if (need > ws->scratch_stride || rows > ws->scratch_rows) {
+        ws->scratch_stride = need > ws->scratch_stride ? MAX(need, 2 * ws->scratch_stride)
+                                                       : ws->scratch_stride;
+        ws->scratch_rows = MAX(rows, ws->scratch_rows);
+        ws->scratch = xrealloc(ws->scratch, (size_t)ws->scratch_rows *
+                                                (size_t)ws->scratch_stride * sizeof(float));
+    }
+}
+
+const void *cpu_rank_gemm_in(struct cpu_rank *r, const struct cpu_model *m, const float *x,
+                             int64_t n)
+{
+    if (m->dtype == DTYPE_F32) return x;
+    cpu_to_bf16(r->ws.h, x, n);
+    return r->ws.h;
+}
+
+void cpu_rank_gemm(struct cpu_rank *r, const struct cpu_linear *l, const void *src,
+                   int64_t m, void *dst)
+{
+    double t0 = time_now();
+    cpu_linear_run(l, &r->dnnl, src, m, dst);
+    r->gemm_s += time_now() - t0;
+}
+
+/* Sum the ranks' partial outputs tmp [n] (out_proj or fc2). A failure here means
+ * the ranks disagree on the batch: a bug, not an input error. */
+static void allreduce(struct cpu_rank *r, float *tmp, int64_t n)
+{
+    if (r->comm) CHECK(comm_allreduce_sum(r->comm, tmp, n, DTYPE_F32) == 0);
+}
+
+static void layer_forward(struct cpu_rank *r, const struct cpu_model *m, int32_t li,
+                          const struct be_batch *b)
+{
+    struct cpu_ws *ws = &r->ws;
+    const struct cpu_layer *L = &r->layers[li];
+    const struct opt_config *cfg = &m->cfg;
+    const enum dtype dt = m->dtype;
+    const int32_t n = b->n_tok, hd = cfg->hidden;
+
+    /* Attention block. Pre-LN: x += attn(LN(x)). Post-LN: x = LN(x + attn(x)). */
+    const void *in;
+    if (cfg->ln_before) {
+        cpu_layernorm(ws->h, dt, ws->x, L->ln1_w, L->ln1_b, n, hd);
+        in = ws->h;
+    } else {
+        in = cpu_rank_gemm_in(r, m, ws->x, (int64_t)n * hd);
+    }
+    cpu_rank_gemm(r, &L->qkv, in, n, ws->qkv); // qkv: [n, 3 * n_head_r * head_dim]
+    struct cpu_attn_args aa = {
+        .batch = b,
+        .qkv = ws->qkv,
+        .out = ws->attn,
+        .out_dtype = dt,
+        .kv = m->kv[li],
+        .kv_dtype = dt,
+        .layer = li,
+        .n_head = r->n_head,
+        .head_dim = cfg->head_dim,
+        .block_size = m->block_size,
+        .head0 = r->head0,
+        .kv_n_head = cfg->n_head,
+        .scale = 1.0f / sqrtf((float)cfg->head_dim),
+        .scratch = ws->scratch,
+        .scratch_stride = ws->scratch_stride,
+    };
+    double t0 = time_now();
+    cpu_attn_forward(&aa); // attn: [n, n_head_r * head_dim]
+    r->attn_s += time_now() - t0;
+    cpu_rank_gemm(r, &L->out, ws->attn, n, ws->tmp); // tmp: [n, hidden], partial
+    allreduce(r, ws->tmp, (int64_t)n * hd);
+    cpu_add(ws->x, ws->tmp, (int64_t)n * hd);
+    if (!cfg->ln_before) cpu_layernorm(ws->x, DTYPE_F32, ws->x, L->ln1_w, L->ln1_b, n, hd);
+
+    /* Feed-forward block, same two orders. */
+    if (cfg->ln_before) {
+        cpu_layernorm(ws->h, dt, ws->x, L->ln2_w, L->ln2_b, n, hd);
+        in = ws->h;
+    } else {
+        in = cpu_rank_gemm_in(r, m, ws->x, (int64_t)n * hd);
+    }
+    cpu_rank_gemm(r, &L->fc1, in, n, ws->ff);      // ff: [n, ffn_r], ReLU applied
+    cpu_rank_gemm(r, &L->fc2, ws->ff, n, ws->tmp); // tmp: [n, hidden], partial
+    allreduce(r, ws->tmp, (int64_t)n * hd);
+    cpu_add(ws->x, ws->tmp, (int64_t)n * hd);
+    if (!cfg->ln_before) cpu_layernorm(ws->x, DTYPE_F32, ws->x, L->ln2_w, L->ln2_b, n, hd);
+}
+
+void cpu_rank_forward(struct cpu_rank *r, const struct cpu_model *m,
+                      const struct be_batch *b)
+{
+    const struct opt_config *cfg = &m->cfg;
+    const int32_t n = b->n_tok, hd = cfg->hidden, proj = cfg->word_embed_proj_dim;
+    int32_t max_slots = 1;
+    for (int32_t s = 0; s < b->n_seq; s++)
+        max_slots = MAX(max_slots, b->seqs[s].n_slots);
+    ws_reserve(r, m, n, max_slots);
+    struct cpu_ws *ws = &r->ws;
+
+    /* Embeddings: tokens (through project_in when proj != hidden) plus positions.
+     * Every rank computes them itself: cheaper than sending them. */
+    if (proj != hd) {
+        cpu_embed(ws->emb, m->embed, b->tokens, n, proj); // emb: [n, proj]
+        cpu_rank_gemm(r, &r->project_in, cpu_rank_gemm_in(r, m, ws->emb, (int64_t)n * proj),
+                      n, ws->x);
+    } else {
+        cpu_embed(ws->x, m->embed, b->tokens, n, hd); // x: [n, hidden]
+    }
+    /* OPT's learned positions are looked up at position + 2, as Hugging Face does. */
+    cpu_add_positions(ws->x, m->pos_embed, b->pos, 2, n, hd);
+
+    for (int32_t li = 0; li < cfg->n_layer; li++)
+        layer_forward(r, m, li, b);
+}
+
+void cpu_rank_deinit(struct cpu_rank *r, int32_t n_layer)
+{
+    if (r->layers) {
+        for (int32_t li = 0; li < n_layer; li++) {
+            struct cpu_layer *L = &r->layers[li];
+            cpu_linear_deinit(&L->qkv);
+            cpu_linear_deinit(&L->out);
+            cpu_linear_deinit(&L->fc1);
+            cpu_linear_deinit(&L->fc2);
+            free(L->ln1_w);
+            free(L->ln1_b);
+            free(L->ln2_w);
+            free(L->ln2_b);
+        }
+        free(r->layers);
+    }
+    cpu_linear_deinit(&r->project_in);
+    struct cpu_ws *ws = &r->ws;
+    free(ws->x);
+    free(ws->h);
+    free(ws->qkv);
+    free(ws->attn);
+    free(ws->ff);
+    free(ws->tmp);
+    free(ws->emb);
+    free(ws->scratch);
+    comm_destroy(r->comm);
+    if (r->dnnl.engine) cpu_dnnl_deinit(&r->dnnl);
+    memset(r, 0, sizeof *r);
+}
