@@ -13,6 +13,9 @@
  *
  * Usage: bench_cpu [--model NAME] [--ctx 512] [--decode-steps 16] [--batches 1,16,64]
  *                  [--dtypes fp32,bf16] [--max-batched-tokens 2048]
+ *                  [--tensor-parallel N]
+ * With --tensor-parallel N the layers are sharded over N rank threads that split the
+ * cores; on one socket this measures the cost of the all-reduces, not a speed-up.
  */
 #include "batch.h"
 #include "bench_args.h"
@@ -30,7 +33,7 @@
 
 struct bench_opts {
     const char *model;
-    int32_t ctx, decode_steps, max_batched;
+    int32_t ctx, decode_steps, max_batched, tensor_parallel;
     int32_t batches[8], n_batches;
     enum dtype dtypes[2];
     int n_dtypes;
@@ -178,7 +181,8 @@ int main(int argc, char **argv)
         {"model", required_argument, 0, 'm'}, {"ctx", required_argument, 0, 'c'},
         {"decode-steps", required_argument, 0, 's'}, {"batches", required_argument, 0, 'b'},
         {"dtypes", required_argument, 0, 'd'}, {"max-batched-tokens", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"tensor-parallel", required_argument, 0, 'p'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -187,6 +191,7 @@ int main(int argc, char **argv)
         case 'c': o.ctx = atoi(optarg); break;
         case 's': o.decode_steps = atoi(optarg); break;
         case 't': o.max_batched = atoi(optarg); break;
+        case 'p': o.tensor_parallel = atoi(optarg); break;
         case 'b':
             o.n_batches = bench_args_int_list(optarg, o.batches, 8);
             if (o.n_batches <= 0) return fprintf(stderr, "bad --batches\n"), 2;
@@ -200,15 +205,17 @@ int main(int argc, char **argv)
         default:
             fprintf(ch == 'h' ? stdout : stderr,
                     "usage: bench_cpu [--model NAME] [--ctx N] [--decode-steps N] "
-                    "[--batches 1,16,64] [--dtypes fp32,bf16] [--max-batched-tokens N]\n");
+                    "[--batches 1,16,64] [--dtypes fp32,bf16] [--max-batched-tokens N] "
+                    "[--tensor-parallel N]\n");
             return ch == 'h' ? 0 : 2;
         }
     }
-    if (o.ctx <= 0 || o.decode_steps <= 0 || o.max_batched <= 0)
+    if (o.ctx <= 0 || o.decode_steps <= 0 || o.max_batched <= 0 || o.tensor_parallel < 0)
         return fprintf(stderr, "sizes must be positive\n"), 2;
 
-    printf("model %s, context %d, %d decode steps, %d tokens per prefill forward\n", o.model,
-           o.ctx, o.decode_steps, o.max_batched);
+    printf("model %s, context %d, %d decode steps, %d tokens per prefill forward, "
+           "tensor parallel %d\n", o.model, o.ctx, o.decode_steps, o.max_batched,
+           MAX(o.tensor_parallel, 1));
     printf("%-5s %-8s %6s %12s %10s %7s\n", "dtype", "phase", "batch", "tokens/s", "GFLOP/s",
            "MFU");
     for (int di = 0; di < o.n_dtypes; di++) {
@@ -217,6 +224,7 @@ int main(int argc, char **argv)
         struct model_opts mo;
         model_opts_default(&mo);
         mo.dtype = dt;
+        mo.tensor_parallel = o.tensor_parallel;
         struct model *m = NULL;
         if (model_load(&m, o.model, &mo)) {
             fprintf(stderr, "bench_cpu: %s\n", err_msg());

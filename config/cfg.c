@@ -88,6 +88,16 @@ static const struct cfg_opt opt_table[] = {
      .min = 0,
      .max = 4096,
      .help = "OpenMP threads of the CPU backend; 0 uses every core"},
+    {.key = "tensor_parallel",
+     .group = "model",
+     .type = CFG_T_INT,
+     FIELD(tensor_parallel),
+     .min = 1,
+     .max = 64,
+     .help = "ranks the layers are sharded over (Megatron style: heads and fc1 units "
+             "split, one all-reduce after out_proj and after fc2); the CPU backend runs "
+             "one thread per rank and splits the OpenMP threads between them; the heads "
+             "and ffn size must divide by it"},
     {.key = "dummy_seed",
      .group = "model",
      .type = CFG_T_INT,
@@ -326,6 +336,7 @@ void cfg_defaults(struct cfg *c)
     c->served_model_name = NULL;
     c->dtype = CFG_DTYPE_AUTO;
     c->threads = 0;
+    c->tensor_parallel = 1;
     c->dummy_seed = 0;
     c->block_size = 16;
     c->kv_cache_bytes = 0;
@@ -692,6 +703,7 @@ void cfg_engine_opts(const struct cfg *c, struct engine_opts *o)
     else if (c->dtype == CFG_DTYPE_BF16)
         o->model_opts.dtype = DTYPE_BF16;
     o->model_opts.n_threads = c->threads;
+    o->model_opts.tensor_parallel = c->tensor_parallel;
     o->model_opts.dummy_seed = (uint64_t)c->dummy_seed;
     o->block_size = c->block_size;
     o->kv_cache_bytes = c->kv_cache_bytes;

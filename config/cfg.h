@@ -50,6 +50,7 @@ struct cfg {
     char *served_model_name; /* the id clients use; NULL = the loaded model's name */
     enum cfg_dtype dtype;    /* default auto */
     int32_t threads;         /* OpenMP threads; 0 = all cores */
+    int32_t tensor_parallel; /* ranks the layers are sharded over; default 1 */
     int64_t dummy_seed;      /* seed of dummy:* weights; default 0 */
 
     /* engine */

@@ -43,6 +43,7 @@ static void usage_generate(FILE *f)
             "  --ignore-eos             keep generating after the end-of-text token\n"
             "  --dtype fp32|bf16        compute dtype (default bf16 where the CPU has it)\n"
             "  --threads N              OpenMP threads (default: all cores)\n"
+            "  --tensor-parallel N      shard the layers over N ranks (threads; default 1)\n"
             "  --max-batched-tokens N   tokens per forward step (default 2048)\n"
             "  --block-size N           KV slots per block (default 16)\n"
             "  --max-num-seqs N         sequences running at once (default: all prompts)\n"
@@ -119,7 +120,7 @@ static int cmd_generate(int argc, char **argv)
     enum {
         O_MODEL = 256, O_PROMPT, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK, O_PRES, O_FREQ, O_SEED,
         O_STOP, O_IGNEOS, O_DTYPE, O_THREADS, O_MBT, O_BS, O_HELP, O_PFILE, O_KVP, O_HR, O_RR,
-        O_HN, O_RN, O_MNS, O_KVB,
+        O_HN, O_RN, O_MNS, O_KVB, O_TP,
     };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
@@ -146,6 +147,7 @@ static int cmd_generate(int argc, char **argv)
         {"h2o-recent", required_argument, 0, O_RN},
         {"max-num-seqs", required_argument, 0, O_MNS},
         {"kv-cache-bytes", required_argument, 0, O_KVB},
+        {"tensor-parallel", required_argument, 0, O_TP},
         {0, 0, 0, 0},
     };
     const char *model_name = DEFAULT_MODEL;
@@ -209,6 +211,10 @@ static int cmd_generate(int argc, char **argv)
         case O_THREADS:
             bad = parse_int(optarg, "--threads", 0, 1024, &v);
             mo.n_threads = (int)v;
+            break;
+        case O_TP:
+            bad = parse_int(optarg, "--tensor-parallel", 1, BE_MAX_TP, &v);
+            mo.tensor_parallel = (int)v;
             break;
         case O_MBT:
             bad = parse_int(optarg, "--max-batched-tokens", 1, 1 << 20, &v);
