@@ -17,6 +17,8 @@
 #include "test.h"
 #include "util.h"
 
+#include "gpu_testlib.h"
+
 #include <cuda_runtime_api.h>
 
 #include <pthread.h>
@@ -175,12 +177,8 @@ TEST(nccl_allreduce_f16_every_length)
 
 int main(void)
 {
-    cudaError_t e = cudaGetDeviceCount(&n_dev);
-    if (e != cudaSuccess || n_dev == 0) {
-        printf("no CUDA device: skipping (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 77; /* meson's skip code */
-    }
+    n_dev = gpu_device_count();
+    if (n_dev == 0) return 77; /* meson's skip code */
     printf("# %d devices: NCCL ranks 1..%d\n", n_dev,
            n_dev < MAX_RANKS ? n_dev : MAX_RANKS);
     RUN(nccl_allreduce_f32_every_length);

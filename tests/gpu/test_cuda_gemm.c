@@ -23,6 +23,8 @@
 #include "err.h"
 #include "test.h"
 
+#include "gpu_testlib.h"
+
 #include <cuda_runtime_api.h>
 
 #include <stdbool.h>
@@ -40,23 +42,8 @@
 
 static struct cuda_gemm *gemm;
 
-static uint64_t rng_state = 0x51a3f2d4c9e7b601ull;
-
-static float rnd_uniform(float lo, float hi)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
-    return lo + (hi - lo) * (float)(r >> 40) / (float)(1ull << 24);
-}
-
-static uint16_t *rnd_f16(int64_t n, float lo, float hi)
-{
-    uint16_t *h = malloc((size_t)n * sizeof *h);
-    for (int64_t i = 0; i < n; i++) h[i] = f32_to_f16(rnd_uniform(lo, hi));
-    return h;
-}
+/* The random inputs (gpu_rnd_*): the same data on every run. */
+static uint64_t rng = 0x51a3f2d4c9e7b601ull;
 
 /* One fp16 ulp at |v| (the spacing of binary16 around v; 2^-24 for subnormals). */
 static double f16_ulp(double v)
@@ -73,9 +60,9 @@ static int64_t check_shape(int32_t m, int32_t n, int32_t k, bool bias, bool relu
 {
     int64_t bad = 0;
     const float ws = 1.0f / sqrtf((float)k); /* keeps y near 1, as trained weights do */
-    uint16_t *x = rnd_f16((int64_t)m * k, -1.0f, 1.0f);
-    uint16_t *w = rnd_f16((int64_t)n * k, -ws, ws);
-    uint16_t *b = bias ? rnd_f16(n, -0.5f, 0.5f) : NULL;
+    uint16_t *x = gpu_rnd_f16(&rng, (int64_t)m * k, -1.0f, 1.0f);
+    uint16_t *w = gpu_rnd_f16(&rng, (int64_t)n * k, -ws, ws);
+    uint16_t *b = bias ? gpu_rnd_f16(&rng, n, -0.5f, 0.5f) : NULL;
     uint16_t *y = malloc((size_t)m * n * sizeof *y);
     uint16_t *d_x = NULL, *d_w = NULL, *d_b = NULL, *d_y = NULL;
     float *xf = malloc((size_t)k * sizeof *xf), *wf = malloc((size_t)n * k * sizeof *wf);
@@ -234,13 +221,7 @@ TEST(bad_arguments_are_refused)
 
 int main(void)
 {
-    int n_dev = 0;
-    cudaError_t e = cudaGetDeviceCount(&n_dev);
-    if (e != cudaSuccess || n_dev == 0) {
-        printf("no CUDA device: skipping (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 77; /* meson's skip code */
-    }
+    if (gpu_device_count() == 0) return 77; /* meson's skip code */
     int err = cuda_gemm_create(&gemm, 0, 0);
     if (err) {
         printf("Bail out! cuda_gemm_create: %s\n", err_msg());

@@ -33,6 +33,8 @@
 #include "dtype.h"
 #include "test.h"
 
+#include "gpu_testlib.h"
+
 #include <cuda_runtime_api.h>
 
 #include <stdbool.h>
@@ -48,45 +50,13 @@
         }                                                                                  \
     } while (0)
 
-/* xorshift64*: the same data on every run. */
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static float rnd_uniform(float lo, float hi)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    uint64_t r = rng_state * 0x2545f4914f6cdd1dull;
-    return lo + (hi - lo) * (float)(r >> 40) / (float)(1ull << 24);
-}
-
-/* n fp16 values uniform in [lo, hi). Caller frees. */
-static uint16_t *rnd_f16(int64_t n, float lo, float hi)
-{
-    uint16_t *h = malloc((size_t)n * sizeof *h);
-    for (int64_t i = 0; i < n; i++)
-        h[i] = f32_to_f16(rnd_uniform(lo, hi));
-    return h;
-}
-
-/* A device copy of `bytes` bytes of host memory; NULL on failure. Caller cudaFrees. */
-static void *to_dev(const void *h, size_t bytes)
-{
-    void *d = NULL;
-    if (cudaMalloc(&d, bytes) != cudaSuccess) return NULL;
-    if (cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
-}
+/* The random inputs (gpu_rnd_*): the same data on every run. */
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 /* Wait for the kernels, copy n fp16 values back into out; 0 or the CUDA error. */
 static cudaError_t from_dev(uint16_t *out, const void *d, int64_t n)
 {
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) return e;
-    return cudaMemcpy(out, d, (size_t)n * sizeof *out, cudaMemcpyDeviceToHost);
+    return gpu_from_dev(cudaDeviceSynchronize(), out, d, (size_t)n * sizeof *out);
 }
 
 /* How many of got [n] differ from want [n] in their bits; reports the first few. */
@@ -124,13 +94,13 @@ static void ref_embed(uint16_t *dst, const uint16_t *tok, const int32_t *ids,
 static void check_embed(int32_t n, int32_t d, int mode)
 {
     const int32_t vocab = 97, max_pos = 64, offset = 2;
-    uint16_t *tok = rnd_f16((int64_t)vocab * d, -1.0f, 1.0f);
-    uint16_t *pt = rnd_f16((int64_t)(max_pos + offset) * d, -0.5f, 0.5f);
-    uint16_t *x0 = rnd_f16((int64_t)n * d, -1.0f, 1.0f);
+    uint16_t *tok = gpu_rnd_f16(&rng, (int64_t)vocab * d, -1.0f, 1.0f);
+    uint16_t *pt = gpu_rnd_f16(&rng, (int64_t)(max_pos + offset) * d, -0.5f, 0.5f);
+    uint16_t *x0 = gpu_rnd_f16(&rng, (int64_t)n * d, -1.0f, 1.0f);
     int32_t *ids = malloc((size_t)n * sizeof *ids), *pos = malloc((size_t)n * sizeof *pos);
     for (int32_t i = 0; i < n; i++) {
-        ids[i] = (int32_t)rnd_uniform(0.0f, (float)vocab);
-        pos[i] = (int32_t)rnd_uniform(0.0f, (float)max_pos);
+        ids[i] = (int32_t)gpu_rnd_uniform(&rng, 0.0f, (float)vocab);
+        pos[i] = (int32_t)gpu_rnd_uniform(&rng, 0.0f, (float)max_pos);
     }
     /* The last row reads the table's last rows: the offset must stay in range. */
     ids[n - 1] = vocab - 1;
@@ -140,10 +110,10 @@ static void check_embed(int32_t n, int32_t d, int mode)
     memcpy(want, x0, (size_t)n * d * sizeof *want);
     ref_embed(want, mode == 2 ? NULL : tok, ids, mode == 1 ? NULL : pt, pos, offset, n, d);
 
-    uint16_t *d_tok = to_dev(tok, (size_t)vocab * d * 2);
-    uint16_t *d_pt = to_dev(pt, (size_t)(max_pos + offset) * d * 2);
-    uint16_t *d_x = to_dev(x0, (size_t)n * d * 2);
-    int32_t *d_ids = to_dev(ids, (size_t)n * 4), *d_pos = to_dev(pos, (size_t)n * 4);
+    uint16_t *d_tok = gpu_to_dev(tok, (size_t)vocab * d * 2);
+    uint16_t *d_pt = gpu_to_dev(pt, (size_t)(max_pos + offset) * d * 2);
+    uint16_t *d_x = gpu_to_dev(x0, (size_t)n * d * 2);
+    int32_t *d_ids = gpu_to_dev(ids, (size_t)n * 4), *d_pos = gpu_to_dev(pos, (size_t)n * 4);
     EXPECT(d_tok && d_pt && d_x && d_ids && d_pos);
     cudaError_t e;
     if (mode == 2)
@@ -200,14 +170,14 @@ static void ref_layernorm(float *out, const uint16_t *x, const uint16_t *w,
 static void check_layernorm(int32_t n, int32_t d, float centre, bool in_place)
 {
     const int64_t nd = (int64_t)n * d;
-    uint16_t *x = rnd_f16(nd, centre - 2.0f, centre + 2.0f);
-    uint16_t *w = rnd_f16(d, 0.5f, 1.5f), *b = rnd_f16(d, -0.2f, 0.2f);
+    uint16_t *x = gpu_rnd_f16(&rng, nd, centre - 2.0f, centre + 2.0f);
+    uint16_t *w = gpu_rnd_f16(&rng, d, 0.5f, 1.5f), *b = gpu_rnd_f16(&rng, d, -0.2f, 0.2f);
     float *want = malloc((size_t)nd * sizeof *want);
     uint16_t *got = malloc((size_t)nd * sizeof *got);
     ref_layernorm(want, x, w, b, n, d);
 
-    uint16_t *d_x = to_dev(x, (size_t)nd * 2), *d_w = to_dev(w, (size_t)d * 2);
-    uint16_t *d_b = to_dev(b, (size_t)d * 2), *d_out = in_place ? d_x : NULL;
+    uint16_t *d_x = gpu_to_dev(x, (size_t)nd * 2), *d_w = gpu_to_dev(w, (size_t)d * 2);
+    uint16_t *d_b = gpu_to_dev(b, (size_t)d * 2), *d_out = in_place ? d_x : NULL;
     if (!in_place) cudaMalloc((void **)&d_out, (size_t)nd * 2);
     EXPECT(d_x && d_w && d_b && d_out);
     EXPECT_EQ(cuda_layernorm(d_out, d_x, d_w, d_b, n, d, 0), cudaSuccess);
@@ -251,13 +221,13 @@ TEST(layernorm_large_mean_and_in_place)
 static void check_bias_relu(int32_t n, int32_t m, bool relu)
 {
     const int64_t nm = (int64_t)n * m;
-    uint16_t *x = rnd_f16(nm, -2.0f, 2.0f), *bias = rnd_f16(m, -1.0f, 1.0f);
+    uint16_t *x = gpu_rnd_f16(&rng, nm, -2.0f, 2.0f), *bias = gpu_rnd_f16(&rng, m, -1.0f, 1.0f);
     uint16_t *want = malloc((size_t)nm * sizeof *want), *got = malloc((size_t)nm * 2);
     for (int64_t i = 0; i < nm; i++) {
         float v = f16_to_f32(x[i]) + f16_to_f32(bias[i % m]);
         want[i] = f32_to_f16(relu && v < 0.0f ? 0.0f : v);
     }
-    uint16_t *d_x = to_dev(x, (size_t)nm * 2), *d_b = to_dev(bias, (size_t)m * 2);
+    uint16_t *d_x = gpu_to_dev(x, (size_t)nm * 2), *d_b = gpu_to_dev(bias, (size_t)m * 2);
     EXPECT(d_x && d_b);
     EXPECT_EQ(cuda_bias_relu(d_x, d_b, n, m, relu, 0), cudaSuccess);
     EXPECT_EQ(from_dev(got, d_x, nm), cudaSuccess);
@@ -282,11 +252,11 @@ TEST(bias_without_relu_keeps_negatives)
 
 static void check_add(int64_t n)
 {
-    uint16_t *x = rnd_f16(n, -4.0f, 4.0f), *y = rnd_f16(n, -4.0f, 4.0f);
+    uint16_t *x = gpu_rnd_f16(&rng, n, -4.0f, 4.0f), *y = gpu_rnd_f16(&rng, n, -4.0f, 4.0f);
     uint16_t *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++)
         want[i] = f32_to_f16(f16_to_f32(x[i]) + f16_to_f32(y[i]));
-    uint16_t *d_x = to_dev(x, (size_t)n * 2), *d_y = to_dev(y, (size_t)n * 2);
+    uint16_t *d_x = gpu_to_dev(x, (size_t)n * 2), *d_y = gpu_to_dev(y, (size_t)n * 2);
     EXPECT(d_x && d_y);
     EXPECT_EQ(cuda_add(d_x, d_y, n, 0), cudaSuccess);
     EXPECT_EQ(from_dev(got, d_x, n), cudaSuccess);
@@ -306,7 +276,7 @@ TEST(residual_add_any_length)
 /* ---- decode attention with H2O ------------------------------------------------------ */
 
 /* cudaMalloc + copy of n bytes, or NULL (counted as a failure by the caller). */
-#define DEV(ptr, n) to_dev((ptr), (size_t)(n))
+#define DEV(ptr, n) gpu_to_dev((ptr), (size_t)(n))
 
 /* One decode attention step on the device and in the reference; compares all of it.
  * Returns the number of evictions, or -1 after a failure. */
@@ -343,18 +313,12 @@ static int64_t check_decode_case(struct decode_case *c)
     }
     cudaError_t e = cuda_decode_attn(&d, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e == cudaSuccess)
-        e = cudaMemcpy(got, d.out, (size_t)n_out * 2, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(gk, d.k, (size_t)(pool_el * D) * 2, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(gv, d.v, (size_t)(pool_el * D) * 2, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(gpos, d.pos, (size_t)pool_el * 4, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(gscore, d.score, (size_t)pool_el * 4, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(gvic, d.victim, (size_t)n_sh * 4, cudaMemcpyDeviceToHost);
+    e = gpu_from_dev(e, got, d.out, (size_t)n_out * 2);
+    e = gpu_from_dev(e, gk, d.k, (size_t)(pool_el * D) * 2);
+    e = gpu_from_dev(e, gv, d.v, (size_t)(pool_el * D) * 2);
+    e = gpu_from_dev(e, gpos, d.pos, (size_t)pool_el * 4);
+    e = gpu_from_dev(e, gscore, d.score, (size_t)pool_el * 4);
+    e = gpu_from_dev(e, gvic, d.victim, (size_t)n_sh * 4);
     if (e != cudaSuccess) {
         TEST_FAIL("cuda_decode_attn: %s", cudaGetErrorString(e));
         goto out;
@@ -373,12 +337,7 @@ static int64_t check_decode_case(struct decode_case *c)
             TEST_FAIL("slot state %lld: pos %d score %.9g, expected pos %d score %.9g",
                       (long long)i, gpos[i], gscore[i], c->pos[i], c->score[i]);
     }
-    for (int64_t i = 0; i < n_out; i++) {
-        const double g = f16_to_f32(got[i]), r = want[i], err = fabs(g - r);
-        if (err > worst) worst = err;
-        if (!(err <= fabs(r) / 2048.0 + 1e-5) && bad++ < 5)
-            TEST_FAIL("out[%lld] = %g, expected %g", (long long)i, g, r);
-    }
+    bad += gpu_f16_misses("out", got, want, n_out, &worst);
     for (int64_t i = 0; i < n_sh; i++) {
         n_evict += c->victim[i] >= 0;
         if (gvic[i] == c->victim[i]) continue;
@@ -477,7 +436,7 @@ static void time_decode(int32_t n_slots)
         for (int32_t h = 0; h < H; h++)
             new_slot[i * H + h] = n_slots - 1;
     }
-    uint16_t *qkv = rnd_f16((int64_t)n_seq * 3 * H * D, -1.0f, 1.0f);
+    uint16_t *qkv = gpu_rnd_f16(&rng, (int64_t)n_seq * 3 * H * D, -1.0f, 1.0f);
     struct cuda_decode_attn_args d = {
         .max_blocks = nb,
         .n_seq = n_seq,
@@ -550,12 +509,12 @@ static int64_t check_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS, int
     const int64_t ns = cc_slots(&c);
     const int32_t nb = (n_slots + BS - 1) / BS;
     struct cuda_kv_compact_args d = cc_args(&c);
-    d.k = to_dev(c.k, (size_t)ns * D * 2);
-    d.v = to_dev(c.v, (size_t)ns * D * 2);
-    d.pos = to_dev(c.pos, (size_t)ns * 4);
-    d.score = to_dev(c.score, (size_t)ns * 4);
-    d.blocks = to_dev(c.blocks, (size_t)(nb ? nb : 1) * 4);
-    d.keep = to_dev(c.keep, (size_t)H * (n_keep ? n_keep : 1) * 4);
+    d.k = gpu_to_dev(c.k, (size_t)ns * D * 2);
+    d.v = gpu_to_dev(c.v, (size_t)ns * D * 2);
+    d.pos = gpu_to_dev(c.pos, (size_t)ns * 4);
+    d.score = gpu_to_dev(c.score, (size_t)ns * 4);
+    d.blocks = gpu_to_dev(c.blocks, (size_t)(nb ? nb : 1) * 4);
+    d.keep = gpu_to_dev(c.keep, (size_t)H * (n_keep ? n_keep : 1) * 4);
     uint16_t *k = malloc((size_t)ns * D * 2), *v = malloc((size_t)ns * D * 2);
     int32_t *pos = malloc((size_t)ns * 4);
     float *score = malloc((size_t)ns * 4);
@@ -564,8 +523,8 @@ static int64_t check_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS, int
     if (d.k && d.v && d.pos && d.score && d.blocks && d.keep) e = cuda_kv_compact(&d, 0);
     if (e == cudaSuccess) e = from_dev(k, d.k, ns * D);
     if (e == cudaSuccess) e = from_dev(v, d.v, ns * D);
-    if (e == cudaSuccess) e = cudaMemcpy(pos, d.pos, (size_t)ns * 4, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess) e = cudaMemcpy(score, d.score, (size_t)ns * 4, cudaMemcpyDeviceToHost);
+    e = gpu_from_dev(e, pos, d.pos, (size_t)ns * 4);
+    e = gpu_from_dev(e, score, d.score, (size_t)ns * 4);
     if (e != cudaSuccess) {
         TEST_FAIL("cuda_kv_compact H=%d D=%d BS=%d n=%d keep=%d: %s", H, D, BS, n_slots,
                   n_keep, cudaGetErrorString(e));
@@ -656,17 +615,9 @@ TEST(bad_arguments_are_refused_before_launch)
 
 int main(void)
 {
-    int n_dev = 0;
-    cudaError_t e = cudaGetDeviceCount(&n_dev);
-    if (e != cudaSuccess || n_dev == 0) {
-        printf("no CUDA device: skipping (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 77; /* meson's skip code */
-    }
-    struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-        printf("# device 0: %s, sm_%d%d, %d devices\n", prop.name, prop.major, prop.minor,
-               n_dev);
+    const int n_dev = gpu_device_count();
+    if (n_dev == 0) return 77; /* meson's skip code */
+    gpu_print_device(n_dev);
 
     RUN(embed_tokens_plus_positions_at_offset_2);
     RUN(embed_tokens_only_then_add_positions);

@@ -18,22 +18,12 @@
 #include "prefill_case.h"
 #include "test.h"
 
+#include "gpu_testlib.h"
+
 #include <cuda_runtime_api.h>
 
 #include <stdbool.h>
 #include <stdint.h>
-
-/* A device copy of n bytes of host memory, or NULL. Caller cudaFrees. */
-static void *to_dev(const void *h, int64_t n)
-{
-    void *d = NULL;
-    if (cudaMalloc(&d, (size_t)(n > 0 ? n : 1)) != cudaSuccess) return NULL;
-    if (n > 0 && cudaMemcpy(d, h, (size_t)n, cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
-}
 
 static bool close5(double got, double want)
 {
@@ -59,10 +49,10 @@ static int check_step(struct prefill_case *c, struct dev_pool *dp, int32_t step,
 
     struct cuda_prefill_attn_args d = pc_args(c, &b);
     d.k = dp->k, d.v = dp->v, d.pos = dp->pos, d.score = dp->score;
-    d.qkv = to_dev(b.qkv, (int64_t)b.n_tok * 3 * H * D * 2);
-    d.tok_pos = to_dev(b.tok_pos, (int64_t)b.n_tok * 4);
-    d.seqs = to_dev(b.seqs, (int64_t)b.n_seq * (int64_t)sizeof *b.seqs);
-    d.blocks = to_dev(b.blocks, (int64_t)b.n_seq * c->max_blocks * 4);
+    d.qkv = gpu_to_dev(b.qkv, (int64_t)b.n_tok * 3 * H * D * 2);
+    d.tok_pos = gpu_to_dev(b.tok_pos, (int64_t)b.n_tok * 4);
+    d.seqs = gpu_to_dev(b.seqs, (int64_t)b.n_seq * (int64_t)sizeof *b.seqs);
+    d.blocks = gpu_to_dev(b.blocks, (int64_t)b.n_seq * c->max_blocks * 4);
     d.out = NULL, d.lse = NULL;
     cudaMalloc((void **)&d.out, (size_t)n_out * 2);
     cudaMalloc((void **)&d.lse, (size_t)b.n_tok * H * 4);
@@ -80,18 +70,12 @@ static int check_step(struct prefill_case *c, struct dev_pool *dp, int32_t step,
     }
     e = cuda_prefill_attn(&d, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e == cudaSuccess)
-        e = cudaMemcpy(got, d.out, (size_t)n_out * 2, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(glse, d.lse, (size_t)b.n_tok * H * 4, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(gk, dp->k, (size_t)(pool_el * D) * 2, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(gv, dp->v, (size_t)(pool_el * D) * 2, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(gpos, dp->pos, (size_t)pool_el * 4, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        e = cudaMemcpy(gscore, dp->score, (size_t)pool_el * 4, cudaMemcpyDeviceToHost);
+    e = gpu_from_dev(e, got, d.out, (size_t)n_out * 2);
+    e = gpu_from_dev(e, glse, d.lse, (size_t)b.n_tok * H * 4);
+    e = gpu_from_dev(e, gk, dp->k, (size_t)(pool_el * D) * 2);
+    e = gpu_from_dev(e, gv, dp->v, (size_t)(pool_el * D) * 2);
+    e = gpu_from_dev(e, gpos, dp->pos, (size_t)pool_el * 4);
+    e = gpu_from_dev(e, gscore, dp->score, (size_t)pool_el * 4);
     if (e != cudaSuccess) {
         TEST_FAIL("cuda_prefill_attn: %s", cudaGetErrorString(e));
         goto out;
@@ -115,12 +99,9 @@ static int check_step(struct prefill_case *c, struct dev_pool *dp, int32_t step,
         if (!close5(glse[i], b.lse[i]) && bad++ < 5)
             TEST_FAIL("step %d lse[%lld] = %.9g, expected %.9g", step, (long long)i,
                       glse[i], b.lse[i]);
-    for (int64_t i = 0; i < n_out; i++) {
-        const double g = f16_to_f32(got[i]), r = want[i], err = fabs(g - r);
-        if (err > *worst_out) *worst_out = err;
-        if (!(err <= fabs(r) / 2048.0 + 1e-5) && bad++ < 5)
-            TEST_FAIL("step %d out[%lld] = %g, expected %g", step, (long long)i, g, r);
-    }
+    char what[32];
+    snprintf(what, sizeof what, "step %d out", step);
+    bad += gpu_f16_misses(what, got, want, n_out, worst_out);
     ret = bad ? -1 : 0;
 out:
     cudaFree((void *)d.qkv), cudaFree((void *)d.tok_pos), cudaFree((void *)d.seqs);
@@ -136,10 +117,10 @@ static void check_case(struct prefill_case *c)
     const int32_t H = c->n_head, D = c->head_dim;
     const int64_t pool_el = (int64_t)c->n_pool * H * c->block_size;
     struct dev_pool dp = {
-        .k = to_dev(c->k, pool_el * D * 2),
-        .v = to_dev(c->v, pool_el * D * 2),
-        .pos = to_dev(c->pos, pool_el * 4),
-        .score = to_dev(c->score, pool_el * 4),
+        .k = gpu_to_dev(c->k, pool_el * D * 2),
+        .v = gpu_to_dev(c->v, pool_el * D * 2),
+        .pos = gpu_to_dev(c->pos, pool_el * 4),
+        .score = gpu_to_dev(c->score, pool_el * 4),
     };
     double worst_out = 0.0, worst_score = 0.0;
     if (!dp.k || !dp.v || !dp.pos || !dp.score) {
@@ -216,10 +197,10 @@ static void time_prefill(int32_t n_seq, int32_t p)
         .max_slots = p,
         .scale = 1.0f / sqrtf((float)D),
     };
-    d.qkv = to_dev(qkv, n_tok * 3 * H * D * 2);
-    d.tok_pos = to_dev(tok_pos, n_tok * 4);
-    d.seqs = to_dev(seqs, n_seq * (int64_t)sizeof *seqs);
-    d.blocks = to_dev(blocks, n_pool * 4);
+    d.qkv = gpu_to_dev(qkv, n_tok * 3 * H * D * 2);
+    d.tok_pos = gpu_to_dev(tok_pos, n_tok * 4);
+    d.seqs = gpu_to_dev(seqs, n_seq * (int64_t)sizeof *seqs);
+    d.blocks = gpu_to_dev(blocks, n_pool * 4);
     cudaMalloc((void **)&d.k, (size_t)(pool_el * D) * 2);
     cudaMalloc((void **)&d.v, (size_t)(pool_el * D) * 2);
     cudaMalloc((void **)&d.pos, (size_t)pool_el * 4);
@@ -287,17 +268,9 @@ TEST(bad_arguments_are_refused_before_launch)
 
 int main(void)
 {
-    int n_dev = 0;
-    cudaError_t e = cudaGetDeviceCount(&n_dev);
-    if (e != cudaSuccess || n_dev == 0) {
-        printf("no CUDA device: skipping (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 77; /* meson's skip code */
-    }
-    struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-        printf("# device 0: %s, sm_%d%d, %d devices\n", prop.name, prop.major, prop.minor,
-               n_dev);
+    const int n_dev = gpu_device_count();
+    if (n_dev == 0) return 77; /* meson's skip code */
+    gpu_print_device(n_dev);
 
     RUN(prefill_attn_matches_reference_on_one_chunk);
     RUN(prefill_attn_matches_reference_on_chunked_prefills);

@@ -15,6 +15,8 @@
 #include "cuda_kernels.h"
 #include "test.h"
 
+#include "gpu_testlib.h"
+
 #include <cuda_runtime_api.h>
 
 #include <stdint.h>
@@ -31,17 +33,6 @@ static double urand(void)
 static float nrand(void)
 {
     return (float)(sqrt(-2.0 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()));
-}
-
-static void *dev_copy(const void *h, size_t n)
-{
-    void *d = NULL;
-    if (cudaMalloc(&d, n ? n : 1) != cudaSuccess) return NULL;
-    if (n && cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(d);
-        return NULL;
-    }
-    return d;
 }
 
 /* The per-row arrays of one call on the host. */
@@ -106,12 +97,12 @@ static int run_dev(struct rows *r, int reps, const char *label)
 {
     const size_t n = (size_t)r->n, V = (size_t)r->vocab, NT = CUDA_SAMPLE_MAX_TOP;
     struct cuda_sample_args a = {
-        .logits = dev_copy(r->logits, n * V * sizeof(float)),
-        .temperature = dev_copy(r->temperature, n * sizeof(float)),
-        .top_k = dev_copy(r->top_k, n * sizeof(int32_t)),
-        .top_p = dev_copy(r->top_p, n * sizeof(float)),
-        .u = dev_copy(r->u, n * sizeof(double)),
-        .n_logprobs = dev_copy(r->nlp, n * sizeof(int32_t)),
+        .logits = gpu_to_dev(r->logits, n * V * sizeof(float)),
+        .temperature = gpu_to_dev(r->temperature, n * sizeof(float)),
+        .top_k = gpu_to_dev(r->top_k, n * sizeof(int32_t)),
+        .top_p = gpu_to_dev(r->top_p, n * sizeof(float)),
+        .u = gpu_to_dev(r->u, n * sizeof(double)),
+        .n_logprobs = gpu_to_dev(r->nlp, n * sizeof(int32_t)),
         .n = r->n,
         .vocab = r->vocab,
     };
@@ -227,13 +218,7 @@ TEST(timing)
 
 int main(void)
 {
-    int n_dev = 0;
-    cudaError_t e = cudaGetDeviceCount(&n_dev);
-    if (e != cudaSuccess || n_dev == 0) {
-        printf("no CUDA device: skipping (%s)\n",
-               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return 77; /* meson's skip code */
-    }
+    if (gpu_device_count() == 0) return 77; /* meson's skip code */
     RUN(small_vocab);
     RUN(opt_vocab);
     RUN(timing);
