@@ -17,6 +17,7 @@
 #include "test.h"
 #include "util.h"
 
+#include "comm_testlib.h"
 #include "gpu_testlib.h"
 
 #include <cuda_runtime_api.h>
@@ -26,30 +27,6 @@
 #include <stdint.h>
 
 #define MAX_RANKS 4
-
-static atomic_int rank_failures;
-
-#define RANK_FAIL(...)                                                                     \
-    do {                                                                                   \
-        if (atomic_fetch_add(&rank_failures, 1) < 20) {                                    \
-            flockfile(stdout);                                                             \
-            printf("# %s:%d: ", __FILE__, __LINE__);                                       \
-            printf(__VA_ARGS__);                                                           \
-            printf("\n");                                                                  \
-            funlockfile(stdout);                                                           \
-        }                                                                                  \
-    } while (0)
-
-static float value(uint64_t stream, int64_t i)
-{
-    uint64_t x = stream * 0x100000001b3ull + (uint64_t)i + 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    float m = (float)(x >> 40) / (float)(1u << 24);
-    int e = (int)((x >> 8) % 17) - 8;
-    return (x & 1 ? -1.0f : 1.0f) * ldexpf(0.5f + m, e);
-}
 
 struct job {
     struct comm_nccl_group *g;
@@ -82,7 +59,7 @@ static void *rank_main(void *p)
         goto out;
     }
     for (int64_t i = 0; i < j->n; i++) {
-        float v = value((uint64_t)r, i);
+        float v = comm_value((uint64_t)r, i);
         if (j->dt == DTYPE_F32)
             ((float *)h)[i] = v;
         else
@@ -137,7 +114,7 @@ static void check_dtype(enum dtype dt)
             for (int64_t i = 0; i < j.n; i++) {
                 double d = 0, mag = 0;
                 for (int r = 0; r < N; r++) {
-                    float v = value((uint64_t)r, i);
+                    float v = comm_value((uint64_t)r, i);
                     if (dt == DTYPE_F16) v = f16_to_f32(f32_to_f16(v));
                     d += v;
                     mag += fabs(v);

@@ -12,6 +12,8 @@
  */
 #include "test.h"
 
+#include "comm_testlib.h"
+
 #include "comm_shm.h"
 #include "err.h"
 #include "util.h"
@@ -20,37 +22,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
-
-static atomic_int rank_failures;
-
-#define RANK_FAIL(...)                                                                     \
-    do {                                                                                   \
-        if (atomic_fetch_add(&rank_failures, 1) < 20) {                                    \
-            flockfile(stdout);                                                             \
-            printf("# %s:%d: ", __FILE__, __LINE__);                                       \
-            printf(__VA_ARGS__);                                                           \
-            printf("\n");                                                                  \
-            funlockfile(stdout);                                                           \
-        }                                                                                  \
-    } while (0)
-
-/* A value from (stream, index) alone, so any thread can recompute any rank's input:
- * splitmix64, then a sign, a mantissa and an exponent in [-8, 8]. */
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static float value(uint64_t stream, int64_t i)
-{
-    uint64_t h = mix(stream * 0x100000001b3ull + (uint64_t)i);
-    float m = (float)(h >> 40) / (float)(1u << 24); /* [0, 1) */
-    int e = (int)((h >> 8) % 17) - 8;
-    return (h & 1 ? -1.0f : 1.0f) * ldexpf(0.5f + m, e);
-}
 
 /* ---- running N rank threads ---------------------------------------------------- */
 
@@ -104,7 +75,7 @@ static void fixed_rank(struct comm *c, void *arg)
     struct fixed_ctx *x = arg;
     int r = comm_rank(c);
     for (int64_t i = 0; i < x->n; i++)
-        x->buf[r][i] = value((uint64_t)r, i);
+        x->buf[r][i] = comm_value((uint64_t)r, i);
     int err = comm_allreduce_sum(c, x->buf[r], x->n, DTYPE_F32);
     if (err) RANK_FAIL("rank %d: allreduce: %s", r, err_msg());
 }
@@ -123,10 +94,10 @@ TEST(allreduce_f32_every_length_and_rank_count)
             run_ranks(N, fixed_rank, &x);
             int64_t bad_bits = 0, bad_near = 0;
             for (int64_t i = 0; i < n; i++) {
-                float ref = value(0, i);
+                float ref = comm_value(0, i);
                 double d = ref, mag = fabs(ref);
                 for (int r = 1; r < N; r++) {
-                    float v = value((uint64_t)r, i);
+                    float v = comm_value((uint64_t)r, i);
                     ref += v;
                     d += v;
                     mag += fabs(v);
@@ -154,7 +125,7 @@ TEST(allreduce_f32_every_length_and_rank_count)
 static int64_t many_len(int call)
 {
     /* Small, odd, empty and large lengths in a fixed pseudo-random order. */
-    uint64_t h = mix((uint64_t)call + 1000);
+    uint64_t h = comm_mix((uint64_t)call + 1000);
     switch (h % 4) {
     case 0: return (int64_t)(h >> 8) % 16;
     case 1: return (int64_t)(h >> 8) % 200;
@@ -173,16 +144,16 @@ static void many_rank(struct comm *c, void *arg)
          * ranks' buffers are equally aligned. */
         float *buf = mem + (call + r) % 16;
         for (int64_t i = 0; i < n; i++)
-            buf[i] = value((uint64_t)(call * 8 + r), i);
+            buf[i] = comm_value((uint64_t)(call * 8 + r), i);
         int err = comm_allreduce_sum(c, buf, n, DTYPE_F32);
         if (err) {
             RANK_FAIL("rank %d call %d: %s", r, call, err_msg());
             break;
         }
         for (int64_t i = 0; i < n; i++) {
-            float ref = value((uint64_t)(call * 8), i);
+            float ref = comm_value((uint64_t)(call * 8), i);
             for (int q = 1; q < N; q++)
-                ref += value((uint64_t)(call * 8 + q), i);
+                ref += comm_value((uint64_t)(call * 8 + q), i);
             if (memcmp(&buf[i], &ref, sizeof ref) != 0) {
                 RANK_FAIL("rank %d call %d n=%lld: element %lld is %.9g, expected %.9g", r,
                           call, (long long)n, (long long)i, buf[i], ref);
@@ -223,7 +194,7 @@ static void half_rank(struct comm *c, void *arg)
     struct half_ctx *x = arg;
     int r = comm_rank(c);
     for (int64_t i = 0; i < x->n; i++)
-        x->buf[r][i] = to_half(x->dt, value((uint64_t)r, i));
+        x->buf[r][i] = to_half(x->dt, comm_value((uint64_t)r, i));
     if (comm_allreduce_sum(c, x->buf[r], x->n, x->dt) != 0)
         RANK_FAIL("rank %d: allreduce: %s", r, err_msg());
 }
@@ -246,10 +217,10 @@ TEST(allreduce_f16_bf16_accumulate_in_f32)
                 run_ranks(N, half_rank, &x);
                 int64_t bad_bits = 0, bad_near = 0;
                 for (int64_t i = 0; i < n; i++) {
-                    float acc = from_half(dt, to_half(dt, value(0, i)));
+                    float acc = from_half(dt, to_half(dt, comm_value(0, i)));
                     double d = acc, mag = fabs(acc);
                     for (int r = 1; r < N; r++) {
-                        float v = from_half(dt, to_half(dt, value((uint64_t)r, i)));
+                        float v = from_half(dt, to_half(dt, comm_value((uint64_t)r, i)));
                         acc += v;
                         d += v;
                         mag += fabs(v);
