@@ -68,15 +68,7 @@ static inline void cc_make(struct compact_case *c, uint64_t *st, int32_t n_head,
         c->score[e] = dc_float(st, 0.0f, 8.0f);
     }
     /* A random permutation of the pool; the table takes its first nb blocks. */
-    int32_t *perm = dc_alloc((size_t)c->n_pool * sizeof *perm);
-    for (int32_t i = 0; i < c->n_pool; i++) perm[i] = i;
-    for (int32_t i = c->n_pool - 1; i > 0; i--) {
-        int32_t j = dc_int(st, i + 1), t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
-    memcpy(c->blocks, perm, (size_t)nb * sizeof *c->blocks);
-    free(perm);
+    dc_shuffle_blocks(st, c->blocks, c->n_pool, nb);
     /* Per head: choose n_keep of n_slots in order (selection sampling: ascending). */
     for (int32_t h = 0; h < n_head; h++) {
         int32_t *kp = c->keep + (int64_t)h * n_keep, got = 0;

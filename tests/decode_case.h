@@ -63,6 +63,50 @@ static inline void *dc_alloc(size_t n)
     return p;
 }
 
+/*
+ * A paged pool of pool_el slots (n_pool * n_head * block_size) with head_dim K and V
+ * values each, allocated into *k, *v, *pos, *score: K/V uniform in [-1, 1), every slot
+ * free (pos -1) with score `free_score`. The decode and prefill cases fill their pools
+ * alike, so the kernels meet the same kind of garbage in the slots nobody uses.
+ */
+static inline void dc_pool_make(uint64_t *st, int64_t pool_el, int32_t head_dim,
+                                uint16_t **k, uint16_t **v, int32_t **pos, float **score,
+                                float free_score)
+{
+    *k = dc_alloc((size_t)(pool_el * head_dim) * sizeof **k);
+    *v = dc_alloc((size_t)(pool_el * head_dim) * sizeof **v);
+    *pos = dc_alloc((size_t)pool_el * sizeof **pos);
+    *score = dc_alloc((size_t)pool_el * sizeof **score);
+    for (int64_t e = 0; e < pool_el * head_dim; e++) {
+        (*k)[e] = f32_to_f16(dc_float(st, -1.0f, 1.0f));
+        (*v)[e] = f32_to_f16(dc_float(st, -1.0f, 1.0f));
+    }
+    for (int64_t e = 0; e < pool_el; e++) {
+        (*pos)[e] = -1;
+        (*score)[e] = free_score;
+    }
+}
+
+/*
+ * Block tables that share nothing: the first n_take blocks of a random permutation of
+ * the n_pool pool blocks, into blocks [n_take]. Sequence i's table is then
+ * blocks [i * max_blocks, (i + 1) * max_blocks), scattered over the pool.
+ */
+static inline void dc_shuffle_blocks(uint64_t *st, int32_t *blocks, int32_t n_pool,
+                                     int64_t n_take)
+{
+    int32_t *perm = dc_alloc((size_t)n_pool * sizeof *perm);
+    for (int32_t b = 0; b < n_pool; b++)
+        perm[b] = b;
+    for (int32_t b = n_pool - 1; b > 0; b--) {
+        int32_t r = dc_int(st, b + 1), t = perm[b];
+        perm[b] = perm[r];
+        perm[r] = t;
+    }
+    memcpy(blocks, perm, (size_t)n_take * sizeof *perm);
+    free(perm);
+}
+
 static inline int64_t dc_index(const struct decode_case *c, int32_t seq, int32_t slot,
                                int32_t h)
 {
@@ -113,41 +157,20 @@ static inline void dc_make(struct decode_case *c, uint64_t *st, int32_t n_seq,
     c->n_pool = n_seq * c->max_blocks + 3; /* a few blocks nobody uses */
     const int32_t H = n_head, D = head_dim, BS = block_size;
     const int64_t pool_el = (int64_t)c->n_pool * H * BS;
+    dc_pool_make(st, pool_el, D, &c->k, &c->v, &c->pos, &c->score, 0.0f);
     c->qkv = dc_alloc((size_t)n_seq * 3 * H * D * sizeof *c->qkv);
-    c->k = dc_alloc((size_t)(pool_el * D) * sizeof *c->k);
-    c->v = dc_alloc((size_t)(pool_el * D) * sizeof *c->v);
-    c->pos = dc_alloc((size_t)pool_el * sizeof *c->pos);
-    c->score = dc_alloc((size_t)pool_el * sizeof *c->score);
     c->blocks = dc_alloc((size_t)n_seq * c->max_blocks * sizeof *c->blocks);
     c->seqs = dc_alloc((size_t)n_seq * sizeof *c->seqs);
     c->new_slot = dc_alloc((size_t)n_seq * H * sizeof *c->new_slot);
     c->out = dc_alloc((size_t)n_seq * H * D * sizeof *c->out);
     c->victim = dc_alloc((size_t)n_seq * H * sizeof *c->victim);
 
-    for (int64_t e = 0; e < pool_el * D; e++) {
-        c->k[e] = f32_to_f16(dc_float(st, -1.0f, 1.0f));
-        c->v[e] = f32_to_f16(dc_float(st, -1.0f, 1.0f));
-    }
-    for (int64_t e = 0; e < pool_el; e++) {
-        c->pos[e] = -1;
-        c->score[e] = 0.0f;
-    }
     for (int64_t e = 0; e < (int64_t)n_seq * 3 * H * D; e++) {
         const bool is_q = e % (3 * H * D) < H * D;
         /* Large enough logits that the softmax is far from uniform. */
         c->qkv[e] = f32_to_f16(ties && is_q ? 0.0f : dc_float(st, -3.0f, 3.0f));
     }
-    /* Disjoint block tables: a random permutation of the pool. */
-    int32_t *perm = dc_alloc((size_t)c->n_pool * sizeof *perm);
-    for (int32_t b = 0; b < c->n_pool; b++)
-        perm[b] = b;
-    for (int32_t b = c->n_pool - 1; b > 0; b--) {
-        int32_t r = dc_int(st, b + 1), t = perm[b];
-        perm[b] = perm[r];
-        perm[r] = t;
-    }
-    memcpy(c->blocks, perm, (size_t)n_seq * c->max_blocks * sizeof *perm);
-    free(perm);
+    dc_shuffle_blocks(st, c->blocks, c->n_pool, (int64_t)n_seq * c->max_blocks);
 
     int32_t *slots = dc_alloc((size_t)max_b * sizeof *slots);
     int32_t *cand = dc_alloc((size_t)(4 * max_b + 64) * sizeof *cand);

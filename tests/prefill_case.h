@@ -17,7 +17,7 @@
 #define H2O_PREFILL_CASE_H
 
 #include "cuda_ref.h"
-#include "decode_case.h" /* dc_int, dc_float, dc_alloc */
+#include "decode_case.h" /* dc_int, dc_float, dc_alloc, dc_pool_make, dc_shuffle_blocks */
 #include "dtype.h"
 
 #include <math.h>
@@ -71,33 +71,14 @@ static inline void pc_make(struct prefill_case *c, uint64_t *st, int32_t n_seq,
     c->n_pool = n_seq * c->max_blocks + 3; /* a few blocks nobody uses */
     const int32_t H = n_head, D = head_dim, BS = block_size;
     const int64_t pool_el = (int64_t)c->n_pool * H * BS;
-    c->k = dc_alloc((size_t)(pool_el * D) * sizeof *c->k);
-    c->v = dc_alloc((size_t)(pool_el * D) * sizeof *c->v);
-    c->pos = dc_alloc((size_t)pool_el * sizeof *c->pos);
-    c->score = dc_alloc((size_t)pool_el * sizeof *c->score);
+    /* Unused slots hold a stale score of 7: a written slot must start from 0. */
+    dc_pool_make(st, pool_el, D, &c->k, &c->v, &c->pos, &c->score, 7.0f);
     c->blocks = dc_alloc((size_t)n_seq * c->max_blocks * sizeof *c->blocks);
     c->len = dc_alloc((size_t)n_seq * sizeof *c->len);
     c->cut = dc_alloc((size_t)n_seq * (PC_MAX_CHUNKS + 1) * sizeof *c->cut);
     c->n_chunks = dc_alloc((size_t)n_seq * sizeof *c->n_chunks);
     c->qkv = dc_alloc((size_t)n_seq * sizeof *c->qkv);
-    for (int64_t e = 0; e < pool_el * D; e++) {
-        c->k[e] = f32_to_f16(dc_float(st, -1.0f, 1.0f));
-        c->v[e] = f32_to_f16(dc_float(st, -1.0f, 1.0f));
-    }
-    for (int64_t e = 0; e < pool_el; e++) {
-        c->pos[e] = -1;
-        c->score[e] = 7.0f; /* stale: a written slot must start from 0 */
-    }
-    int32_t *perm = dc_alloc((size_t)c->n_pool * sizeof *perm);
-    for (int32_t b = 0; b < c->n_pool; b++)
-        perm[b] = b;
-    for (int32_t b = c->n_pool - 1; b > 0; b--) {
-        int32_t r = dc_int(st, b + 1), t = perm[b];
-        perm[b] = perm[r];
-        perm[r] = t;
-    }
-    memcpy(c->blocks, perm, (size_t)n_seq * c->max_blocks * sizeof *perm);
-    free(perm);
+    dc_shuffle_blocks(st, c->blocks, c->n_pool, (int64_t)n_seq * c->max_blocks);
     for (int32_t i = 0; i < n_seq; i++) {
         const int32_t P = 1 + dc_int(st, max_p);
         int32_t nc = 1 + dc_int(st, max_chunks);
