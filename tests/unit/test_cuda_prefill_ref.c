@@ -21,7 +21,7 @@
 #include "prefill_case.h"
 #include "util.h"
 
-#include <omp.h>
+#include "cuda_ref_testlib.h"
 
 /* Within 1e-5 relative to the larger of |want| and 1. */
 static bool close5(float got, float want)
@@ -36,8 +36,7 @@ static void engine_step(const struct prefill_case *c, const struct prefill_batch
 {
     const int32_t H = c->n_head, D = c->head_dim, BS = c->block_size;
     float *qkv = xmalloc((size_t)pb->n_tok * 3 * H * D * sizeof *qkv);
-    for (int64_t e = 0; e < (int64_t)pb->n_tok * 3 * H * D; e++)
-        qkv[e] = f16_to_f32(pb->qkv[e]);
+    cuda_ref_test_widen(qkv, pb->qkv, (int64_t)pb->n_tok * 3 * H * D);
     struct be_seq *seqs = xmalloc((size_t)pb->n_seq * sizeof *seqs);
     int32_t *tokens = xcalloc((size_t)pb->n_tok, sizeof *tokens);
     for (int32_t i = 0; i < pb->n_seq; i++) {
@@ -57,25 +56,7 @@ static void engine_step(const struct prefill_case *c, const struct prefill_batch
                          .pos = pb->tok_pos,
                          .n_seq = pb->n_seq,
                          .seqs = seqs};
-    const int32_t stride = cpu_attn_scratch_floats(pb->max_slots, BS, H);
-    float *scratch = xmalloc((size_t)omp_get_max_threads() * stride * sizeof *scratch);
-    struct cpu_attn_args a = {
-        .batch = &b,
-        .qkv = qkv,
-        .out = out,
-        .out_dtype = DTYPE_F32,
-        .kv = {.k = k32, .v = v32, .pos = pos, .score = score},
-        .kv_dtype = DTYPE_F32,
-        .layer = 0,
-        .n_head = H,
-        .head_dim = D,
-        .block_size = BS,
-        .scale = 1.0f / sqrtf((float)D),
-        .scratch = scratch,
-        .scratch_stride = stride,
-    };
-    cpu_attn_forward(&a);
-    free(scratch);
+    cuda_ref_test_cpu_attn(&b, qkv, out, k32, v32, pos, score, H, D, BS, pb->max_slots);
     free(tokens);
     free(seqs);
     free(qkv);
@@ -93,10 +74,8 @@ static int32_t compare_case(struct prefill_case *c)
           *v32 = xmalloc((size_t)(pool_el * D) * 4);
     int32_t *pos = xmalloc((size_t)pool_el * 4);
     float *score = xmalloc((size_t)pool_el * 4);
-    for (int64_t e = 0; e < pool_el * D; e++) {
-        k32[e] = f16_to_f32(c->k[e]);
-        v32[e] = f16_to_f32(c->v[e]);
-    }
+    cuda_ref_test_widen(k32, c->k, pool_el * D);
+    cuda_ref_test_widen(v32, c->v, pool_el * D);
     memcpy(pos, c->pos, (size_t)pool_el * 4);
     memcpy(score, c->score, (size_t)pool_el * 4);
 

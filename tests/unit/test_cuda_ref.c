@@ -22,7 +22,7 @@
 #include "h2o.h"
 #include "util.h"
 
-#include <omp.h>
+#include "cuda_ref_testlib.h"
 
 /* The engine's step on c: outputs [n_seq, n_head * head_dim] fp32 into out, K/V
  * (fp32), pos, score of the pool into the given arrays (filled from c first), and
@@ -32,15 +32,12 @@ static void engine_step(const struct decode_case *c, float *out, float *k32, flo
 {
     const int32_t H = c->n_head, D = c->head_dim, BS = c->block_size;
     const int64_t pool_el = (int64_t)c->n_pool * H * BS;
-    for (int64_t e = 0; e < pool_el * D; e++) {
-        k32[e] = f16_to_f32(c->k[e]);
-        v32[e] = f16_to_f32(c->v[e]);
-    }
+    cuda_ref_test_widen(k32, c->k, pool_el * D);
+    cuda_ref_test_widen(v32, c->v, pool_el * D);
     memcpy(pos, c->pos, (size_t)pool_el * sizeof *pos);
     memcpy(score, c->score, (size_t)pool_el * sizeof *score);
     float *qkv = xmalloc((size_t)c->n_seq * 3 * H * D * sizeof *qkv);
-    for (int64_t e = 0; e < (int64_t)c->n_seq * 3 * H * D; e++)
-        qkv[e] = f16_to_f32(c->qkv[e]);
+    cuda_ref_test_widen(qkv, c->qkv, (int64_t)c->n_seq * 3 * H * D);
 
     struct be_seq *seqs = xmalloc((size_t)c->n_seq * sizeof *seqs);
     int32_t *tpos = xmalloc((size_t)c->n_seq * sizeof *tpos);
@@ -61,24 +58,7 @@ static void engine_step(const struct decode_case *c, float *out, float *k32, flo
     }
     struct be_batch b = {
         .n_tok = c->n_seq, .tokens = tokens, .pos = tpos, .n_seq = c->n_seq, .seqs = seqs};
-    const int32_t stride = cpu_attn_scratch_floats(c->max_slots, BS, H);
-    float *scratch = xmalloc((size_t)omp_get_max_threads() * stride * sizeof *scratch);
-    struct cpu_attn_args a = {
-        .batch = &b,
-        .qkv = qkv,
-        .out = out,
-        .out_dtype = DTYPE_F32,
-        .kv = {.k = k32, .v = v32, .pos = pos, .score = score},
-        .kv_dtype = DTYPE_F32,
-        .layer = 0,
-        .n_head = H,
-        .head_dim = D,
-        .block_size = BS,
-        .scale = 1.0f / sqrtf((float)D),
-        .scratch = scratch,
-        .scratch_stride = stride,
-    };
-    cpu_attn_forward(&a);
+    cuda_ref_test_cpu_attn(&b, qkv, out, k32, v32, pos, score, H, D, BS, c->max_slots);
 
     /* kv_seq_after_decode: nothing for full or below B; else per head over its B
      * slots (all occupied in every state the engine reaches). */
@@ -101,7 +81,6 @@ static void engine_step(const struct decode_case *c, float *out, float *k32, flo
     }
     free(hpos);
     free(hscore);
-    free(scratch);
     free(qkv);
     free(seqs);
     free(tpos);
