@@ -69,6 +69,31 @@ static inline cudaError_t gpu_from_dev(cudaError_t e, void *h, const void *d, si
     return cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost);
 }
 
+/*
+ * Microseconds per call of launch(arg) on the default stream: one warm-up call (its
+ * error, if any, is returned as a negative value; nothing is timed), then `reps`
+ * calls between two CUDA events. Negative too when the timed calls fail to finish.
+ * The timing tests print rates from it and assert nothing; docs/cuda.md quotes the
+ * expectations.
+ */
+static inline double gpu_time_us(cudaError_t (*launch)(const void *arg), const void *arg,
+                                 int reps)
+{
+    if (launch(arg) != cudaSuccess) return -1.0;
+    cudaEvent_t t0, t1;
+    cudaEventCreate(&t0);
+    cudaEventCreate(&t1);
+    cudaEventRecord(t0, 0);
+    for (int r = 0; r < reps; r++)
+        launch(arg);
+    cudaEventRecord(t1, 0);
+    float ms = -1.0f;
+    if (cudaEventSynchronize(t1) == cudaSuccess) cudaEventElapsedTime(&ms, t0, t1);
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    return ms < 0.0f ? -1.0 : 1e3 * ms / reps;
+}
+
 /* xorshift64*, uniform in [lo, hi): the same inputs on every run from the same *st. */
 static inline float gpu_rnd_uniform(uint64_t *st, float lo, float hi)
 {

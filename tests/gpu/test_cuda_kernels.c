@@ -413,6 +413,12 @@ TEST(decode_attn_long_sequences_use_large_shared_memory)
     dc_free(&c);
 }
 
+/* cuda_decode_attn on the default stream, in the shape gpu_time_us calls. */
+static cudaError_t launch_decode(const void *args)
+{
+    return cuda_decode_attn(args, 0);
+}
+
 /* Time one OPT-6.7B-shaped step (32 heads of 128, 64 sequences) with n_slots slots
  * each; prints the achieved DRAM bandwidth (K and V read once, the slot state read
  * and the scores written). Nothing is asserted: docs/cuda.md quotes the expectation. */
@@ -463,25 +469,12 @@ static void time_decode(int32_t n_slots)
         cudaMemset(d.k, 0, (size_t)(pool_el * D) * 2);
         cudaMemset(d.v, 0, (size_t)(pool_el * D) * 2);
         cudaMemset(d.score, 0, (size_t)pool_el * 4);
-        cudaEvent_t t0, t1;
-        cudaEventCreate(&t0);
-        cudaEventCreate(&t1);
-        EXPECT_EQ(cuda_decode_attn(&d, 0), cudaSuccess); /* warm-up */
-        const int reps = 20;
-        cudaEventRecord(t0, 0);
-        for (int r = 0; r < reps; r++)
-            cuda_decode_attn(&d, 0);
-        cudaEventRecord(t1, 0);
-        EXPECT_EQ(cudaEventSynchronize(t1), cudaSuccess);
-        float ms = 0.0f;
-        cudaEventElapsedTime(&ms, t0, t1);
-        const double us = 1e3 * ms / reps;
+        const double us = gpu_time_us(launch_decode, &d, 20);
+        EXPECT(us >= 0.0);
         const double bytes = (double)n_seq * H * n_slots * (2.0 * D * 2 + 4 + 8);
         printf("# decode timing: 64 seqs x 32 heads x %d slots, head_dim 128: %.1f us, "
                "%.1f MB, %.0f GB/s\n",
                n_slots, us, bytes / 1e6, bytes / us / 1e3);
-        cudaEventDestroy(t0);
-        cudaEventDestroy(t1);
     }
     cudaFree((void *)d.qkv), cudaFree(d.pos), cudaFree((void *)d.blocks);
     cudaFree((void *)d.seqs), cudaFree((void *)d.new_slot), cudaFree(d.k), cudaFree(d.v);

@@ -164,6 +164,12 @@ TEST(prefill_attn_matches_reference_on_chunked_prefills)
     check_random(60, PC_MAX_CHUNKS, 5);
 }
 
+/* cuda_prefill_attn on the default stream, in the shape gpu_time_us calls. */
+static cudaError_t launch_prefill(const void *args)
+{
+    return cuda_prefill_attn(args, 0);
+}
+
 /* Time one OPT-6.7B-shaped layer (32 heads of 128, block size 16): n_seq prompts of p
  * tokens in one chunk. Prints the achieved rate counting the useful FLOPs of the causal
  * triangle (2 D per logit twice, 2 D per value): 6 D p (p + 1) / 2 per (sequence,
@@ -211,25 +217,12 @@ static void time_prefill(int32_t n_seq, int32_t p)
         !d.score || !d.out || !d.lse) {
         TEST_FAIL("device allocation failed");
     } else {
-        cudaEvent_t t0, t1;
-        cudaEventCreate(&t0);
-        cudaEventCreate(&t1);
-        EXPECT_EQ(cuda_prefill_attn(&d, 0), cudaSuccess); /* warm-up */
-        const int reps = 10;
-        cudaEventRecord(t0, 0);
-        for (int r = 0; r < reps; r++)
-            cuda_prefill_attn(&d, 0);
-        cudaEventRecord(t1, 0);
-        EXPECT_EQ(cudaEventSynchronize(t1), cudaSuccess);
-        float ms = 0.0f;
-        cudaEventElapsedTime(&ms, t0, t1);
-        const double us = 1e3 * ms / reps;
+        const double us = gpu_time_us(launch_prefill, &d, 10);
+        EXPECT(us >= 0.0);
         const double flop = (double)n_seq * H * 6.0 * D * p * (p + 1) / 2.0;
         printf("# prefill timing: %d seqs x 32 heads x %d tokens, head_dim 128: %.1f us, "
                "%.2f GFLOP, %.1f TFLOP/s\n",
                n_seq, p, us, flop / 1e9, flop / us / 1e6);
-        cudaEventDestroy(t0);
-        cudaEventDestroy(t1);
     }
     cudaFree((void *)d.qkv), cudaFree((void *)d.tok_pos), cudaFree((void *)d.seqs);
     cudaFree((void *)d.blocks), cudaFree(d.k), cudaFree(d.v), cudaFree(d.pos);
