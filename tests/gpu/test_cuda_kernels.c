@@ -189,7 +189,7 @@ static void check_layernorm(int32_t n, int32_t d, float centre, bool in_place)
         double g = f16_to_f32(got[i]), r = want[i], err = fabs(g - r);
         double tol = fabs(r) / 2048.0 + 1e-5; /* half an fp16 ulp, plus fp32 noise */
         if (err > worst) worst = err;
-        if (err > tol && bad++ < 5)
+        if (!(err <= tol) && bad++ < 5) /* a NaN output fails too */
             TEST_FAIL("layernorm[%lld] = %g, expected %g (tol %g)", (long long)i, g, r,
                       tol);
     }
