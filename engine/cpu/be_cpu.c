@@ -10,8 +10,8 @@
  * stream, LayerNorm, softmax, scores and logits stay fp32.
  *
  * Tensor parallelism (opts.tensor_parallel = N > 1): the engine thread is rank 0 and
- * N - 1 worker threads run the other ranks; a forward wakes the workers, runs rank 0,
- * and waits for them. The ranks meet in the all-reduces of the shared-memory
+ * N - 1 worker threads (ranks.h) run the other ranks; a forward runs every rank's
+ * part at once and returns when all are done. The ranks meet in the all-reduces of the shared-memory
  * communicator (comm_shm.h). The OpenMP threads are split evenly between the ranks.
  * Thread: engine only (the workers are internal).
  */
@@ -22,24 +22,14 @@
 #include "cpu_ops.h"
 #include "cpu_rank.h"
 #include "err.h"
+#include "ranks.h"
 #include "util.h"
 #include "weights.h"
 
 #include <omp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct cpu_be;
-
-/* A worker thread running rank `rank` for every forward. */
-struct cpu_worker {
-    struct cpu_be *c;
-    int32_t rank;
-    pthread_t thread;
-    bool started;
-};
 
 struct cpu_be {
     struct be_cpu_opts opts;
@@ -52,15 +42,8 @@ struct cpu_be {
     int rank_threads;              /* OpenMP threads per rank */
     struct cpu_rank *ranks;        /* [n_rank]; ranks[0] runs on the engine thread */
     struct comm_shm_group *group;  /* NULL when n_rank == 1 */
-    struct cpu_worker *workers;    /* [n_rank], entries 1.. used */
-    /* Forward hand-off to the workers: the engine bumps gen with the batch set, each
-     * worker runs its rank once per gen and counts itself in n_done. */
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    uint64_t gen;
-    int32_t n_done;
-    bool quit;
-    const struct be_batch *batch;
+    struct ranks *threads;         /* rank threads; rank 0 is the engine thread */
+    const struct be_batch *batch;  /* the forward's batch, read by every rank */
     int32_t n_blocks;
     struct be_profile prof; /* time spent since the last profile read */
     bool loaded;
@@ -73,8 +56,6 @@ int backend_cpu_has_bf16(void)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512bf16");
 }
-
-static void *worker_main(void *arg);
 
 int backend_cpu_create(struct backend *out, const struct be_cpu_opts *opts)
 {
@@ -95,13 +76,16 @@ int backend_cpu_create(struct backend *out, const struct be_cpu_opts *opts)
     /* The cores are split between the ranks: N teams of T / N threads. */
     c->rank_threads = MAX(1, omp_get_max_threads() / c->n_rank);
     c->ranks = xcalloc((size_t)c->n_rank, sizeof *c->ranks);
-    c->workers = xcalloc((size_t)c->n_rank, sizeof *c->workers);
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->go, NULL);
-    pthread_cond_init(&c->done, NULL);
     out->ops = &cpu_ops;
     out->ctx = c;
     return 0;
+}
+
+/* Each rank thread's OpenMP team: the cores split evenly between the ranks. */
+static void rank_thread_init(void *arg, int32_t rank)
+{
+    (void)rank;
+    omp_set_num_threads(((struct cpu_be *)arg)->rank_threads);
 }
 
 /* Set up the ranks for c->m.cfg: the communicator, each rank's head and fc1 range
@@ -122,16 +106,7 @@ static int ranks_start(struct cpu_be *c)
         int err = cpu_rank_init(&c->ranks[r], &c->m, r, N, comm);
         if (err) return err;
     }
-    for (int32_t r = 1; r < N; r++) {
-        struct cpu_worker *wk = &c->workers[r];
-        wk->c = c;
-        wk->rank = r;
-        if (pthread_create(&wk->thread, NULL, worker_main, wk))
-            return err_set(ENG_ENOMEM, "tensor parallelism: cannot start rank %d's thread",
-                           r);
-        wk->started = true;
-    }
-    return 0;
+    return ranks_create(&c->threads, N, rank_thread_init, c);
 }
 
 static int cpu_load(void *ctx, const struct opt_config *cfg, const struct weights *w)
@@ -303,50 +278,11 @@ static int cpu_kv_state(void *ctx, int32_t layer, int32_t **pos, float **score)
     return 0;
 }
 
-/* Ranks 1..N-1: run the rank's forward for every new batch until told to quit. */
-static void *worker_main(void *arg)
+/* One rank's part of a forward (a ranks job). */
+static void rank_forward(void *arg, int32_t rank)
 {
-    struct cpu_worker *wk = arg;
-    struct cpu_be *c = wk->c;
-    /* OpenMP's thread count is per thread: this rank's team. */
-    omp_set_num_threads(c->rank_threads);
-    uint64_t seen = 0;
-    for (;;) {
-        pthread_mutex_lock(&c->mu);
-        while (c->gen == seen && !c->quit)
-            pthread_cond_wait(&c->go, &c->mu);
-        if (c->quit) {
-            pthread_mutex_unlock(&c->mu);
-            return NULL;
-        }
-        seen = c->gen;
-        const struct be_batch *b = c->batch;
-        pthread_mutex_unlock(&c->mu);
-        cpu_rank_forward(&c->ranks[wk->rank], &c->m, b);
-        pthread_mutex_lock(&c->mu);
-        if (++c->n_done == c->n_rank - 1) pthread_cond_signal(&c->done);
-        pthread_mutex_unlock(&c->mu);
-    }
-}
-
-/* Every rank's forward over b: the workers' and rank 0's own, until all are done. */
-static void ranks_forward(struct cpu_be *c, const struct be_batch *b)
-{
-    if (c->n_rank > 1) {
-        pthread_mutex_lock(&c->mu);
-        c->batch = b;
-        c->n_done = 0;
-        c->gen++;
-        pthread_cond_broadcast(&c->go);
-        pthread_mutex_unlock(&c->mu);
-    }
-    cpu_rank_forward(&c->ranks[0], &c->m, b);
-    if (c->n_rank > 1) {
-        pthread_mutex_lock(&c->mu);
-        while (c->n_done < c->n_rank - 1)
-            pthread_cond_wait(&c->done, &c->mu);
-        pthread_mutex_unlock(&c->mu);
-    }
+    struct cpu_be *c = arg;
+    cpu_rank_forward(&c->ranks[rank], &c->m, c->batch);
 }
 
 static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *logits)
@@ -355,7 +291,8 @@ static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *
     const int32_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim;
     CHECK(c->n_blocks > 0);
     if (b->n_tok == 0) return 0;
-    ranks_forward(c, b);
+    c->batch = b;
+    ranks_run(c->threads, rank_forward, c);
 
     /* Logits only for the rows asked for (usually each sequence's last token), on
      * rank 0, whose residual stream is every rank's. */
@@ -410,12 +347,7 @@ static void cpu_destroy(void *ctx)
 {
     struct cpu_be *c = ctx;
     if (!c) return;
-    pthread_mutex_lock(&c->mu);
-    c->quit = true;
-    pthread_cond_broadcast(&c->go);
-    pthread_mutex_unlock(&c->mu);
-    for (int32_t r = 1; r < c->n_rank; r++)
-        if (c->workers[r].started) pthread_join(c->workers[r].thread, NULL);
+    ranks_destroy(c->threads);
     kv_free(c);
     free(c->kv);
     for (int32_t r = 0; r < c->n_rank; r++)
@@ -428,10 +360,6 @@ static void cpu_destroy(void *ctx)
     free(c->lnf_w);
     free(c->lnf_b);
     free(c->ranks);
-    free(c->workers);
-    pthread_mutex_destroy(&c->mu);
-    pthread_cond_destroy(&c->go);
-    pthread_cond_destroy(&c->done);
     free(c);
 }
 
