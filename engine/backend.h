@@ -17,6 +17,7 @@
 
 #include "dtype.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,12 @@ struct be_seq {
     /* Attention scans slots [0, n_slots) after the new tokens are written; a slot is
      * attended when 0 <= pos[slot] <= the query's position (free slots are -1). */
     int32_t n_slots;
+    /* The sequence's H2O budget, for a decode token (n_tok == 1) of a sequence that
+     * evicts: B = H + R slots per head and the recent window R >= 1; h2o_budget 0
+     * otherwise (full, or a prompt chunk). A backend whose slot state lives on a
+     * device (kv_state returns -1) picks each head's victim in the forward's own
+     * pass once B slots are occupied (see kv_victims); the CPU backend ignores them. */
+    int32_t h2o_budget, h2o_recent;
 };
 
 struct be_batch {
@@ -78,8 +85,32 @@ struct be_ops {
     void (*kv_compact)(void *ctx, const int32_t *blocks, int32_t n_slots, const int32_t *keep,
                        int32_t n_keep);
     /* Host pointers to one layer's slot state [n_blocks, n_head, block_size], or
-     * -1 when the state lives on a device (then use a read op). */
+     * -1 when the state lives on a device: the engine then uses kv_read_state and
+     * kv_victims, which such a backend must provide. */
     int (*kv_state)(void *ctx, int32_t layer, int32_t **pos, float **score);
+    /*
+     * Device state only. Copy one sequence's slot state (block table `blocks`, slots
+     * [0, n_slots)) of every layer and head to the host: pos and score
+     * [n_layer, n_head, n_slots]. The engine reads it once per prompt, to choose the
+     * tokens H2O keeps (kv_seq_finish_prefill). Returns 0 or an engine error.
+     */
+    int (*kv_read_state)(void *ctx, const int32_t *blocks, int32_t n_slots, int32_t *pos,
+                         float *score);
+    /*
+     * Device state only. After a forward: the victims of the forward's sequence
+     * `seq` (an index into that be_batch's seqs, a decode token with h2o_budget > 0),
+     * victims [n_layer * n_head]: for each (layer, head), the slot that the decode
+     * pass chose to evict once the head held h2o_budget occupied slots (the rule of
+     * h2o_select_evict), or -1 when it held fewer. A victim keeps its pos and score
+     * until the sequence's next token is written into it (the engine passes it as
+     * that head's head_slots entry), so attention never sees a stale token. Returns
+     * 0 or an engine error.
+     */
+    int (*kv_victims)(void *ctx, int32_t seq, int32_t *victims);
+    /* Optional (NULL: the engine sizes the pool from host RAM): bytes the KV pool may
+     * take, for a device backend the memory left after weights and workspace
+     * (--gpu-memory-utilization). */
+    size_t (*kv_capacity)(void *ctx);
     /*
      * One forward over the batch: writes each token's K/V and pos into its slots,
      * adds every query's attention probabilities to the attended slots' scores, and
@@ -103,6 +134,10 @@ struct be_cpu_opts {
     enum dtype dtype; /* DTYPE_F32 or DTYPE_BF16: weights, activations into GEMMs, KV */
     int n_threads;    /* 0 = OpenMP's default; split evenly between the ranks */
     int tensor_parallel; /* ranks (threads) the layers are sharded over; 0 or 1 = none */
+    /* Serve the slot state as a device backend does (kv_state -1; kv_read_state,
+     * and victims picked in the forward for kv_victims): the engine's path for the
+     * CUDA backend, run and tested on the CPU. Results are identical either way. */
+    bool device_state;
 };
 
 /*
