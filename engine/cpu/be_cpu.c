@@ -11,9 +11,9 @@
  *
  * Tensor parallelism (opts.tensor_parallel = N > 1): the engine thread is rank 0 and
  * N - 1 worker threads (ranks.h) run the other ranks; a forward runs every rank's
- * part at once and returns when all are done. The ranks meet in the all-reduces of the shared-memory
- * communicator (comm_shm.h). The OpenMP threads are split evenly between the ranks.
- * Thread: engine only (the workers are internal).
+ * part at once and returns when all are done. The ranks meet in the all-reduces of the
+ * shared-memory communicator (comm_shm.h). The OpenMP threads are split evenly between the
+ * ranks. Thread: engine only (the workers are internal).
  */
 #include "backend.h"
 #include "comm_shm.h"
@@ -23,6 +23,7 @@
 #include "cpu_rank.h"
 #include "err.h"
 #include "ranks.h"
+#include "shard.h"
 #include "util.h"
 #include "weights.h"
 
@@ -94,19 +95,29 @@ static int ranks_start(struct cpu_be *c)
 {
     const struct opt_config *cfg = &c->m.cfg;
     const int32_t N = c->n_rank;
-    if (cfg->n_head % N || cfg->ffn % N)
-        return err_set(ENG_EINVAL,
-                       "tensor parallelism: %s has %d heads and ffn %d, not both "
-                       "divisible by %d ranks",
-                       cfg->name, cfg->n_head, cfg->ffn, N);
+    struct shard whole;
+    int err = shard_init(&whole, cfg, 0, N); /* heads and ffn must divide by N */
+    if (err) return err;
     if (N > 1) CHECK(comm_shm_group_create(&c->group, N) == 0);
     for (int32_t r = 0; r < N; r++) {
         struct comm *comm = NULL;
         if (N > 1) CHECK(comm_shm_open(c->group, r, &comm) == 0);
-        int err = cpu_rank_init(&c->ranks[r], &c->m, r, N, comm);
+        err = cpu_rank_init(&c->ranks[r], &c->m, r, N, comm);
         if (err) return err;
     }
     return ranks_create(&c->threads, N, rank_thread_init, c);
+}
+
+/* A whole [n, k] matrix without bias into a linear layer with fp32 output. */
+static int load_whole(struct cpu_rank *r, const struct cpu_model *m,
+                      const struct weights *w, struct cpu_linear *l, const char *prefix,
+                      int64_t n, int64_t k)
+{
+    float *wt = NULL;
+    int err = shard_read(w, prefix, "weight", shard_whole(n, k), &wt);
+    if (!err) err = cpu_rank_linear(r, m, l, wt, NULL, n, k, DTYPE_F32, false);
+    free(wt);
+    return err;
 }
 
 static int cpu_load(void *ctx, const struct opt_config *cfg, const struct weights *w)
@@ -125,23 +136,21 @@ static int cpu_load(void *ctx, const struct opt_config *cfg, const struct weight
     if (err) return err;
     const int64_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim, V = cfg->vocab_size;
     struct cpu_rank *r0 = &c->ranks[0];
-    err = cpu_read_part(w, "embed_tokens", "weight", cpu_whole(V, proj), &c->m.embed);
+    err = shard_read(w, "embed_tokens", "weight", shard_whole(V, proj), &c->m.embed);
     if (!err)
-        err = cpu_read_part(w, "embed_positions", "weight", cpu_whole(cfg->max_pos + 2, hd),
-                            &c->m.pos_embed);
+        err = shard_read(w, "embed_positions", "weight", shard_whole(cfg->max_pos + 2, hd),
+                         &c->m.pos_embed);
     if (!err && proj != hd)
-        err = cpu_rank_load_linear(r0, &c->m, w, &c->project_out, "project_out",
-                                   cpu_whole(proj, hd), false, DTYPE_F32, false);
+        err = load_whole(r0, &c->m, w, &c->project_out, "project_out", proj, hd);
     if (!err && cfg->ln_before) {
-        err = cpu_read_part(w, "final_layer_norm", "weight", cpu_whole(hd, 1), &c->lnf_w);
+        err = shard_read(w, "final_layer_norm", "weight", shard_whole(hd, 1), &c->lnf_w);
         if (!err)
-            err = cpu_read_part(w, "final_layer_norm", "bias", cpu_whole(hd, 1), &c->lnf_b);
+            err = shard_read(w, "final_layer_norm", "bias", shard_whole(hd, 1), &c->lnf_b);
     }
     if (!err) {
         /* lm_head is the token embedding unless the checkpoint has its own. */
         if (weights_has(w, "lm_head.weight"))
-            err = cpu_rank_load_linear(r0, &c->m, w, &c->lm_head, "lm_head",
-                                       cpu_whole(V, proj), false, DTYPE_F32, false);
+            err = load_whole(r0, &c->m, w, &c->lm_head, "lm_head", V, proj);
         else
             err = cpu_linear_init(&c->lm_head, &r0->dnnl, c->m.embed, NULL, V, proj,
                                   c->m.dtype, DTYPE_F32, false);

@@ -11,6 +11,7 @@
 #include "cpu_ops.h"
 #include "err.h"
 #include "util.h"
+#include "shard.h"
 #include "weights.h"
 
 #include <math.h>
@@ -22,138 +23,71 @@
 int cpu_rank_init(struct cpu_rank *r, const struct cpu_model *m, int32_t rank, int32_t size,
                   struct comm *comm)
 {
-    const struct opt_config *cfg = &m->cfg;
-    CHECK(size >= 1 && rank >= 0 && rank < size && (comm || size == 1));
-    CHECK(cfg->n_head % size == 0 && cfg->ffn % size == 0);
+    CHECK(comm || size == 1);
     memset(r, 0, sizeof *r);
-    r->rank = rank;
-    r->size = size;
-    r->n_head = cfg->n_head / size;
-    r->head0 = rank * r->n_head;
-    r->n_ffn = cfg->ffn / size;
-    r->ffn0 = rank * r->n_ffn;
+    int err = shard_init(&r->sh, &m->cfg, rank, size);
+    if (err) return err;
     r->comm = comm;
     return cpu_dnnl_init(&r->dnnl);
 }
 
-int cpu_read_part(const struct weights *w, const char *prefix, const char *what,
-                  struct cpu_part p, float **dst)
+int cpu_rank_linear(struct cpu_rank *r, const struct cpu_model *m, struct cpu_linear *l,
+                    const float *w, const float *b, int64_t n, int64_t k,
+                    enum dtype dst_dtype, bool relu)
 {
-    char name[128];
-    snprintf(name, sizeof name, "%s.%s", prefix, what);
-    float *buf = malloc((size_t)(p.n_rows * p.n_cols) * sizeof *buf);
-    if (!buf) return err_set(ENG_ENOMEM, "out of memory reading %s", name);
-    int64_t shape[2] = {p.rows, p.cols};
-    int err = weights_read_f32_part(w, name, p.cols > 1 ? 2 : 1, shape, p.row0, p.n_rows,
-                                    p.col0, p.n_cols, buf);
-    if (err) {
-        free(buf);
-        buf = NULL;
-    }
-    *dst = buf;
-    return err;
+    return cpu_linear_init(l, &r->dnnl, w, b, n, k, m->dtype, dst_dtype, relu);
 }
 
-int cpu_rank_load_linear(struct cpu_rank *r, const struct cpu_model *m,
-                         const struct weights *w, struct cpu_linear *l, const char *prefix,
-                         struct cpu_part p, bool bias, enum dtype dst_dtype, bool relu)
+/* One layer's shard (shard.h) into oneDNN layers. */
+static int load_layer(struct cpu_rank *r, const struct cpu_model *m,
+                      const struct weights *w, int32_t li)
 {
-    float *wt = NULL, *bs = NULL;
-    int err = cpu_read_part(w, prefix, "weight", p, &wt);
-    if (!err && bias)
-        err = cpu_read_part(w, prefix, "bias",
-                            (struct cpu_part){p.rows, 1, p.row0, p.n_rows, 0, 1}, &bs);
+    const struct opt_config *cfg = &m->cfg;
+    const int64_t hd = cfg->hidden, attn = (int64_t)r->sh.n_head * cfg->head_dim;
+    struct cpu_layer *L = &r->layers[li];
+    struct shard_layer sl;
+    int err = shard_read_layer(&r->sh, cfg, w, li, &sl);
     if (!err)
-        err = cpu_linear_init(l, &r->dnnl, wt, bs, p.n_rows, p.n_cols, m->dtype, dst_dtype,
-                              relu);
-    free(wt);
-    free(bs);
-    return err;
-}
-
-/* This rank's heads of q, k and v, stacked into one [3 * n_head_r * D, hidden] GEMM. */
-static int load_qkv(struct cpu_rank *r, const struct cpu_model *m, const struct weights *w,
-                    int32_t li)
-{
-    const int64_t hd = m->cfg.hidden, rows = (int64_t)r->n_head * m->cfg.head_dim;
-    const int64_t row0 = (int64_t)r->head0 * m->cfg.head_dim;
-    const char *names[3] = {"q_proj", "k_proj", "v_proj"};
-    float *wt = NULL, *bs = NULL;
-    float *stack_w = malloc((size_t)(3 * rows * hd) * sizeof *stack_w);
-    float *stack_b = malloc((size_t)(3 * rows) * sizeof *stack_b);
-    int err = 0;
-    if (!stack_w || !stack_b)
-        err = err_set(ENG_ENOMEM, "out of memory loading layer %d", li);
-    for (int i = 0; i < 3 && !err; i++) {
-        char prefix[96];
-        snprintf(prefix, sizeof prefix, "layers.%d.self_attn.%s", li, names[i]);
-        err = cpu_read_part(w, prefix, "weight",
-                            (struct cpu_part){hd, hd, row0, rows, 0, hd}, &wt);
-        if (!err)
-            err = cpu_read_part(w, prefix, "bias",
-                                (struct cpu_part){hd, 1, row0, rows, 0, 1}, &bs);
-        if (!err) {
-            memcpy(stack_w + i * rows * hd, wt, (size_t)(rows * hd) * sizeof *wt);
-            memcpy(stack_b + i * rows, bs, (size_t)rows * sizeof *bs);
-        }
-        free(wt);
-        free(bs);
-        wt = bs = NULL;
-    }
+        err = cpu_rank_linear(r, m, &L->qkv, sl.qkv_w, sl.qkv_b, 3 * attn, hd, DTYPE_F32,
+                              false);
     if (!err)
-        err = cpu_linear_init(&r->layers[li].qkv, &r->dnnl, stack_w, stack_b, 3 * rows, hd,
-                              m->dtype, DTYPE_F32, false);
-    free(stack_w);
-    free(stack_b);
+        err =
+            cpu_rank_linear(r, m, &L->out, sl.out_w, sl.out_b, hd, attn, DTYPE_F32, false);
+    /* fc1's output only feeds fc2, so it is produced in the GEMM dtype. */
+    if (!err)
+        err = cpu_rank_linear(r, m, &L->fc1, sl.fc1_w, sl.fc1_b, r->sh.n_ffn, hd, m->dtype,
+                              true);
+    if (!err)
+        err = cpu_rank_linear(r, m, &L->fc2, sl.fc2_w, sl.fc2_b, hd, r->sh.n_ffn, DTYPE_F32,
+                              false);
+    if (!err) {
+        /* The LayerNorms stay fp32: keep the buffers instead of copying them. */
+        L->ln1_w = sl.ln1_w;
+        L->ln1_b = sl.ln1_b;
+        L->ln2_w = sl.ln2_w;
+        L->ln2_b = sl.ln2_b;
+        sl.ln1_w = sl.ln1_b = sl.ln2_w = sl.ln2_b = NULL;
+    }
+    shard_layer_free(&sl);
     return err;
-}
-
-static int load_ln(const struct weights *w, const char *prefix, int64_t d, float **wt,
-                   float **bs)
-{
-    const struct cpu_part p = {d, 1, 0, d, 0, 1};
-    int err = cpu_read_part(w, prefix, "weight", p, wt);
-    return err ? err : cpu_read_part(w, prefix, "bias", p, bs);
 }
 
 int cpu_rank_load(struct cpu_rank *r, const struct cpu_model *m, const struct weights *w)
 {
     const struct opt_config *cfg = &m->cfg;
-    const int64_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim, ffn = cfg->ffn;
-    const int64_t attn_cols = (int64_t)r->n_head * cfg->head_dim;
-    const int64_t attn0 = (int64_t)r->head0 * cfg->head_dim;
-    const bool rank0 = r->rank == 0;
+    const int64_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim;
     int err = 0;
-    if (proj != hd)
-        err = cpu_rank_load_linear(r, m, w, &r->project_in, "project_in",
-                                   (struct cpu_part){hd, proj, 0, hd, 0, proj}, false,
-                                   DTYPE_F32, false);
-    r->layers = xcalloc((size_t)cfg->n_layer, sizeof *r->layers);
-    for (int32_t li = 0; li < cfg->n_layer && !err; li++) {
-        struct cpu_layer *L = &r->layers[li];
-        char p[96];
-        err = load_qkv(r, m, w, li);
-        snprintf(p, sizeof p, "layers.%d.self_attn.out_proj", li);
+    if (proj != hd) {
+        float *wt = NULL;
+        err = shard_read(w, "project_in", "weight", shard_whole(hd, proj), &wt);
         if (!err)
-            err = cpu_rank_load_linear(r, m, w, &L->out, p,
-                                       (struct cpu_part){hd, hd, 0, hd, attn0, attn_cols},
-                                       rank0, DTYPE_F32, false);
-        snprintf(p, sizeof p, "layers.%d.fc1", li);
-        /* fc1's output only feeds fc2, so it is produced in the GEMM dtype. */
-        if (!err)
-            err = cpu_rank_load_linear(r, m, w, &L->fc1, p,
-                                       (struct cpu_part){ffn, hd, r->ffn0, r->n_ffn, 0, hd},
-                                       true, m->dtype, true);
-        snprintf(p, sizeof p, "layers.%d.fc2", li);
-        if (!err)
-            err = cpu_rank_load_linear(r, m, w, &L->fc2, p,
-                                       (struct cpu_part){hd, ffn, 0, hd, r->ffn0, r->n_ffn},
-                                       rank0, DTYPE_F32, false);
-        snprintf(p, sizeof p, "layers.%d.self_attn_layer_norm", li);
-        if (!err) err = load_ln(w, p, hd, &L->ln1_w, &L->ln1_b);
-        snprintf(p, sizeof p, "layers.%d.final_layer_norm", li);
-        if (!err) err = load_ln(w, p, hd, &L->ln2_w, &L->ln2_b);
+            err =
+                cpu_rank_linear(r, m, &r->project_in, wt, NULL, hd, proj, DTYPE_F32, false);
+        free(wt);
     }
+    r->layers = xcalloc((size_t)cfg->n_layer, sizeof *r->layers);
+    for (int32_t li = 0; li < cfg->n_layer && !err; li++)
+        err = load_layer(r, m, w, li);
     return err;
 }
 
@@ -164,7 +98,7 @@ static void ws_reserve(struct cpu_rank *r, const struct cpu_model *m, int32_t n_
     struct cpu_ws *ws = &r->ws;
     const size_t es = (size_t)dtype_size(m->dtype);
     const size_t hd = (size_t)m->cfg.hidden, proj = (size_t)m->cfg.word_embed_proj_dim;
-    const size_t attn = (size_t)r->n_head * (size_t)m->cfg.head_dim;
+    const size_t attn = (size_t)r->sh.n_head * (size_t)m->cfg.head_dim;
     const size_t wide = MAX(hd, proj);
     if (n_tok > ws->cap_tok) {
         size_t n = (size_t)MAX(n_tok, 2 * ws->cap_tok);
@@ -172,7 +106,7 @@ static void ws_reserve(struct cpu_rank *r, const struct cpu_model *m, int32_t n_
         ws->h = xrealloc(ws->h, n * wide * sizeof(float));
         ws->qkv = xrealloc(ws->qkv, n * 3 * attn * sizeof(float));
         ws->attn = xrealloc(ws->attn, n * attn * es);
-        ws->ff = xrealloc(ws->ff, n * (size_t)r->n_ffn * es);
+        ws->ff = xrealloc(ws->ff, n * (size_t)r->sh.n_ffn * es);
         ws->tmp = xrealloc(ws->tmp, n * wide * sizeof(float));
         ws->emb = xrealloc(ws->emb, n * proj * sizeof(float));
         ws->cap_tok = (int32_t)n;
@@ -181,7 +115,7 @@ static void ws_reserve(struct cpu_rank *r, const struct cpu_model *m, int32_t n_
      * calling thread's OpenMP setting, which another backend_cpu_create (or anyone
      * calling omp_set_num_threads) may have raised since the scratch last grew, so
      * it is checked on every forward, not only when the rows get longer. */
-    const int32_t need = cpu_attn_scratch_floats(max_slots, m->block_size, r->n_head);
+    const int32_t need = cpu_attn_scratch_floats(max_slots, m->block_size, r->sh.n_head);
     const int32_t rows = omp_get_max_threads();
     if (need > ws->scratch_stride || rows > ws->scratch_rows) {
         ws->scratch_stride = need > ws->scratch_stride ? MAX(need, 2 * ws->scratch_stride)
@@ -241,10 +175,10 @@ static void layer_forward(struct cpu_rank *r, const struct cpu_model *m, int32_t
         .kv = m->kv[li],
         .kv_dtype = dt,
         .layer = li,
-        .n_head = r->n_head,
+        .n_head = r->sh.n_head,
         .head_dim = cfg->head_dim,
         .block_size = m->block_size,
-        .head0 = r->head0,
+        .head0 = r->sh.head0,
         .kv_n_head = cfg->n_head,
         .scale = 1.0f / sqrtf((float)cfg->head_dim),
         .scratch = ws->scratch,

@@ -31,6 +31,7 @@
 #include "cpu_attn.h"
 #include "cpu_gemm.h"
 #include "model.h"
+#include "shard.h"
 
 #include <stdint.h>
 
@@ -70,10 +71,8 @@ struct cpu_ws {
 };
 
 struct cpu_rank {
-    int32_t rank, size;    /* r of N */
-    int32_t head0, n_head; /* this rank's heads */
-    int32_t ffn0, n_ffn;   /* this rank's fc1 units */
-    struct comm *comm;     /* NULL when size == 1 */
+    struct shard sh;   /* r of N: this rank's heads and fc1 units */
+    struct comm *comm; /* NULL when size == 1 */
     struct cpu_dnnl dnnl;
     struct cpu_linear project_in; /* when proj != hidden */
     struct cpu_layer *layers;     /* [n_layer] */
@@ -83,52 +82,27 @@ struct cpu_rank {
 
 /*
  * Set up rank `rank` of `size` for model m (whose cfg is filled in): its head and
- * fc1 ranges and its oneDNN engine. n_head and ffn must be divisible by size (the
- * caller checks). comm may be NULL only when size == 1; the rank takes it over
- * (cpu_rank_deinit destroys it). Returns 0 or ENG_EUNSUPPORTED (oneDNN).
+ * fc1 ranges (shard.h) and its oneDNN engine. comm may be NULL only when size == 1;
+ * the rank takes it over (cpu_rank_deinit destroys it). Returns 0, ENG_EINVAL (heads
+ * or ffn not divisible by size) or ENG_EUNSUPPORTED (oneDNN).
  * Thread: any.
  */
 int cpu_rank_init(struct cpu_rank *r, const struct cpu_model *m, int32_t rank, int32_t size,
                   struct comm *comm);
 
 /*
- * Read this rank's shard of every layer (weights_read_f32_part: only its rows and
+ * Read this rank's shard of every layer (shard_read_layer: only its rows and
  * columns) and project_in. Returns 0 or the reader's error (message set); after a
  * failure cpu_rank_deinit frees what was built. Thread: any, one rank at a time or
  * each from its own thread.
  */
 int cpu_rank_load(struct cpu_rank *r, const struct cpu_model *m, const struct weights *w);
 
-/* A window of a weight: rows [row0, row0 + n_rows) x columns [col0, col0 + n_cols)
- * of a [rows, cols] tensor; a vector has cols = 1. */
-struct cpu_part {
-    int64_t rows, cols, row0, n_rows, col0, n_cols;
-};
-
-/* The whole of a [rows, cols] tensor. */
-static inline struct cpu_part cpu_whole(int64_t rows, int64_t cols)
-{
-    return (struct cpu_part){rows, cols, 0, rows, 0, cols};
-}
-
-/*
- * Read window p of tensor "<prefix>.<what>" into a new buffer *dst [n_rows, n_cols]
- * (the caller frees it), or set *dst = NULL and return the reader's error.
- * Thread: any.
- */
-int cpu_read_part(const struct weights *w, const char *prefix, const char *what,
-                  struct cpu_part p, float **dst);
-
-/*
- * A linear layer on rank r from window p of "<prefix>.weight" [n, k] (PyTorch
- * layout: rows are output features), in the model's dtype. The bias is read for the
- * window's rows when `bias`; a layer split by input columns passes bias only on rank
- * 0, so the all-reduce adds it once. Returns 0 or the reader's / oneDNN's error.
- * Thread: any.
- */
-int cpu_rank_load_linear(struct cpu_rank *r, const struct cpu_model *m,
-                         const struct weights *w, struct cpu_linear *l, const char *prefix,
-                         struct cpu_part p, bool bias, enum dtype dst_dtype, bool relu);
+/* A linear layer of rank r from PyTorch-layout w [n, k] and bias b [n] (or NULL), in
+ * the model's dtype (cpu_linear_init on the rank's engine). Thread: any. */
+int cpu_rank_linear(struct cpu_rank *r, const struct cpu_model *m, struct cpu_linear *l,
+                    const float *w, const float *b, int64_t n, int64_t k,
+                    enum dtype dst_dtype, bool relu);
 
 /*
  * Embeddings and every layer for batch b: writes this rank's heads' K/V, pos and
