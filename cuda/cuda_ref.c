@@ -1,5 +1,6 @@
 /*
- * cuda_ref.c - host references of cuda_decode_attn and cuda_prefill_attn (see
+ * cuda_ref.c - host references of cuda_decode_attn and cuda_prefill_attn, and of the
+ * KV state kernels cuda_kv_compact, cuda_kv_init_blocks and cuda_kv_gather_state (see
  * cuda_ref.h).
  *
  * Written to be read next to cuda_decode_attn.cu: the same steps in the same order
@@ -152,6 +153,39 @@ void cuda_ref_kv_compact(const struct cuda_kv_compact_args *a)
             a->score[td * BS + od] = a->score[ts * BS + os];
         }
     }
+}
+
+/* ---- whole blocks and the state read-back ------------------------------------------ */
+
+void cuda_ref_kv_init_blocks(uint16_t *v, int32_t *pos, float *score, const int32_t *blocks,
+                             int32_t n, int32_t n_head, int32_t head_dim,
+                             int32_t block_size)
+{
+    /* A block is contiguous in every array: n_state slots, n_state * head_dim V values. */
+    const int64_t n_state = (int64_t)n_head * block_size, n_v = n_state * head_dim;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t b = blocks[i];
+        for (int64_t e = 0; e < n_v; e++)
+            v[b * n_v + e] = 0; /* fp16 +0.0 */
+        for (int64_t e = 0; e < n_state; e++) {
+            pos[b * n_state + e] = -1;
+            score[b * n_state + e] = 0.0f;
+        }
+    }
+}
+
+void cuda_ref_kv_gather_state(int32_t *pos_out, float *score_out, const int32_t *pos,
+                              const float *score, const int32_t *blocks, int32_t n_slots,
+                              int32_t n_head, int32_t block_size)
+{
+    for (int32_t h = 0; h < n_head; h++)
+        for (int32_t s = 0; s < n_slots; s++) {
+            const int64_t src =
+                ((int64_t)blocks[s / block_size] * n_head + h) * block_size +
+                s % block_size;
+            pos_out[(int64_t)h * n_slots + s] = pos[src];
+            score_out[(int64_t)h * n_slots + s] = score[src];
+        }
 }
 
 /* ---- prefill ------------------------------------------------------------------------ */

@@ -1,6 +1,7 @@
 /*
  * cuda_ref.h - the CUDA attention kernels' arguments and their host references:
- * decode (cuda_decode_attn) and prefill (cuda_prefill_attn).
+ * decode (cuda_decode_attn) and prefill (cuda_prefill_attn); and the references of the
+ * KV cache's state kernels (compaction, block init, state gather) and the sampler.
  *
  * Plain C, no CUDA headers: built in every configuration (also -Dcuda=disabled), so
  * the logic of the kernels (cuda_decode_attn.cu, cuda_prefill_attn.cu) is tested on
@@ -107,6 +108,27 @@ struct cuda_kv_compact_args {
 
 /* The reference: the CPU backend's loop on host memory, one head after another. */
 void cuda_ref_kv_compact(const struct cuda_kv_compact_args *a);
+
+/*
+ * The reference of cuda_kv_init_blocks (the CPU backend's kv_init_blocks, one layer):
+ * for each of blocks[0..n), every slot of every head gets pos -1, score 0 and V all
+ * +0.0 (fp16 bits 0); K and blocks not listed are left as they are. Layout as above:
+ * v [n_blocks, n_head, block_size, head_dim], pos / score [n_blocks, n_head,
+ * block_size].
+ */
+void cuda_ref_kv_init_blocks(uint16_t *v, int32_t *pos, float *score, const int32_t *blocks,
+                             int32_t n, int32_t n_head, int32_t head_dim,
+                             int32_t block_size);
+
+/*
+ * The reference of cuda_kv_gather_state (one layer of the CPU backend's
+ * kv_read_state): pos_out / score_out [n_head, n_slots], entry (h, s) from slot s of
+ * head h, i.e. index (blocks[s / block_size] * n_head + h) * block_size +
+ * s % block_size of pos / score [n_blocks, n_head, block_size].
+ */
+void cuda_ref_kv_gather_state(int32_t *pos_out, float *score_out, const int32_t *pos,
+                              const float *score, const int32_t *blocks, int32_t n_slots,
+                              int32_t n_head, int32_t block_size);
 
 /* The most alternatives cuda_sample reports per row (sampler.h's SAMPLER_MAX_LOGPROBS). */
 #define CUDA_SAMPLE_MAX_TOP 5
