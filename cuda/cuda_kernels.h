@@ -2,7 +2,8 @@
  * cuda_kernels.h - the CUDA backend's own kernels, callable from C: embedding +
  * learned positions, LayerNorm, bias (+ ReLU), residual add, paged decode attention
  * with the H2O score update and victim choice, paged prefill attention with the H2O
- * column sums, the H2O prefill compaction of the KV cache, and sampling.
+ * column sums, the H2O prefill compaction of the KV cache, freeing whole KV blocks and
+ * reading a sequence's slot state back, and sampling.
  *
  * Each function is named after its file (cuda_embed.cu has cuda_embed) and after its
  * CPU twin in engine/cpu/cpu_ops.h, whose results it matches up to fp16 rounding.
@@ -101,6 +102,37 @@ cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t
  * not checked on the device. n_head == 0 or n_slots == 0 launches nothing.
  */
 cudaError_t cuda_kv_compact(const struct cuda_kv_compact_args *a, cudaStream_t stream);
+
+/*
+ * Mark every slot of blocks[0..n) free in one layer: pos = -1, score = 0 and V = 0
+ * (V too: attention multiplies every slot of a visible block by its probability, 0 for
+ * a free slot, and 0 * NaN left by an earlier owner would leak), as the CPU backend's
+ * kv_init_blocks does; K is left as it is (a free slot's logit is replaced, not
+ * multiplied). The kv_init_blocks op is one call per layer. blocks: device [n], each
+ * in [0, n_blocks) of the pool (not checked on the device; a block listed twice is
+ * cleared twice). v [n_blocks, n_head, block_size, head_dim] fp16, pos / score
+ * [n_blocks, n_head, block_size] as in cuda_ref.h. head_dim even (V is cleared as
+ * 4-byte pairs, so v must be 4-byte aligned); any n_head, block_size >= 1.
+ * n == 0 or n_head == 0 launches nothing. Host reference: cuda_ref_kv_init_blocks.
+ */
+cudaError_t cuda_kv_init_blocks(uint16_t *v, int32_t *pos, float *score,
+                                const int32_t *blocks, int32_t n, int32_t n_head,
+                                int32_t head_dim, int32_t block_size, cudaStream_t stream);
+
+/*
+ * One layer's slot state of one sequence, dense: pos_out/score_out [n_head, n_slots]
+ * get, for head h and slot s, the state at block blocks[s / block_size], offset
+ * s % block_size. blocks: device [ceil(n_slots / block_size)], not checked on the
+ * device. pos / score [n_blocks, n_head, block_size]. The kv_read_state op is one call
+ * per layer into pos_out + layer * n_head * n_slots (its [n_layer, n_head, n_slots]
+ * layout), then one copy to the host. n_head at most 65535 (the grid's y), block_size
+ * >= 1; n_slots == 0 or n_head == 0 launches nothing. The outputs must not overlap
+ * the pool. Host reference: cuda_ref_kv_gather_state (bit-identical: values are only
+ * copied).
+ */
+cudaError_t cuda_kv_gather_state(int32_t *pos_out, float *score_out, const int32_t *pos,
+                                 const float *score, const int32_t *blocks, int32_t n_slots,
+                                 int32_t n_head, int32_t block_size, cudaStream_t stream);
 
 /*
  * One layer's prefill attention for a chunk of prompt tokens of each of n_seq
