@@ -75,6 +75,28 @@ void cuda_gemm_destroy(struct cuda_gemm *g)
     free(g);
 }
 
+/*
+ * The one cublasGemmEx of both entry points: y = x . w^T with fp16 A and B, fp32
+ * compute, C of type ytype (CUDA_R_16F: rounded once on the store; CUDA_R_32F: the
+ * accumulator itself). Arguments already checked, m > 0. `what` names the caller in
+ * the error message.
+ */
+static int gemm_ex(struct cuda_gemm *g, void *y, cudaDataType_t ytype, const uint16_t *x,
+                   const uint16_t *w, int32_t m, int32_t n, int32_t k, const char *what)
+{
+    const float one = 1.0f, zero = 0.0f;
+    /* Row-major y [m, n] is column-major y^T [n, m] (ld n); w [n, k] row-major is
+     * column-major [k, n] (ld k), transposed by OP_T; x [m, k] is column-major
+     * [k, m] (ld k). */
+    cublasStatus_t s = cublasGemmEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w,
+                                    CUDA_R_16F, k, x, CUDA_R_16F, k, &zero, y, ytype, n,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return err_set(blas_code(s), "%s: cublasGemmEx m=%d n=%d k=%d: %s (%s)", what, m, n,
+                       k, cublasGetStatusName(s), cublasGetStatusString(s));
+    return 0;
+}
+
 int cuda_gemm_linear(struct cuda_gemm *g, uint16_t *y, const uint16_t *x, const uint16_t *w,
                      const uint16_t *bias, int32_t m, int32_t n, int32_t k, bool relu)
 {
@@ -83,21 +105,20 @@ int cuda_gemm_linear(struct cuda_gemm *g, uint16_t *y, const uint16_t *x, const 
         return err_set(ENG_EINVAL, "cuda_gemm_linear: m=%d n=%d k=%d bias=%s relu=%d", m, n,
                        k, bias ? "yes" : "no", (int)relu);
     if (m == 0) return 0;
-    const float one = 1.0f, zero = 0.0f;
-    /* Row-major y [m, n] is column-major y^T [n, m] (ld n); w [n, k] row-major is
-     * column-major [k, n] (ld k), transposed by OP_T; x [m, k] is column-major
-     * [k, m] (ld k). */
-    cublasStatus_t s = cublasGemmEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &one, w,
-                                    CUDA_R_16F, k, x, CUDA_R_16F, k, &zero, y, CUDA_R_16F, n,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        err_set(blas_code(s), "cuda_gemm_linear: cublasGemmEx m=%d n=%d k=%d: %s (%s)", m, n,
-                k, cublasGetStatusName(s), cublasGetStatusString(s));
-        return blas_code(s);
-    }
+    int err = gemm_ex(g, y, CUDA_R_16F, x, w, m, n, k, "cuda_gemm_linear");
+    if (err) return err;
     if (bias) {
         cudaError_t e = cuda_bias_relu(y, bias, m, n, relu, g->stream);
         if (e != cudaSuccess) return cuda_fail(e, "cuda_gemm_linear: cuda_bias_relu");
     }
     return 0;
+}
+
+int cuda_gemm_linear_f32(struct cuda_gemm *g, float *y, const uint16_t *x,
+                         const uint16_t *w, int32_t m, int32_t n, int32_t k)
+{
+    if (m < 0 || n <= 0 || k <= 0 || !y || !x || !w)
+        return err_set(ENG_EINVAL, "cuda_gemm_linear_f32: m=%d n=%d k=%d", m, n, k);
+    if (m == 0) return 0;
+    return gemm_ex(g, y, CUDA_R_32F, x, w, m, n, k, "cuda_gemm_linear_f32");
 }

@@ -1,7 +1,7 @@
 /*
  * cuda_gemm.h - the CUDA backend's projections through cuBLAS:
  * y [m, n] = x [m, k] . W^T (+ bias, then ReLU if asked), fp16 in and out, fp32
- * accumulation.
+ * accumulation; and the LM head's variant with fp32 out (cuda_gemm_linear_f32).
  *
  * W is the checkpoint's (PyTorch's) [n, k] = [out, in] matrix, row-major, as the CPU
  * backend loads it (engine/cpu/cpu_gemm.c reads "<prefix>.weight" [n, k] and gives
@@ -61,6 +61,18 @@ void cuda_gemm_destroy(struct cuda_gemm *g);
  */
 int cuda_gemm_linear(struct cuda_gemm *g, uint16_t *y, const uint16_t *x, const uint16_t *w,
                      const uint16_t *bias, int32_t m, int32_t n, int32_t k, bool relu);
+
+/*
+ * y [m, n] fp32 = x [m, k] . w [n, k]^T: fp16 in, fp32 accumulation and output (the LM
+ * head: logits leave the device in fp32, unrounded, for cuda_sample or the host). No
+ * bias. The same cublasGemmEx as cuda_gemm_linear with an fp32 C (CUDA_R_32F): y is
+ * the fp32 accumulator as cuBLAS leaves it, never rounded to fp16. Row-major, dense
+ * rows; y must not overlap x or w. m == 0 enqueues nothing; m, n, k > 0 otherwise.
+ * y is 4-byte aligned as any float array (16-byte aligned, n a multiple of 4 and k
+ * of 8 for the tensor-core kernels: OPT's vocabulary 50272 and hidden sizes have it).
+ */
+int cuda_gemm_linear_f32(struct cuda_gemm *g, float *y, const uint16_t *x,
+                         const uint16_t *w, int32_t m, int32_t n, int32_t k);
 
 #ifdef __cplusplus
 }

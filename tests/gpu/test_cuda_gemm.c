@@ -1,7 +1,8 @@
 /*
- * test_cuda_gemm.c - cuda_gemm_linear (cuda/cuda_gemm.c, cuBLAS) against a host GEMM
- * of the same fp16 inputs: y [m, n] = x [m, k] . w [n, k]^T (+ bias, ReLU), the
- * weight in the checkpoint's [out, in] layout as the CPU backend reads it.
+ * test_cuda_gemm.c - cuda_gemm_linear and cuda_gemm_linear_f32 (cuda/cuda_gemm.c,
+ * cuBLAS) against a host GEMM of the same fp16 inputs: y [m, n] = x [m, k] . w [n, k]^T
+ * (+ bias, ReLU), the weight in the checkpoint's [out, in] layout as the CPU backend
+ * reads it.
  *
  * The host reference widens the fp16 values and sums in double (so its own error is
  * negligible); the device sums fp32 products in fp32 in an order cuBLAS picks, and
@@ -15,6 +16,9 @@
  * OPT-6.7B's (4096, 16384), with m = 1, 3, 17 and 512 tokens (odd m: no tile
  * multiple). Where m n k is large the reference checks a sample of rows (the first,
  * the last, and 14 in between) against the whole device output's rows.
+ *
+ * cuda_gemm_linear_f32 (the LM head, fp32 out) is checked the same way without the
+ * fp16 rounding: within the fp32 accumulation's 2^-16 sum |x w|, and not fp16 values.
  *
  * Without a CUDA device it prints "no CUDA device: skipping" and exits 77 (SKIP).
  */
@@ -123,6 +127,83 @@ out:
     return bad;
 }
 
+/*
+ * Compare cuda_gemm_linear_f32 (fp32 out, no bias) with the host on one shape; returns
+ * the bad outputs. The output is the fp32 accumulator, unrounded: within 2^-16 sum
+ * |x w| of the double reference (the fp32 accumulation alone) plus 1e-6, and almost
+ * never an fp16 value (an fp32 in a binade is one with odds 2^-13), so a result that
+ * went through fp16 on the way fails by its count of fp16-representable values.
+ */
+static int64_t check_shape_f32(int32_t m, int32_t n, int32_t k)
+{
+    int64_t bad = 0;
+    const float ws = 1.0f / sqrtf((float)k);
+    uint16_t *x = gpu_rnd_f16(&rng, (int64_t)m * k, -1.0f, 1.0f);
+    uint16_t *w = gpu_rnd_f16(&rng, (int64_t)n * k, -ws, ws);
+    float *y = malloc((size_t)m * n * sizeof *y);
+    uint16_t *d_x = NULL, *d_w = NULL;
+    float *d_y = NULL;
+    float *xf = malloc((size_t)k * sizeof *xf), *wf = malloc((size_t)n * k * sizeof *wf);
+    for (int64_t i = 0; i < (int64_t)n * k; i++)
+        wf[i] = f16_to_f32(w[i]);
+
+    CUDA_OK(cudaMalloc((void **)&d_x, (size_t)m * k * 2));
+    CUDA_OK(cudaMalloc((void **)&d_w, (size_t)n * k * 2));
+    CUDA_OK(cudaMalloc((void **)&d_y, (size_t)m * n * 4));
+    CUDA_OK(cudaMemcpy(d_x, x, (size_t)m * k * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d_w, w, (size_t)n * k * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(d_y, 0xff, (size_t)m * n * 4)); /* NaNs where nothing is written */
+    int err = cuda_gemm_linear_f32(gemm, d_y, d_x, d_w, m, n, k);
+    if (err) {
+        TEST_FAIL("cuda_gemm_linear_f32(%d, %d, %d): %s", m, n, k, err_msg());
+        bad = 1;
+        goto out;
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(y, d_y, (size_t)m * n * 4, cudaMemcpyDeviceToHost));
+
+    const bool all = (double)m * n * k <= 3e8;
+    const int32_t n_rows = all ? m : (m < 16 ? m : 16);
+    double worst = 0.0;
+    int64_t n_f16 = 0, n_checked = 0;
+    for (int32_t ri = 0; ri < n_rows; ri++) {
+        const int32_t r = all || n_rows == m ? ri : (int32_t)((int64_t)ri * (m - 1) / 15);
+        for (int32_t j = 0; j < k; j++)
+            xf[j] = f16_to_f32(x[(int64_t)r * k + j]);
+        for (int32_t c = 0; c < n; c++) {
+            const float *wr = wf + (int64_t)c * k;
+            double acc = 0.0, mag = 0.0;
+            for (int32_t j = 0; j < k; j++) {
+                acc += (double)xf[j] * wr[j];
+                mag += fabs((double)xf[j] * wr[j]);
+            }
+            const float got = y[(int64_t)r * n + c];
+            const double tol = ldexp(mag, -16) + 1e-6, e = fabs(got - acc);
+            n_checked++;
+            if (got != 0.0f && f16_to_f32(f32_to_f16(got)) == got) n_f16++;
+            if (!(e <= tol)) {
+                if (bad++ < 5)
+                    TEST_FAIL("f32 m=%d n=%d k=%d: y[%d, %d] = %.9g, want %.9g (tol %.3g)",
+                              m, n, k, r, c, got, acc, tol);
+            } else if (e / tol > worst) {
+                worst = e / tol;
+            }
+        }
+    }
+    if (n_f16 > n_checked / 100 + 2) {
+        TEST_FAIL("f32 m=%d n=%d k=%d: %lld of %lld outputs are fp16 values (rounded?)", m,
+                  n, k, (long long)n_f16, (long long)n_checked);
+        bad++;
+    }
+    printf("# f32 m=%5d n=%5d k=%5d: %d rows checked, worst error %.2f of tolerance, "
+           "%lld fp16-exact\n",
+           m, n, k, n_rows, worst, (long long)n_f16);
+out:
+    cudaFree(d_x), cudaFree(d_w), cudaFree(d_y);
+    free(x), free(w), free(y), free(xf), free(wf);
+    return bad;
+}
+
 static const int32_t ms[] = {1, 3, 17, 512};
 
 /* qkv, out_proj, fc1 (+ReLU), fc2 of a model with hidden hd and ffn f, every m. */
@@ -146,6 +227,18 @@ TEST(opt_125m_lm_head_without_bias)
     /* The tied LM head: [vocab, hidden], no bias; the decode rows of a step. */
     EXPECT_EQ(check_shape(1, 50272, 768, false, false), 0);
     EXPECT_EQ(check_shape(17, 50272, 768, false, false), 0);
+}
+
+TEST(lm_head_in_fp32)
+{
+    /* cuda_gemm_linear_f32: OPT-125m's and OPT-6.7B's tied LM heads [50272, hidden]
+     * for the decode rows of a step, then odd shapes (cuBLAS's fallbacks). */
+    EXPECT_EQ(check_shape_f32(1, 50272, 768), 0);
+    EXPECT_EQ(check_shape_f32(17, 50272, 768), 0);
+    EXPECT_EQ(check_shape_f32(3, 50272, 4096), 0);
+    EXPECT_EQ(check_shape_f32(64, 50272, 4096), 0);
+    EXPECT_EQ(check_shape_f32(5, 37, 29), 0);
+    EXPECT_EQ(check_shape_f32(1, 1, 1), 0);
 }
 
 TEST(opt_6_7b_projections)
@@ -215,6 +308,13 @@ TEST(bad_arguments_are_refused)
     EXPECT_EQ(cuda_gemm_linear(gemm, d, d, d, d, 1, 3, 4, false), ENG_EINVAL); /* odd n */
     EXPECT(strstr(err_msg(), "cuda_gemm_linear") != NULL);
     EXPECT_EQ(cuda_gemm_linear(gemm, d, d, d, d, 0, 4, 4, false), 0); /* nothing to do */
+    float *f = (float *)d;
+    EXPECT_EQ(cuda_gemm_linear_f32(gemm, f, d, d, -1, 4, 4), ENG_EINVAL);
+    EXPECT_EQ(cuda_gemm_linear_f32(gemm, f, d, d, 1, 0, 4), ENG_EINVAL);
+    EXPECT_EQ(cuda_gemm_linear_f32(gemm, f, d, d, 1, 4, 0), ENG_EINVAL);
+    EXPECT_EQ(cuda_gemm_linear_f32(gemm, NULL, d, d, 1, 4, 4), ENG_EINVAL);
+    EXPECT(strstr(err_msg(), "cuda_gemm_linear_f32") != NULL);
+    EXPECT_EQ(cuda_gemm_linear_f32(gemm, f, d, d, 0, 4, 4), 0); /* nothing to do */
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaFree(d);
 }
@@ -229,6 +329,7 @@ int main(void)
     }
     RUN(opt_125m_projections);
     RUN(opt_125m_lm_head_without_bias);
+    RUN(lm_head_in_fp32);
     RUN(opt_6_7b_projections);
     RUN(odd_shapes_and_no_bias);
     RUN(timing_opt_6_7b);
