@@ -127,6 +127,13 @@ struct backend {
     void *ctx;
 };
 
+/* Where the model runs. */
+enum be_device {
+    BE_DEVICE_CPU = 0,  /* the CPU backend (oneDNN) */
+    BE_DEVICE_CUDA = 1, /* the CUDA backend, one GPU per tensor-parallel rank */
+    BE_DEVICE_AUTO = 2, /* CUDA where this build has it and a GPU is present, else CPU */
+};
+
 /* Most tensor-parallel ranks a backend takes. */
 #define BE_MAX_TP 64
 
@@ -147,6 +154,30 @@ struct be_cpu_opts {
  * then on.
  */
 int backend_cpu_create(struct backend *out, const struct be_cpu_opts *opts);
+
+struct be_cuda_opts {
+    int tensor_parallel;          /* ranks, one per GPU (devices 0..N-1); 0 or 1 = GPU 0 */
+    float gpu_memory_utilization; /* fraction of each GPU's memory for weights, workspace
+                                     and the KV pool together, in (0, 1]; 0 = 0.9 */
+};
+
+/*
+ * Create the CUDA backend: fp16 weights and activations, fp32 accumulation, fp32 H2O
+ * scores, the slot state on the GPUs (kv_state returns -1; kv_read_state and
+ * kv_victims serve the engine). Returns 0, ENG_EUNSUPPORTED when this build has no
+ * CUDA backend, ENG_EUNAVAILABLE when fewer GPUs than ranks are present or a device
+ * cannot be initialised, or ENG_EINVAL for bad options.
+ * Owns: *out (backend_destroy). Thread: the engine thread from then on (with tensor
+ * parallelism it drives one worker thread per further GPU).
+ */
+int backend_cuda_create(struct backend *out, const struct be_cuda_opts *opts);
+
+/*
+ * How many CUDA GPUs this build can use: 0 without the CUDA backend, without an
+ * NVIDIA driver (no /dev/nvidiactl: then no CUDA call is made at all) or without a
+ * device. Thread: any.
+ */
+int backend_cuda_device_count(void);
 
 /* Whether this CPU has AVX512-BF16 (the default dtype is bf16 where it does). */
 int backend_cpu_has_bf16(void);

@@ -61,6 +61,23 @@ int model_load_tokenizer(struct tokenizer **out, const char *name)
     return load_tokenizer(out, &cfg, strncmp(name, "dummy:", 6) == 0 ? NULL : name);
 }
 
+/* The backend of opts->device (auto: CUDA when a GPU is there, else CPU). */
+static int create_backend(struct model *m, const struct model_opts *opts)
+{
+    enum be_device dev = opts->device;
+    if (dev == BE_DEVICE_AUTO) dev = backend_cuda_device_count() > 0 ? BE_DEVICE_CUDA : BE_DEVICE_CPU;
+    if (dev == BE_DEVICE_CUDA) {
+        struct be_cuda_opts co = {.tensor_parallel = opts->tensor_parallel,
+                                  .gpu_memory_utilization = opts->gpu_memory_utilization};
+        m->dtype = DTYPE_F16;
+        return backend_cuda_create(&m->be, &co);
+    }
+    struct be_cpu_opts bo = {.dtype = opts->dtype, .n_threads = opts->n_threads,
+                             .tensor_parallel = opts->tensor_parallel};
+    m->dtype = opts->dtype;
+    return backend_cpu_create(&m->be, &bo);
+}
+
 int model_load(struct model **out, const char *name, const struct model_opts *opts)
 {
     struct model *m = xcalloc(1, sizeof *m);
@@ -73,11 +90,8 @@ int model_load(struct model **out, const char *name, const struct model_opts *op
     if (err) goto fail;
     err = dummy ? weights_open_dummy(&w, &m->cfg, opts->dummy_seed) : weights_open(&w, name);
     if (err) goto fail;
-    struct be_cpu_opts bo = {.dtype = opts->dtype, .n_threads = opts->n_threads,
-                            .tensor_parallel = opts->tensor_parallel};
-    err = backend_cpu_create(&m->be, &bo);
+    err = create_backend(m, opts);
     if (err) goto fail;
-    m->dtype = opts->dtype;
     err = m->be.ops->load(m->be.ctx, &m->cfg, w);
     if (err) goto fail;
     weights_close(w);

@@ -49,9 +49,11 @@ int opt_config_dummy(struct opt_config *cfg, const char *name);
 struct tokenizer;
 
 struct model_opts {
-    enum dtype dtype;    /* compute dtype of the CPU backend */
+    enum be_device device; /* default BE_DEVICE_CPU (the server's default is auto) */
+    enum dtype dtype;    /* compute dtype of the CPU backend (CUDA computes in fp16) */
     int n_threads;       /* 0 = OpenMP's default */
     int tensor_parallel; /* ranks the layers are sharded over; 0 or 1 = none */
+    float gpu_memory_utilization; /* CUDA: share of each GPU to use; 0 = 0.9 */
     uint64_t dummy_seed; /* seed of dummy:* weights */
 };
 
@@ -59,7 +61,7 @@ struct model {
     struct opt_config cfg;
     struct tokenizer *tok;
     struct backend be;
-    enum dtype dtype;
+    enum dtype dtype;            /* what the backend computes in (fp16 on CUDA) */
     double load_seconds;
 };
 

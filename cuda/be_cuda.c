@@ -1,0 +1,608 @@
+/*
+ * be_cuda.c - the CUDA backend behind struct be_ops: set-up, weights, the KV pool
+ * and its block operations (the forward is be_cuda_fwd.c; the state is described in
+ * be_cuda_impl.h).
+ *
+ * Every operation is a job run on all ranks at once (ranks.h), each on its own
+ * thread with its own device current, and ends with the rank's stream synchronised:
+ * the engine calls the backend synchronously (a forward's logits are needed before
+ * the next step is built), so nothing is gained by leaving work in flight between
+ * calls, and host staging buffers are free again when a call returns.
+ *
+ * Owns: everything in struct cuda_be. Thread: engine (the rank threads are internal).
+ */
+#include "be_cuda_impl.h"
+#include "comm_nccl.h"
+
+#include "err.h"
+#include "util.h"
+#include "weights.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const struct be_ops cuda_ops;
+
+int cu_fail(struct cu_rank *r, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess) return r->err;
+    if (!r->err) {
+        r->err = e == cudaErrorMemoryAllocation ? ENG_ENOMEM : ENG_EUNAVAILABLE;
+        snprintf(r->msg, sizeof r->msg, "CUDA rank %d (GPU %d): %s: %s", r->sh.rank, r->device,
+                 what, cudaGetErrorString(e));
+    }
+    return r->err;
+}
+
+int cu_fail_eng(struct cu_rank *r, int err)
+{
+    if (err && !r->err) {
+        r->err = err;
+        snprintf(r->msg, sizeof r->msg, "CUDA rank %d: %s", r->sh.rank, err_msg());
+    }
+    return r->err;
+}
+
+int cu_run(struct cuda_be *c, ranks_fn fn)
+{
+    for (int32_t i = 0; i < c->n_rank; i++) c->ranks[i].err = 0;
+    ranks_run(c->threads, fn, c);
+    for (int32_t i = 0; i < c->n_rank; i++)
+        if (c->ranks[i].err) return err_set(c->ranks[i].err, "%s", c->ranks[i].msg);
+    return 0;
+}
+
+int cu_reserve(struct cu_rank *r, void **p, size_t *cap, size_t n, const char *what)
+{
+    if (n <= *cap) return r->err;
+    cudaFree(*p);
+    *p = NULL;
+    *cap = 0;
+    if (cu_fail(r, cudaMalloc(p, n), what)) return r->err;
+    *cap = n;
+    return 0;
+}
+
+int backend_cuda_device_count(void)
+{
+    /* No driver, no device: answer without touching CUDA, whose runtime would only
+     * fail to find a driver (and sanitizer builds need not load it at all). */
+    if (access("/dev/nvidiactl", F_OK) != 0) return 0;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+    return n;
+}
+
+/* Each rank thread: make its GPU current once (every CUDA call on the thread uses
+ * it). Rank 0 is the engine thread, which sets it in every job instead. */
+static void rank_thread_init(void *arg, int32_t rank)
+{
+    (void)arg;
+    cudaSetDevice(rank);
+}
+
+/* The device of `rank` current on this thread; the stream, cuBLAS handle and NCCL
+ * communicator made on it. */
+static void job_open(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    r->device = rank;
+    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (cu_fail(r, cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking),
+                "cudaStreamCreate"))
+        return;
+    if (cu_fail_eng(r, cuda_gemm_create(&r->gemm, r->device, r->stream))) return;
+    if (c->n_rank > 1) cu_fail_eng(r, comm_nccl_open(c->group, rank, r->device, r->stream, &r->comm));
+}
+
+int backend_cuda_create(struct backend *out, const struct be_cuda_opts *opts)
+{
+    const int n_rank = opts->tensor_parallel > 0 ? opts->tensor_parallel : 1;
+    const float util = opts->gpu_memory_utilization > 0 ? opts->gpu_memory_utilization : 0.9f;
+    if (n_rank > BE_MAX_TP || !(util > 0 && util <= 1))
+        return err_set(ENG_EINVAL, "CUDA backend: tensor_parallel %d or gpu_memory_utilization "
+                                   "%g out of range", opts->tensor_parallel, (double)util);
+    const int n_dev = backend_cuda_device_count();
+    if (n_dev < n_rank)
+        return err_set(ENG_EUNAVAILABLE, "CUDA backend: %d rank%s need%s %d GPUs, %d found",
+                       n_rank, n_rank > 1 ? "s" : "", n_rank > 1 ? "" : "s", n_rank, n_dev);
+    struct cuda_be *c = xcalloc(1, sizeof *c);
+    c->opts = *opts;
+    c->opts.gpu_memory_utilization = util;
+    c->n_rank = n_rank;
+    c->ranks = xcalloc((size_t)n_rank, sizeof *c->ranks);
+    for (int32_t i = 0; i < n_rank; i++) c->ranks[i].sh = (struct shard){.rank = i, .size = n_rank};
+    int err = ranks_create(&c->threads, n_rank, rank_thread_init, c);
+    if (!err && n_rank > 1) err = comm_nccl_group_create(&c->group, n_rank);
+    /* NCCL's set-up is collective: every rank opens at once, each on its thread. */
+    if (!err) err = cu_run(c, job_open);
+    out->ops = &cuda_ops;
+    out->ctx = c;
+    if (err) {
+        backend_destroy(out);
+        return err;
+    }
+    return 0;
+}
+
+/* ---- weights ---- */
+
+/* src [n] fp32 to a new device buffer of fp16 (NULL src gives NULL). */
+static uint16_t *upload_f16(struct cu_rank *r, const float *src, size_t n, const char *what)
+{
+    if (!src || r->err) return NULL;
+    uint16_t *h = malloc(n * sizeof *h);
+    if (!h) {
+        r->err = ENG_ENOMEM;
+        snprintf(r->msg, sizeof r->msg, "out of host memory converting %s", what);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_f16(src[i]);
+    uint16_t *d = NULL;
+    if (!cu_fail(r, cudaMalloc((void **)&d, n * sizeof *d), what))
+        cu_fail(r, cudaMemcpy(d, h, n * sizeof *d, cudaMemcpyHostToDevice), what);
+    free(h);
+    return d;
+}
+
+/* A whole tensor "<prefix>.<what>" of [rows, cols] to the device as fp16. */
+static uint16_t *load_whole(struct cu_rank *r, const struct weights *w, const char *prefix,
+                            const char *what, int64_t rows, int64_t cols)
+{
+    float *f = NULL;
+    if (r->err || cu_fail_eng(r, shard_read(w, prefix, what, shard_whole(rows, cols), &f)))
+        return NULL;
+    char name[128];
+    snprintf(name, sizeof name, "%s.%s", prefix, what);
+    uint16_t *d = upload_f16(r, f, (size_t)(rows * cols), name);
+    free(f);
+    return d;
+}
+
+static void load_layer(struct cuda_be *c, struct cu_rank *r, int32_t li)
+{
+    const struct opt_config *cfg = &c->cfg;
+    const size_t hd = (size_t)cfg->hidden, attn = (size_t)r->sh.n_head * (size_t)cfg->head_dim;
+    const size_t ffn = (size_t)r->sh.n_ffn;
+    struct shard_layer sl;
+    if (cu_fail_eng(r, shard_read_layer(&r->sh, cfg, c->w, li, &sl))) return;
+    struct cu_layer *L = &r->layers[li];
+    L->qkv_w = upload_f16(r, sl.qkv_w, 3 * attn * hd, "qkv weight");
+    L->qkv_b = upload_f16(r, sl.qkv_b, 3 * attn, "qkv bias");
+    L->out_w = upload_f16(r, sl.out_w, hd * attn, "out_proj weight");
+    L->out_b = upload_f16(r, sl.out_b, hd, "out_proj bias");
+    L->fc1_w = upload_f16(r, sl.fc1_w, ffn * hd, "fc1 weight");
+    L->fc1_b = upload_f16(r, sl.fc1_b, ffn, "fc1 bias");
+    L->fc2_w = upload_f16(r, sl.fc2_w, hd * ffn, "fc2 weight");
+    L->fc2_b = upload_f16(r, sl.fc2_b, hd, "fc2 bias");
+    L->ln1_w = upload_f16(r, sl.ln1_w, hd, "layer norm");
+    L->ln1_b = upload_f16(r, sl.ln1_b, hd, "layer norm");
+    L->ln2_w = upload_f16(r, sl.ln2_w, hd, "layer norm");
+    L->ln2_b = upload_f16(r, sl.ln2_b, hd, "layer norm");
+    shard_layer_free(&sl);
+}
+
+/* Load one rank's weights (a job): every rank reads only its shard, in parallel. */
+static void job_load(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    const struct opt_config *cfg = &c->cfg;
+    const int64_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim, V = cfg->vocab_size;
+    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (cu_fail_eng(r, shard_init(&r->sh, cfg, rank, c->n_rank))) return;
+    r->embed = load_whole(r, c->w, "embed_tokens", "weight", V, proj);
+    r->pos_embed = load_whole(r, c->w, "embed_positions", "weight", cfg->max_pos + 2, hd);
+    if (proj != hd) r->project_in = load_whole(r, c->w, "project_in", "weight", hd, proj);
+    if (rank == 0) {
+        if (proj != hd) r->project_out = load_whole(r, c->w, "project_out", "weight", proj, hd);
+        if (cfg->ln_before) {
+            r->lnf_w = load_whole(r, c->w, "final_layer_norm", "weight", hd, 1);
+            r->lnf_b = load_whole(r, c->w, "final_layer_norm", "bias", hd, 1);
+        }
+        /* lm_head is the token embedding unless the checkpoint has its own. */
+        r->own_lm_head = weights_has(c->w, "lm_head.weight");
+        r->lm_head = r->own_lm_head ? load_whole(r, c->w, "lm_head", "weight", V, proj) : r->embed;
+    }
+    r->layers = xcalloc((size_t)cfg->n_layer, sizeof *r->layers);
+    for (int32_t li = 0; li < cfg->n_layer && !r->err; li++) load_layer(c, r, li);
+}
+
+/* After the weights: how much of this GPU the pool may take (a job). */
+static void job_measure(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    size_t free_b = 0, total_b = 0;
+    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (cu_fail(r, cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo")) return;
+    /* The pool gets util * total minus what is in use now (weights, CUDA context,
+     * cuBLAS and NCCL buffers), less a reserve for the forward's workspace, which
+     * grows with the batch: room for 4096 tokens and 512 rows of logits. */
+    const struct opt_config *cfg = &c->cfg;
+    const size_t tok = 4096, wide = (size_t)MAX(cfg->hidden, cfg->word_embed_proj_dim);
+    const size_t ws = tok * 2 *
+                          (3 * wide + 4 * (size_t)r->sh.n_head * (size_t)cfg->head_dim +
+                           (size_t)r->sh.n_ffn) +
+                      512 * (size_t)cfg->vocab_size * 4 + ((size_t)256 << 20);
+    const double budget = (double)c->opts.gpu_memory_utilization * (double)total_b -
+                          (double)(total_b - free_b) - (double)ws;
+    r->kv_room = budget > 0 ? (size_t)budget : 0;
+}
+
+static int be_cuda_load(void *ctx, const struct opt_config *cfg, const struct weights *w)
+{
+    struct cuda_be *c = ctx;
+    CHECK(!c->loaded);
+    c->loaded = true; /* even on failure: destroy frees what was built */
+    c->cfg = *cfg;
+    if (cfg->head_dim % 2 || cfg->head_dim > 256 || cfg->hidden % 2)
+        return err_set(ENG_EUNSUPPORTED, "CUDA backend: head_dim %d must be even and at most "
+                                         "256", cfg->head_dim);
+    c->w = w;
+    int err = cu_run(c, job_load);
+    c->w = NULL;
+    if (!err) err = cu_run(c, job_measure);
+    if (!err) {
+        /* Every rank holds the same blocks (its own heads of them), so the smallest
+         * room bounds the pool; kv_capacity counts bytes over all ranks. */
+        size_t least = SIZE_MAX;
+        for (int32_t i = 0; i < c->n_rank; i++) least = MIN(least, c->ranks[i].kv_room);
+        c->capacity = least * (size_t)c->n_rank;
+    }
+    return err;
+}
+
+/* ---- the KV pool ---- */
+
+static size_t be_cuda_kv_block_bytes(void *ctx, int32_t block_size)
+{
+    struct cuda_be *c = ctx;
+    const size_t slots = (size_t)c->cfg.n_head * (size_t)block_size;
+    const size_t per_layer = 2 * slots * (size_t)c->cfg.head_dim * 2 + slots * (4 + 4);
+    return per_layer * (size_t)c->cfg.n_layer; /* over all ranks: each holds its heads */
+}
+
+static size_t be_cuda_kv_capacity(void *ctx)
+{
+    return ((struct cuda_be *)ctx)->capacity;
+}
+
+/* Element counts of one layer's pool on rank r: K or V, and pos or score. */
+static size_t kv_elems(const struct cuda_be *c, const struct cu_rank *r)
+{
+    return (size_t)c->n_blocks * (size_t)r->sh.n_head * (size_t)c->cfg.head_dim *
+           (size_t)c->block_size;
+}
+
+static size_t state_elems(const struct cuda_be *c, const struct cu_rank *r)
+{
+    return (size_t)c->n_blocks * (size_t)r->sh.n_head * (size_t)c->block_size;
+}
+
+static void kv_free(struct cuda_be *c, struct cu_rank *r)
+{
+    if (!r->layers) return;
+    for (int32_t li = 0; li < c->cfg.n_layer; li++) {
+        struct cu_layer *L = &r->layers[li];
+        cudaFree(L->k);
+        cudaFree(L->v);
+        cudaFree(L->pos);
+        cudaFree(L->score);
+        L->k = L->v = NULL;
+        L->pos = NULL;
+        L->score = NULL;
+    }
+}
+
+/* Allocate this rank's part of the pool (a job): every slot free, K and V zero. */
+static void job_kv_alloc(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    kv_free(c, r);
+    const size_t kv = kv_elems(c, r) * 2, st = state_elems(c, r) * 4;
+    for (int32_t li = 0; li < c->cfg.n_layer && !r->err; li++) {
+        struct cu_layer *L = &r->layers[li];
+        if (cu_fail(r, cudaMalloc((void **)&L->k, kv), "KV pool (K)") ||
+            cu_fail(r, cudaMalloc((void **)&L->v, kv), "KV pool (V)") ||
+            cu_fail(r, cudaMalloc((void **)&L->pos, st), "KV pool (pos)") ||
+            cu_fail(r, cudaMalloc((void **)&L->score, st), "KV pool (score)"))
+            return;
+        /* All bits set is -1 in int32: every slot free. */
+        cu_fail(r, cudaMemsetAsync(L->pos, 0xff, st, r->stream), "cudaMemset");
+        cu_fail(r, cudaMemsetAsync(L->score, 0, st, r->stream), "cudaMemset");
+        cu_fail(r, cudaMemsetAsync(L->k, 0, kv, r->stream), "cudaMemset");
+        cu_fail(r, cudaMemsetAsync(L->v, 0, kv, r->stream), "cudaMemset");
+    }
+    cu_fail(r, cudaStreamSynchronize(r->stream), "KV pool initialisation");
+}
+
+static int be_cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size)
+{
+    struct cuda_be *c = ctx;
+    CHECK(c->loaded && n_blocks > 0 && block_size > 0);
+    c->n_blocks = n_blocks;
+    c->block_size = block_size;
+    return cu_run(c, job_kv_alloc);
+}
+
+/* The block operations have no error return in be_ops (on the CPU they cannot fail):
+ * a GPU that fails one is lost, and the process stops with the reason rather than
+ * serve from a pool it can no longer trust. */
+static void run_or_abort(struct cuda_be *c, ranks_fn fn)
+{
+    if (cu_run(c, fn)) {
+        log_error("%s", err_msg());
+        abort();
+    }
+}
+
+/* Grow the rank's staging pair (device and pinned host) to n bytes. */
+static int stage_reserve(struct cu_rank *r, size_t n)
+{
+    if (n <= r->stage_cap) return r->err;
+    cudaFree(r->stage_dev);
+    cudaFreeHost(r->stage_host);
+    r->stage_dev = r->stage_host = NULL;
+    r->stage_cap = 0;
+    n = MAX(n, (size_t)1 << 16);
+    if (cu_fail(r, cudaMalloc(&r->stage_dev, n), "staging buffer") ||
+        cu_fail(r, cudaMallocHost(&r->stage_host, n), "pinned staging buffer"))
+        return r->err;
+    r->stage_cap = n;
+    return 0;
+}
+
+/* Copy n int32 to the front of the device staging buffer (through the pinned one);
+ * returns the device pointer or NULL on error. */
+static int32_t *stage_ints(struct cu_rank *r, const int32_t *src, size_t n, size_t extra)
+{
+    if (stage_reserve(r, n * 4 + extra)) return NULL;
+    memcpy(r->stage_host, src, n * 4);
+    if (cu_fail(r, cudaMemcpyAsync(r->stage_dev, r->stage_host, n * 4, cudaMemcpyHostToDevice,
+                                   r->stream),
+                "upload"))
+        return NULL;
+    return r->stage_dev;
+}
+
+static void job_kv_init(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    const int32_t *blocks = stage_ints(r, c->op_blocks, (size_t)c->op_n, 0);
+    for (int32_t li = 0; blocks && li < c->cfg.n_layer; li++) {
+        struct cu_layer *L = &r->layers[li];
+        if (cu_fail(r, cuda_kv_init_blocks(L->v, L->pos, L->score, blocks, c->op_n,
+                                           r->sh.n_head, c->cfg.head_dim, c->block_size,
+                                           r->stream),
+                    "cuda_kv_init_blocks"))
+            return;
+    }
+    cu_fail(r, cudaStreamSynchronize(r->stream), "kv_init_blocks");
+}
+
+static void be_cuda_kv_init_blocks(void *ctx, const int32_t *blocks, int32_t n)
+{
+    struct cuda_be *c = ctx;
+    if (n == 0) return;
+    c->op_blocks = blocks;
+    c->op_n = n;
+    run_or_abort(c, job_kv_init);
+}
+
+static void job_kv_copy(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    const size_t st = (size_t)r->sh.n_head * (size_t)c->block_size; /* per block */
+    const size_t kv = st * (size_t)c->cfg.head_dim;
+    for (int32_t li = 0; li < c->cfg.n_layer && !r->err; li++) {
+        struct cu_layer *L = &r->layers[li];
+        for (int32_t i = 0; i < c->op_n && !r->err; i++) {
+            const size_t s = (size_t)c->op_src[i], d = (size_t)c->op_dst[i];
+            const enum cudaMemcpyKind k = cudaMemcpyDeviceToDevice;
+            cu_fail(r, cudaMemcpyAsync(L->k + d * kv, L->k + s * kv, kv * 2, k, r->stream), "copy");
+            cu_fail(r, cudaMemcpyAsync(L->v + d * kv, L->v + s * kv, kv * 2, k, r->stream), "copy");
+            cu_fail(r, cudaMemcpyAsync(L->pos + d * st, L->pos + s * st, st * 4, k, r->stream),
+                    "copy");
+            cu_fail(r, cudaMemcpyAsync(L->score + d * st, L->score + s * st, st * 4, k,
+                                       r->stream),
+                    "copy");
+        }
+    }
+    cu_fail(r, cudaStreamSynchronize(r->stream), "kv_copy_blocks");
+}
+
+static void be_cuda_kv_copy_blocks(void *ctx, const int32_t *src, const int32_t *dst, int32_t n)
+{
+    struct cuda_be *c = ctx;
+    if (n == 0) return;
+    c->op_src = src;
+    c->op_dst = dst;
+    c->op_n = n;
+    run_or_abort(c, job_kv_copy);
+}
+
+/* H2O prefill compaction on this rank's heads: keep holds [n_layer, n_head, n_keep]
+ * for every head; the rank's rows of a layer are contiguous. */
+static void job_kv_compact(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    const int32_t L = c->cfg.n_layer, H = c->cfg.n_head, Hr = r->sh.n_head;
+    const size_t nb = (size_t)CEIL_DIV(c->op_slots, c->block_size);
+    const size_t per_layer = (size_t)Hr * (size_t)c->op_keep_n;
+    if (stage_reserve(r, (nb + (size_t)L * per_layer) * 4)) return;
+    int32_t *host = r->stage_host;
+    memcpy(host, c->op_blocks, nb * 4);
+    for (int32_t li = 0; li < L; li++)
+        memcpy(host + nb + (size_t)li * per_layer,
+               c->op_keep + ((size_t)li * (size_t)H + (size_t)r->sh.head0) * (size_t)c->op_keep_n,
+               per_layer * 4);
+    const size_t bytes = (nb + (size_t)L * per_layer) * 4;
+    if (cu_fail(r, cudaMemcpyAsync(r->stage_dev, host, bytes, cudaMemcpyHostToDevice, r->stream),
+                "upload"))
+        return;
+    const int32_t *dev = r->stage_dev;
+    for (int32_t li = 0; li < L; li++) {
+        struct cu_layer *Ly = &r->layers[li];
+        struct cuda_kv_compact_args a = {
+            .k = Ly->k, .v = Ly->v, .pos = Ly->pos, .score = Ly->score, .blocks = dev,
+            .keep = dev + nb + (size_t)li * per_layer, .n_slots = c->op_slots,
+            .n_keep = c->op_keep_n, .n_head = Hr, .head_dim = c->cfg.head_dim,
+            .block_size = c->block_size,
+        };
+        if (cu_fail(r, cuda_kv_compact(&a, r->stream), "cuda_kv_compact")) return;
+    }
+    cu_fail(r, cudaStreamSynchronize(r->stream), "kv_compact");
+}
+
+static void be_cuda_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots,
+                               const int32_t *keep, int32_t n_keep)
+{
+    struct cuda_be *c = ctx;
+    c->op_blocks = blocks;
+    c->op_slots = n_slots;
+    c->op_keep = keep;
+    c->op_keep_n = n_keep;
+    run_or_abort(c, job_kv_compact);
+}
+
+static int be_cuda_kv_state(void *ctx, int32_t layer, int32_t **pos, float **score)
+{
+    (void)ctx;
+    (void)layer;
+    *pos = NULL;
+    *score = NULL;
+    return -1; /* on the GPUs: kv_read_state and kv_victims serve the engine */
+}
+
+/* One sequence's slot state of every layer, this rank's heads, into the engine's
+ * [n_layer, n_head, n_slots] arrays (the ranks write disjoint heads). */
+static void job_kv_read(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    const int32_t L = c->cfg.n_layer, H = c->cfg.n_head, Hr = r->sh.n_head, n = c->op_slots;
+    const size_t nb = (size_t)CEIL_DIV(n, c->block_size);
+    const size_t per_layer = (size_t)Hr * (size_t)n; /* elements */
+    const size_t state = (size_t)L * per_layer;
+    const int32_t *blocks = stage_ints(r, c->op_blocks, nb, 2 * state * 4);
+    if (!blocks) return;
+    int32_t *pos_dev = (int32_t *)r->stage_dev + nb;
+    float *score_dev = (float *)(pos_dev + state);
+    for (int32_t li = 0; li < L; li++) {
+        struct cu_layer *Ly = &r->layers[li];
+        if (cu_fail(r, cuda_kv_gather_state(pos_dev + li * per_layer, score_dev + li * per_layer,
+                                            Ly->pos, Ly->score, blocks, n, Hr, c->block_size,
+                                            r->stream),
+                    "cuda_kv_gather_state"))
+            return;
+    }
+    int32_t *pos_host = (int32_t *)r->stage_host + nb;
+    if (cu_fail(r, cudaMemcpyAsync(pos_host, pos_dev, 2 * state * 4, cudaMemcpyDeviceToHost,
+                                   r->stream),
+                "download") ||
+        cu_fail(r, cudaStreamSynchronize(r->stream), "kv_read_state"))
+        return;
+    const float *score_host = (const float *)(pos_host + state);
+    for (int32_t li = 0; li < L; li++) {
+        /* This rank's heads are rows head0 .. head0 + Hr - 1 of the layer. */
+        const size_t dst = ((size_t)li * (size_t)H + (size_t)r->sh.head0) * (size_t)n;
+        memcpy(c->op_pos_out + dst, pos_host + li * per_layer, per_layer * 4);
+        memcpy(c->op_score_out + dst, score_host + li * per_layer, per_layer * 4);
+    }
+}
+
+static int be_cuda_kv_read_state(void *ctx, const int32_t *blocks, int32_t n_slots, int32_t *pos,
+                              float *score)
+{
+    struct cuda_be *c = ctx;
+    if (n_slots == 0) return 0;
+    c->op_blocks = blocks;
+    c->op_slots = n_slots;
+    c->op_pos_out = pos;
+    c->op_score_out = score;
+    return cu_run(c, job_kv_read);
+}
+
+/* ---- profile and teardown ---- */
+
+static void be_cuda_profile(void *ctx, struct be_profile *out)
+{
+    struct cuda_be *c = ctx;
+    *out = c->prof;
+    memset(&c->prof, 0, sizeof c->prof);
+}
+
+static void free_layer(struct cu_layer *L)
+{
+    uint16_t *bufs[] = {L->qkv_w, L->qkv_b, L->out_w, L->out_b, L->fc1_w, L->fc1_b,
+                        L->fc2_w, L->fc2_b, L->ln1_w, L->ln1_b, L->ln2_w, L->ln2_b};
+    for (size_t i = 0; i < ARRAY_LEN(bufs); i++) cudaFree(bufs[i]);
+}
+
+/* Free one rank's device memory and handles (a job: on the rank's thread). */
+static void job_close(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    if (cudaSetDevice(r->device) != cudaSuccess) return;
+    if (r->stream) cudaStreamSynchronize(r->stream);
+    kv_free(c, r);
+    if (r->layers)
+        for (int32_t li = 0; li < c->cfg.n_layer; li++) free_layer(&r->layers[li]);
+    free(r->layers);
+    if (r->own_lm_head) cudaFree(r->lm_head);
+    uint16_t *bufs[] = {r->embed, r->pos_embed, r->project_in, r->project_out, r->lnf_w,
+                        r->lnf_b, r->x, r->h, r->qkv, r->attn, r->ff, r->tmp};
+    for (size_t i = 0; i < ARRAY_LEN(bufs); i++) cudaFree(bufs[i]);
+    cudaFree(r->lse);
+    cudaFree(r->logits);
+    cudaFree(r->meta);
+    cudaFree(r->victims);
+    cudaFreeHost(r->victims_host);
+    cudaFree(r->stage_dev);
+    cudaFreeHost(r->stage_host);
+    comm_destroy(r->comm);
+    cuda_gemm_destroy(r->gemm);
+    if (r->stream) cudaStreamDestroy(r->stream);
+    memset(r, 0, sizeof *r);
+}
+
+static void be_cuda_destroy(void *ctx)
+{
+    struct cuda_be *c = ctx;
+    if (!c) return;
+    if (c->threads) ranks_run(c->threads, job_close, c);
+    ranks_destroy(c->threads);
+    comm_nccl_group_destroy(c->group);
+    cudaFreeHost(c->meta_host);
+    free(c->dec_index);
+    free(c->runs);
+    free(c->ranks);
+    free(c);
+}
+
+static const struct be_ops cuda_ops = {
+    .name = "cuda",
+    .load = be_cuda_load,
+    .kv_alloc = be_cuda_kv_alloc,
+    .kv_block_bytes = be_cuda_kv_block_bytes,
+    .kv_init_blocks = be_cuda_kv_init_blocks,
+    .kv_copy_blocks = be_cuda_kv_copy_blocks,
+    .kv_compact = be_cuda_kv_compact,
+    .kv_state = be_cuda_kv_state,
+    .kv_read_state = be_cuda_kv_read_state,
+    .kv_victims = be_cuda_kv_victims,
+    .kv_capacity = be_cuda_kv_capacity,
+    .forward = be_cuda_forward,
+    .profile = be_cuda_profile,
+    .destroy = be_cuda_destroy,
+};

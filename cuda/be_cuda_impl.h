@@ -1,0 +1,162 @@
+/*
+ * be_cuda_impl.h - the CUDA backend's state, shared by be_cuda.c (set-up, weights,
+ * KV operations) and be_cuda_fwd.c (the forward).
+ *
+ * One rank per GPU: rank r uses device r, its own stream, cuBLAS handle and, with
+ * tensor parallelism, NCCL communicator, all driven from one host thread (ranks.h:
+ * the engine thread is rank 0). Rank r holds its shard of the layers (shard.h: its
+ * heads of q/k/v and out_proj, its fc1 units and fc2 columns), the replicated
+ * embeddings and LayerNorms, and a KV pool of its own heads only:
+ * per layer K [n_blocks, n_head_r, head_dim, block_size], V [n_blocks, n_head_r,
+ * block_size, head_dim] (fp16), pos / score [n_blocks, n_head_r, block_size] (the
+ * layout of cuda_ref.h with n_head_r heads). Rank 0 also holds the final LayerNorm,
+ * project_out and the LM head, and returns the logits.
+ *
+ * fp16 weights and activations (the residual stream too, as FlexGen and Hugging Face
+ * run OPT in fp16), fp32 accumulation in every GEMM and kernel, fp32 H2O scores,
+ * fp32 logits.
+ *
+ * Thread: a rank's fields only on that rank's thread, inside a ranks_run job; the
+ * struct cuda_be fields on the engine thread between jobs.
+ */
+#ifndef H2O_BE_CUDA_IMPL_H
+#define H2O_BE_CUDA_IMPL_H
+
+#include "backend.h"
+#include "comm.h"
+#include "cuda_gemm.h"
+#include "cuda_kernels.h"
+#include "model.h"
+#include "ranks.h"
+#include "shard.h"
+
+#include <cuda_runtime_api.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One layer's weights on a rank's device, fp16, PyTorch [out, in] layout. */
+struct cu_layer {
+    uint16_t *qkv_w, *qkv_b; /* [3 * n_head_r * head_dim, hidden], [3 * n_head_r * head_dim] */
+    uint16_t *out_w, *out_b; /* [hidden, n_head_r * head_dim], [hidden] or NULL off rank 0 */
+    uint16_t *fc1_w, *fc1_b; /* [n_ffn, hidden], [n_ffn] */
+    uint16_t *fc2_w, *fc2_b; /* [hidden, n_ffn], [hidden] or NULL off rank 0 */
+    uint16_t *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* [hidden] */
+    /* This rank's KV pool and slot state for the layer. */
+    uint16_t *k, *v;
+    int32_t *pos;
+    float *score;
+};
+
+/*
+ * The forward's batch description on a device, one upload per forward (the byte
+ * offsets of each array in the rank's meta buffer). Decode sequences (one token)
+ * and prefill chunks are listed separately because two kernels attend them.
+ */
+struct cu_meta {
+    size_t tokens, pos, out_rows;           /* [n_tok], [n_tok], [n_out] */
+    size_t dec_seqs, dec_blocks, dec_slots; /* [n_dec] cuda_decode_seq, [n_dec, max_blocks],
+                                               [n_layer, n_dec, n_head_r] new slots */
+    size_t pre_seqs, pre_blocks;            /* [n_pre] cuda_prefill_seq, [n_pre, max_blocks] */
+    size_t bytes;
+};
+
+struct cu_rank {
+    struct shard sh;
+    int device;
+    cudaStream_t stream;
+    struct cuda_gemm *gemm;
+    struct comm *comm; /* NULL with one rank */
+    /* Replicated weights, fp16. */
+    uint16_t *embed;     /* [vocab, proj] */
+    uint16_t *pos_embed; /* [max_pos + 2, hidden] */
+    uint16_t *project_in; /* [hidden, proj] when proj != hidden */
+    /* Rank 0 only. */
+    uint16_t *project_out; /* [proj, hidden] when proj != hidden */
+    uint16_t *lnf_w, *lnf_b; /* [hidden], pre-LN models */
+    uint16_t *lm_head;       /* [vocab, proj]: embed unless the checkpoint has its own */
+    bool own_lm_head;
+    struct cu_layer *layers; /* [n_layer] */
+    /* Workspace, grown to the largest batch seen. */
+    int32_t cap_tok, cap_out;
+    uint16_t *x;   /* [n_tok, hidden] residual stream */
+    uint16_t *h;   /* [n_tok, max(hidden, proj)] LayerNorm output, GEMM input */
+    uint16_t *qkv; /* [n_tok, 3 * n_head_r * head_dim] */
+    uint16_t *attn; /* [n_tok, n_head_r * head_dim] */
+    uint16_t *ff;  /* [n_tok, n_ffn] */
+    uint16_t *tmp; /* [n_tok, max(hidden, proj)] */
+    float *lse;    /* [n_tok, n_head_r] prefill log-sum-exp */
+    float *logits; /* [n_out, vocab] rank 0 */
+    void *meta;    /* device batch description (struct cu_meta) */
+    size_t meta_cap;
+    int32_t *victims; /* [n_layer, n_dec, n_head_r] decode victims, device */
+    int32_t *victims_host; /* the same, pinned host */
+    size_t victims_cap;    /* int32 elements of both */
+    /* kv_read_state / kv_compact staging: device and pinned host. */
+    void *stage_dev, *stage_host;
+    size_t stage_cap;
+    size_t kv_room; /* bytes this GPU can give the pool, measured after load */
+    /* The first error of the current job; the engine thread reports it. */
+    int err;
+    char msg[256];
+};
+
+/* A run of consecutive decode sequences: decode indices [d0, d1), first row row0.
+ * The decode kernel takes its sequences' rows as one dense block of qkv. */
+struct dec_run {
+    int32_t d0, d1, row0;
+};
+
+struct cuda_be {
+    struct be_cuda_opts opts;
+    struct opt_config cfg;
+    int32_t n_rank;
+    struct cu_rank *ranks;
+    struct ranks *threads;
+    struct comm_nccl_group *group;
+    int32_t n_blocks, block_size;
+    size_t capacity; /* bytes the pool may take over all ranks, measured after load */
+    /* The current job's arguments (set by the engine thread before ranks_run). */
+    const struct weights *w;
+    const struct be_batch *batch;
+    float *logits_out;
+    const int32_t *op_blocks, *op_src, *op_dst, *op_keep;
+    int32_t op_n, op_slots, op_keep_n;
+    int32_t *op_pos_out;
+    float *op_score_out;
+    /* The forward's batch description on the host (pinned), shared by the ranks. */
+    void *meta_host;
+    size_t meta_host_cap;
+    struct cu_meta meta;
+    int32_t n_dec, n_pre, max_blocks, max_dec_slots, max_pre_slots, max_chunk;
+    int32_t *dec_index; /* [n_seq] decode index of each batch sequence, or -1 */
+    struct dec_run *runs; /* [n_runs] */
+    int32_t n_runs;
+    int32_t cap_seq;
+    bool have_victims; /* the last forward produced victims */
+    struct be_profile prof;
+    bool loaded;
+};
+
+/* Record CUDA error e of `what` as the rank's first error; returns nonzero on error
+ * (the job then returns early). */
+int cu_fail(struct cu_rank *r, cudaError_t e, const char *what);
+
+/* Record the engine error just set on this thread (err_msg) as the rank's. */
+int cu_fail_eng(struct cu_rank *r, int err);
+
+/* Run job fn on every rank and turn the first rank error into this thread's error
+ * (err_set). Returns 0 or that error. */
+int cu_run(struct cuda_be *c, ranks_fn fn);
+
+/* Grow device buffer *p to hold n bytes (contents lost); returns nonzero on error. */
+int cu_reserve(struct cu_rank *r, void **p, size_t *cap, size_t n, const char *what);
+
+/* The forward (be_cuda_fwd.c), a be_ops entry. */
+int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits);
+
+/* The victims of the last forward's sequence `seq` (be_cuda_fwd.c), a be_ops entry. */
+int be_cuda_kv_victims(void *ctx, int32_t seq, int32_t *victims);
+
+#endif
