@@ -55,6 +55,8 @@ int batch_run(struct batch *b, struct backend *be, struct kv_pool *pool, int32_t
     for (int32_t i = 0; i < n_items; i++) {
         CHECK(items[i].n_tok > 0);
         CHECK(!items[i].kv->head_slots || items[i].n_tok == 1);
+        /* After kv_seq_finish_prefill a sequence only ever feeds its decode tokens. */
+        CHECK(!items[i].kv->prefilled || items[i].n_tok == 1);
         n_tok += items[i].n_tok;
         n_out += items[i].all_logits ? items[i].n_tok : 1;
     }
@@ -90,6 +92,16 @@ int batch_run(struct batch *b, struct backend *be, struct kv_pool *pool, int32_t
         s->slot_start = it->kv->n_slots;
         s->head_slots = it->kv->head_slots;
         s->n_slots = it->kv->head_slots ? it->kv->n_slots : it->kv->n_slots + it->n_tok;
+        /* The budget goes with decode tokens only, so that a device backend picks
+         * victims for them alone. A decode token is told apart from a 1-token prompt
+         * chunk by the sequence's own life cycle (prefilled, set when the caller
+         * finished the prompt), not by n_tok, which is 1 for both. */
+        s->h2o_budget = s->h2o_recent = 0;
+        if (it->kv->prefilled && it->kv->budget.policy != KV_POLICY_FULL) {
+            s->h2o_budget = kv_budget_slots(&it->kv->budget);
+            s->h2o_recent = it->kv->budget.recent;
+        }
+        it->kv->batch_index = i;
         for (int32_t t = 0; t < it->n_tok; t++) {
             b->tokens[row + t] = it->tokens[t];
             b->pos[row + t] = it->pos0 + t;

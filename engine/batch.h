@@ -6,7 +6,9 @@
  * tokens (token i of the item goes to slot kv->n_slots + i, or, for a decode token
  * of a sequence whose heads are full, to each head's hole kv->head_slots), runs one
  * forward, and advances n_slots. H2O selection and eviction are the caller's next
- * step (kv_seq_finish_prefill, kv_seq_after_decode).
+ * step (kv_seq_finish_prefill, kv_seq_after_decode). An item of a sequence whose
+ * prompt is finished (kv->prefilled) is a decode token: it carries the sequence's
+ * H2O budget to the backend, and kv->batch_index names its be_seq for kv_victims.
  * Owns: reusable scratch arrays for the batch description and the logits.
  * Thread: engine only.
  */

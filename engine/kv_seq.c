@@ -60,9 +60,19 @@ static void gather_head(const struct kv_seq *seq, const int32_t *lpos, const flo
     }
 }
 
+/* Whether the backend keeps the slot state on a device: kv_state then has no host
+ * pointers to give (it returns -1) and kv_read_state / kv_victims stand in. */
+static bool state_on_device(struct backend *be)
+{
+    int32_t *pos;
+    float *score;
+    return be->ops->kv_state(be->ctx, 0, &pos, &score) != 0;
+}
+
 void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct backend *be,
                            const struct opt_config *cfg)
 {
+    seq->prefilled = true;
     const int32_t B = kv_budget_slots(&seq->budget), n = seq->n_slots;
     if (seq->budget.policy == KV_POLICY_FULL || n <= B - 1) return;
     const int32_t L = cfg->n_layer, H = cfg->n_head, bs = pool->block_size, keep_n = B - 1;
@@ -71,14 +81,31 @@ void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct back
     int32_t *scratch = xmalloc((size_t)n * sizeof *scratch);
     int32_t *pos = xmalloc((size_t)n * sizeof *pos);
     float *col = xmalloc((size_t)n * sizeof *col);
+    /* Device state: every layer's state comes over in one copy, dev_pos / dev_col
+     * [n_layer, n_head, n], rather than L * H small reads. */
+    int32_t *dev_pos = NULL;
+    float *dev_col = NULL;
+    if (state_on_device(be)) {
+        dev_pos = xmalloc((size_t)L * H * (size_t)n * sizeof *dev_pos);
+        dev_col = xmalloc((size_t)L * H * (size_t)n * sizeof *dev_col);
+        CHECK(be->ops->kv_read_state(be->ctx, seq->blocks, n, dev_pos, dev_col) == 0);
+    }
     for (int32_t l = 0; l < L; l++) {
-        int32_t *lpos;
-        float *lscore;
-        CHECK(be->ops->kv_state(be->ctx, l, &lpos, &lscore) == 0);
+        int32_t *lpos = NULL;
+        float *lscore = NULL;
+        if (!dev_pos) CHECK(be->ops->kv_state(be->ctx, l, &lpos, &lscore) == 0);
         for (int32_t h = 0; h < H; h++) {
-            gather_head(seq, lpos, lscore, h, H, n, pos, col);
-            int32_t *k = keep + ((int64_t)l * H + h) * keep_n;
-            int32_t got = h2o_select_prefill(col, pos, n, seq->budget.heavy,
+            const int64_t lh = (int64_t)l * H + h;
+            const int32_t *hpos = pos;
+            const float *hcol = col;
+            if (dev_pos) {
+                hpos = dev_pos + lh * n;
+                hcol = dev_col + lh * n;
+            } else {
+                gather_head(seq, lpos, lscore, h, H, n, pos, col);
+            }
+            int32_t *k = keep + lh * keep_n;
+            int32_t got = h2o_select_prefill(hcol, hpos, n, seq->budget.heavy,
                                              seq->budget.recent, k, scratch);
             CHECK(got == keep_n);
         }
@@ -96,6 +123,8 @@ void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct back
     free(scratch);
     free(pos);
     free(col);
+    free(dev_pos);
+    free(dev_col);
 }
 
 int32_t kv_seq_next_slots(const struct kv_seq *seq)
@@ -114,6 +143,18 @@ void kv_seq_after_decode(struct kv_seq *seq, struct backend *be, const struct op
         seq->head_slots = xmalloc((size_t)L * H * sizeof *seq->head_slots);
         seq->ev_score = xmalloc((size_t)B * sizeof *seq->ev_score);
         seq->ev_pos = xmalloc((size_t)B * sizeof *seq->ev_pos);
+    }
+    if (state_on_device(be)) {
+        /* The forward chose the victims by the same rule on the device. They are not
+         * freed here: each keeps its pos and score until this head's next token is
+         * written over it (head_slots sends it there), and nothing reads the slot in
+         * between. All B slots of every head are occupied now, so each head has one. */
+        CHECK(seq->prefilled);
+        CHECK(be->ops->kv_victims(be->ctx, seq->batch_index, seq->head_slots) == 0);
+        for (int32_t i = 0; i < L * H; i++)
+            CHECK(seq->head_slots[i] >= 0 && seq->head_slots[i] < B);
+        seq->n_evicted += (int64_t)L * H;
+        return;
     }
     for (int32_t l = 0; l < L; l++) {
         int32_t *lpos;
@@ -138,6 +179,7 @@ void kv_seq_release(struct kv_seq *seq, struct kv_pool *pool)
     kv_pool_free(pool, seq->blocks, seq->n_blocks);
     seq->n_blocks = 0;
     seq->n_slots = 0;
+    seq->prefilled = false;
     free(seq->head_slots);
     free(seq->ev_score);
     free(seq->ev_pos);

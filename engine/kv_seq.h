@@ -14,11 +14,17 @@
  * kv_seq_after_decode evicts one per (layer, head) and head_slots[] remembers each
  * head's hole, where that head's next token goes.
  * Invariant: after the prompt, n_blocks <= ceil(B / block_size).
+ *
+ * Slot state on a device (be_ops.kv_state returns -1, the CUDA backend): the prompt's
+ * state is read once with kv_read_state, and the decode victims are those the forward
+ * itself chose (kv_victims, asked by batch_index); a victim is not freed on the host,
+ * it keeps its pos and score until its head's next token overwrites it.
  * Thread: engine only.
  */
 #ifndef H2O_KV_SEQ_H
 #define H2O_KV_SEQ_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "h2o.h"
@@ -38,6 +44,13 @@ struct kv_seq {
     int32_t block_size;      /* the pool's, set by the first kv_seq_grow */
     float *ev_score;         /* [B] one head's scores, gathered for eviction */
     int32_t *ev_pos;         /* [B] one head's positions */
+    /* Set by kv_seq_finish_prefill: the prompt is done, so every later batch item of
+     * this sequence is a decode token. batch_run reads it to tell a decode token from
+     * a 1-token prompt chunk (both have n_tok == 1). */
+    bool prefilled;
+    /* Index of this sequence's be_seq in the last batch_run's forward (the seq
+     * argument of be_ops.kv_victims); valid until the next batch_run. */
+    int32_t batch_index;
 };
 
 /* An empty table. Caller-owned struct. Thread: engine. */
@@ -58,7 +71,9 @@ void kv_seq_set_budget(struct kv_seq *seq, const struct kv_budget *b);
  * The prompt is in the cache (slots 0..n_slots-1, scores = its column sums): keep
  * B - 1 tokens per (layer, head) by h2o_select_prefill, compact them to the front
  * and return the blocks the budget does not need. Nothing happens for full or when
- * the prompt fits. Thread: engine.
+ * the prompt fits, except that the sequence counts as prefilled from now on. Reads
+ * the state through kv_state, or kv_read_state when it lives on a device.
+ * Thread: engine.
  */
 void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct backend *be,
                            const struct opt_config *cfg);
@@ -66,7 +81,9 @@ void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct back
 /*
  * A decode token at position t has been written and attended (batch_run has
  * counted its slot). Once B slots are occupied, evicts one token per (layer, head)
- * (h2o_select_evict) and records the holes in head_slots. Thread: engine.
+ * (h2o_select_evict) and records the holes in head_slots. With the state on a device
+ * the victims are the forward's own (kv_victims for batch_index), and their slots are
+ * left as they are on the device. Thread: engine, right after the batch_run.
  */
 void kv_seq_after_decode(struct kv_seq *seq, struct backend *be, const struct opt_config *cfg,
                          int32_t t);

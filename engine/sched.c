@@ -497,6 +497,7 @@ static void finish_prompt(struct sched *s, struct sreq *q)
                                      s0->kv.n_blocks);
         sq->kv.n_slots = s0->kv.n_slots;
         sq->kv.n_evicted = s0->kv.n_evicted;
+        sq->kv.prefilled = true; /* a fork's next token is a decode token too */
     }
 }
 
