@@ -193,10 +193,16 @@ static int pool_blocks(struct engine *e, int32_t *out)
     if (bytes > 0) {
         n = bytes / (int64_t)bb;
     } else {
-        /* The default: no more than max_num_seqs full-context sequences can use. */
+        /* The default: no more than max_num_seqs full-context sequences can use, out
+         * of the memory the pool lives in. A device backend's pool is in device
+         * memory, which host RAM says nothing about; its kv_capacity is what is left
+         * there after the weights and workspace. */
         const int64_t useful = (int64_t)MAX(e->o.sched.max_num_seqs, 1) *
                                CEIL_DIV((int64_t)cfg->max_pos, bs);
-        bytes = default_kv_bytes();
+        const struct be_ops *ops = e->m->be.ops;
+        bytes = ops->kv_capacity
+                    ? (int64_t)MIN(ops->kv_capacity(e->m->be.ctx), (size_t)INT64_MAX)
+                    : default_kv_bytes();
         n = MIN(bytes / (int64_t)bb, useful);
     }
     if (n < 1)

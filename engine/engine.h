@@ -43,6 +43,7 @@ struct engine_opts {
      * default: min(4 GiB, 25% of physical memory) - vLLM's CPU backend also reserves
      * 4 GiB - and never more blocks than max_num_seqs sequences at the full context
      * length could use, so a tiny model does not pin gigabytes it can never fill.
+     * A backend with be_ops.kv_capacity (a device) replaces the first term by it.
      */
     int64_t kv_cache_bytes;
     int32_t kv_blocks;            /* > 0: exactly this many blocks (overrides bytes) */
