@@ -73,7 +73,8 @@ static int create_backend(struct model *m, const struct model_opts *opts)
         return backend_cuda_create(&m->be, &co);
     }
     struct be_cpu_opts bo = {.dtype = opts->dtype, .n_threads = opts->n_threads,
-                             .tensor_parallel = opts->tensor_parallel};
+                             .tensor_parallel = opts->tensor_parallel,
+                             .device_state = opts->device_state};
     m->dtype = opts->dtype;
     return backend_cpu_create(&m->be, &bo);
 }

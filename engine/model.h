@@ -55,6 +55,10 @@ struct model_opts {
     int tensor_parallel; /* ranks the layers are sharded over; 0 or 1 = none */
     float gpu_memory_utilization; /* CUDA: share of each GPU to use; 0 = 0.9 */
     uint64_t dummy_seed; /* seed of dummy:* weights */
+    /* The CPU backend serves the slot state as a device backend does
+     * (be_cpu_opts.device_state): the hook that runs the engine's device path (the
+     * CUDA backend's) on the CPU, for tests. Results are identical either way. */
+    bool device_state;
 };
 
 struct model {

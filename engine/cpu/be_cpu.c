@@ -12,8 +12,17 @@
  * Tensor parallelism (opts.tensor_parallel = N > 1): the engine thread is rank 0 and
  * N - 1 worker threads (ranks.h) run the other ranks; a forward runs every rank's
  * part at once and returns when all are done. The ranks meet in the all-reduces of the
- * shared-memory communicator (comm_shm.h). The OpenMP threads are split evenly between the
- * ranks. Thread: engine only (the workers are internal).
+ * shared-memory communicator (comm_shm.h). The OpenMP threads are split evenly between
+ * the ranks.
+ *
+ * Device-state emulation (opts.device_state): the slot state stays in the host pool,
+ * but the backend serves it as the CUDA backend does, so the engine's device path
+ * runs and is tested here: kv_state returns -1, kv_read_state copies a sequence's
+ * state out, and after every forward the victim of each (layer, head) of every decode
+ * token with an H2O budget is chosen on the spot, the way a device decode pass does,
+ * and kept for kv_victims. Without it the ops table has kv_read_state (a plain
+ * gather, valid either way) but no kv_victims: the engine evicts on the host.
+ * Thread: engine only (the workers are internal).
  */
 #include "backend.h"
 #include "comm_shm.h"
@@ -22,6 +31,7 @@
 #include "cpu_ops.h"
 #include "cpu_rank.h"
 #include "err.h"
+#include "h2o.h"
 #include "ranks.h"
 #include "shard.h"
 #include "util.h"
@@ -46,11 +56,19 @@ struct cpu_be {
     struct ranks *threads;         /* rank threads; rank 0 is the engine thread */
     const struct be_batch *batch;  /* the forward's batch, read by every rank */
     int32_t n_blocks;
+    /* device_state only: the last forward's victims [n_seq, n_layer * n_head] (-1 for
+     * a sequence without a budget, or a head below it), and scratch for one head's
+     * slots, ev_pos / ev_score [cap_ev_slots]. */
+    int32_t *victims;
+    int32_t n_victim_seqs, cap_victim_seqs;
+    int32_t *ev_pos;
+    float *ev_score;
+    int32_t cap_ev_slots;
     struct be_profile prof; /* time spent since the last profile read */
     bool loaded;
 };
 
-static const struct be_ops cpu_ops;
+static const struct be_ops cpu_ops, cpu_device_ops;
 
 int backend_cpu_has_bf16(void)
 {
@@ -77,7 +95,7 @@ int backend_cpu_create(struct backend *out, const struct be_cpu_opts *opts)
     /* The cores are split between the ranks: N teams of T / N threads. */
     c->rank_threads = MAX(1, omp_get_max_threads() / c->n_rank);
     c->ranks = xcalloc((size_t)c->n_rank, sizeof *c->ranks);
-    out->ops = &cpu_ops;
+    out->ops = opts->device_state ? &cpu_device_ops : &cpu_ops;
     out->ctx = c;
     return 0;
 }
@@ -287,6 +305,96 @@ static int cpu_kv_state(void *ctx, int32_t layer, int32_t **pos, float **score)
     return 0;
 }
 
+/* device_state: the state is served as if it were on a device. */
+static int cpu_kv_state_device(void *ctx, int32_t layer, int32_t **pos, float **score)
+{
+    (void)ctx, (void)layer;
+    *pos = NULL;
+    *score = NULL;
+    return -1;
+}
+
+/* One head's state for slots [0, n) of a sequence with block table `blocks`, from
+ * one layer's [n_blocks, n_head, block_size] arrays into pos / score [n]. */
+static void gather_head(const struct cpu_kv_layer *kv, const int32_t *blocks, int32_t n,
+                        int32_t h, int32_t n_head, int32_t bs, int32_t *pos, float *score)
+{
+    for (int32_t s = 0; s < n; s++) {
+        const int64_t i = ((int64_t)blocks[s / bs] * n_head + h) * bs + s % bs;
+        pos[s] = kv->pos[i];
+        score[s] = kv->score[i];
+    }
+}
+
+/* pos / score [n_layer, n_head, n_slots]: what a device backend copies back. */
+static int cpu_kv_read_state(void *ctx, const int32_t *blocks, int32_t n_slots,
+                             int32_t *pos, float *score)
+{
+    struct cpu_be *c = ctx;
+    const int32_t L = c->m.cfg.n_layer, H = c->m.cfg.n_head;
+    CHECK(n_slots >= 0);
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t h = 0; h < H; h++) {
+            const int64_t at = ((int64_t)l * H + h) * n_slots;
+            gather_head(&c->kv[l], blocks, n_slots, h, H, c->m.block_size, pos + at,
+                        score + at);
+        }
+    return 0;
+}
+
+/*
+ * After a forward, device_state: each decode token's victims, as the device decode
+ * pass picks them (cuda_decode_attn_args): once a head's occupied slots among
+ * [0, n_slots) number at least B, the argmin score among them outside the R - 1
+ * newest positions (h2o_select_evict, which skips free slots), else -1. The
+ * scores read are the ones this forward just accumulated, as on the device.
+ */
+static void pick_victims(struct cpu_be *c, const struct be_batch *b)
+{
+    const int32_t L = c->m.cfg.n_layer, H = c->m.cfg.n_head, LH = L * H;
+    if (b->n_seq > c->cap_victim_seqs) {
+        c->cap_victim_seqs = MAX(b->n_seq, 2 * c->cap_victim_seqs);
+        c->victims =
+            xrealloc(c->victims, (size_t)c->cap_victim_seqs * LH * sizeof *c->victims);
+    }
+    c->n_victim_seqs = b->n_seq;
+    for (int32_t i = 0; i < b->n_seq; i++) {
+        const struct be_seq *sq = &b->seqs[i];
+        int32_t *vic = c->victims + (int64_t)i * LH;
+        for (int32_t j = 0; j < LH; j++)
+            vic[j] = -1;
+        if (sq->n_tok != 1 || sq->h2o_budget <= 0) continue;
+        const int32_t n = sq->n_slots, t = b->pos[sq->tok_start];
+        if (n > c->cap_ev_slots) {
+            c->cap_ev_slots = MAX(n, 2 * c->cap_ev_slots);
+            c->ev_pos = xrealloc(c->ev_pos, (size_t)c->cap_ev_slots * sizeof *c->ev_pos);
+            c->ev_score =
+                xrealloc(c->ev_score, (size_t)c->cap_ev_slots * sizeof *c->ev_score);
+        }
+        for (int32_t l = 0; l < L; l++)
+            for (int32_t h = 0; h < H; h++) {
+                gather_head(&c->kv[l], sq->blocks, n, h, H, c->m.block_size, c->ev_pos,
+                            c->ev_score);
+                int32_t occupied = 0;
+                for (int32_t s = 0; s < n; s++)
+                    occupied += c->ev_pos[s] >= 0;
+                if (occupied >= sq->h2o_budget)
+                    vic[l * H + h] =
+                        h2o_select_evict(c->ev_score, c->ev_pos, n, t, sq->h2o_recent);
+            }
+    }
+}
+
+static int cpu_kv_victims(void *ctx, int32_t seq, int32_t *victims)
+{
+    struct cpu_be *c = ctx;
+    const int32_t LH = c->m.cfg.n_layer * c->m.cfg.n_head;
+    if (seq < 0 || seq >= c->n_victim_seqs)
+        return err_set(ENG_EINVAL, "CPU backend: no sequence %d in the last forward", seq);
+    memcpy(victims, c->victims + (int64_t)seq * LH, (size_t)LH * sizeof *victims);
+    return 0;
+}
+
 /* One rank's part of a forward (a ranks job). */
 static void rank_forward(void *arg, int32_t rank)
 {
@@ -299,9 +407,11 @@ static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *
     const struct opt_config *cfg = &c->m.cfg;
     const int32_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim;
     CHECK(c->n_blocks > 0);
+    c->n_victim_seqs = 0; /* the last forward's victims only */
     if (b->n_tok == 0) return 0;
     c->batch = b;
     ranks_run(c->threads, rank_forward, c);
+    if (c->opts.device_state) pick_victims(c, b);
 
     /* Logits only for the rows asked for (usually each sequence's last token), on
      * rank 0, whose residual stream is every rank's. */
@@ -369,6 +479,9 @@ static void cpu_destroy(void *ctx)
     free(c->lnf_w);
     free(c->lnf_b);
     free(c->ranks);
+    free(c->victims);
+    free(c->ev_pos);
+    free(c->ev_score);
     free(c);
 }
 
@@ -381,6 +494,24 @@ static const struct be_ops cpu_ops = {
     .kv_copy_blocks = cpu_kv_copy_blocks,
     .kv_compact = cpu_kv_compact,
     .kv_state = cpu_kv_state,
+    .kv_read_state = cpu_kv_read_state,
+    .forward = cpu_forward,
+    .profile = cpu_profile,
+    .destroy = cpu_destroy,
+};
+
+/* The same backend with its slot state served as a device's (opts.device_state). */
+static const struct be_ops cpu_device_ops = {
+    .name = "cpu",
+    .load = cpu_load,
+    .kv_alloc = cpu_kv_alloc,
+    .kv_block_bytes = cpu_kv_block_bytes,
+    .kv_init_blocks = cpu_kv_init_blocks,
+    .kv_copy_blocks = cpu_kv_copy_blocks,
+    .kv_compact = cpu_kv_compact,
+    .kv_state = cpu_kv_state_device,
+    .kv_read_state = cpu_kv_read_state,
+    .kv_victims = cpu_kv_victims,
     .forward = cpu_forward,
     .profile = cpu_profile,
     .destroy = cpu_destroy,
