@@ -1,0 +1,259 @@
+/*
+ * test_device_state.c - the engine's path for slot state kept on a device, run on
+ * the CPU backend's emulation of it (model_opts.device_state), against the host
+ * path.
+ *
+ * With device_state the engine reads the prompt's state with kv_read_state, takes
+ * each decode token's victims from kv_victims (chosen in the forward, as the CUDA
+ * decode pass does) and leaves the victims' slots alone until the next token is
+ * written over them. None of that may change a single bit: on the golden tiny OPTs
+ * (pre-LN, and post-LN with OPT-350m's projections) and dummy:tiny, with full and
+ * h2o budgets that evict during the prompt and mid-decode, R = 1 and H = 0, batched
+ * with chunked prompts (1-token chunks included), and with tensor_parallel = 2, the
+ * logits (memcmp) and tokens equal the host path's. Also: kv_read_state gathers the
+ * very state kv_state shows, the device's state differs from the host's only in the
+ * victims it has not freed, and the scheduler path (generate_run) picks the same
+ * tokens.
+ */
+#include "test.h"
+
+#include "engine_run.h"
+#include "err.h"
+#include "generate.h"
+
+/* Every budget kind: B < P (compaction), B reached mid-decode, R = 1, H = 0, and
+ * full. */
+static const struct {
+    int32_t P, H, R;
+    bool full;
+} cases[] = {
+    {40, 4, 3, false},  {40, 6, 1, false}, {40, 0, 8, false}, {30, 25, 25, false},
+    {12, 30, 1, false}, {33, 0, 0, true},  {21, 0, 0, true},
+};
+#define N_CASES ((int32_t)ARRAY_LEN(cases))
+#define POOL_BLOCKS 512
+#define BS 16
+
+static struct model *load(const char *name, int tp, bool device_state)
+{
+    struct model_opts mo;
+    model_opts_default(&mo);
+    mo.dtype = DTYPE_F32;
+    mo.tensor_parallel = tp;
+    mo.device_state = device_state;
+    struct model *m = NULL;
+    const char *path = strncmp(name, "dummy:", 6) == 0 ? name : test_data(name);
+    if (model_load(&m, path, &mo)) {
+        printf("# model_load(%s, tp %d): %s\n", path, tp, err_msg());
+        return NULL;
+    }
+    CHECK(m->be.ops->kv_alloc(m->be.ctx, POOL_BLOCKS, BS) == 0);
+    return m;
+}
+
+/* Run every case batched, prompts in chunks of `chunk`. es[] is filled; the caller
+ * frees it with free_cases. */
+static struct model *run_cases(const char *name, int tp, bool device_state, int32_t chunk,
+                               struct eseq *es, struct kv_pool *pool)
+{
+    struct model *m = load(name, tp, device_state);
+    if (!m) return NULL;
+    kv_pool_init(pool, POOL_BLOCKS, BS);
+    for (int32_t c = 0; c < N_CASES; c++)
+        eseq_init(&es[c], cases[c].P, cases[c].H, cases[c].R, cases[c].full,
+                  500 + (uint64_t)c, m->cfg.vocab_size);
+    run_engine(m, pool, es, N_CASES, chunk);
+    return m;
+}
+
+static void free_cases(struct model *m, struct eseq *es, struct kv_pool *pool)
+{
+    for (int32_t c = 0; c < N_CASES; c++)
+        eseq_deinit(&es[c], pool);
+    EXPECT_EQ(pool->n_free, pool->n_blocks);
+    kv_pool_deinit(pool);
+    model_destroy(m);
+}
+
+/*
+ * The state of every case at the end of both runs, read with kv_read_state.
+ * On the host backend it must be exactly what kv_state shows (gathered here
+ * independently). The device run's state must equal it everywhere except in each
+ * head's hole: the host freed the victim (pos -1, score 0), the device still holds
+ * it (pos >= 0) until the next token overwrites it.
+ */
+static void check_state(const struct model *mh, const struct eseq *host,
+                        const struct model *md, const struct eseq *dev)
+{
+    const int32_t L = mh->cfg.n_layer, H = mh->cfg.n_head;
+    struct backend *bh = (struct backend *)&mh->be, *bd = (struct backend *)&md->be;
+    int32_t *lpos;
+    float *lscore;
+    EXPECT(bd->ops->kv_state(bd->ctx, 0, &lpos, &lscore) != 0);
+    for (int32_t c = 0; c < N_CASES; c++) {
+        const struct kv_seq *a = &host[c].kv, *b = &dev[c].kv;
+        EXPECT_EQ(a->n_slots, b->n_slots);
+        EXPECT_EQ(a->n_evicted, b->n_evicted);
+        EXPECT_EQ(a->n_blocks, b->n_blocks);
+        EXPECT_EQ(!a->head_slots, !b->head_slots);
+        const int32_t n = a->n_slots;
+        const size_t cells = (size_t)L * H * (size_t)n;
+        int32_t *hp = xmalloc(cells * sizeof *hp), *dp = xmalloc(cells * sizeof *dp);
+        float *hs = xmalloc(cells * sizeof *hs), *ds = xmalloc(cells * sizeof *ds);
+        EXPECT_EQ(bh->ops->kv_read_state(bh->ctx, a->blocks, n, hp, hs), 0);
+        EXPECT_EQ(bd->ops->kv_read_state(bd->ctx, b->blocks, n, dp, ds), 0);
+        int32_t n_bad_read = 0, n_bad_dev = 0, n_holes = 0;
+        for (int32_t l = 0; l < L; l++) {
+            CHECK(bh->ops->kv_state(bh->ctx, l, &lpos, &lscore) == 0);
+            for (int32_t h = 0; h < H; h++)
+                for (int32_t s = 0; s < n; s++) {
+                    const int64_t i = ((int64_t)l * H + h) * n + s;
+                    const int64_t at = ((int64_t)a->blocks[s / BS] * H + h) * BS + s % BS;
+                    n_bad_read += hp[i] != lpos[at] || memcmp(&hs[i], &lscore[at], 4);
+                    const bool hole = a->head_slots && a->head_slots[l * H + h] == s;
+                    if (hole) {
+                        n_holes++;
+                        EXPECT_EQ(b->head_slots[l * H + h], s);
+                        n_bad_dev += hp[i] != -1 || hs[i] != 0.0f || dp[i] < 0;
+                    } else {
+                        n_bad_dev += hp[i] != dp[i] || memcmp(&hs[i], &ds[i], 4);
+                    }
+                }
+        }
+        if (n_bad_read)
+            TEST_FAIL("case %d: kv_read_state differs from kv_state in %d slots", c,
+                      n_bad_read);
+        if (n_bad_dev)
+            TEST_FAIL("case %d: device state differs from the host's in %d slots", c,
+                      n_bad_dev);
+        if (a->head_slots && n_holes != L * H)
+            TEST_FAIL("case %d: %d holes, want %d", c, n_holes, L * H);
+        free(hp);
+        free(dp);
+        free(hs);
+        free(ds);
+    }
+}
+
+/* device_state against host state at `tp` ranks: the same bits, step by step. */
+static void check_device(const char *name, int tp, int32_t chunk)
+{
+    struct eseq host[N_CASES], dev[N_CASES];
+    struct kv_pool ph, pd;
+    struct model *mh = run_cases(name, tp, false, chunk, host, &ph);
+    struct model *md = run_cases(name, tp, true, chunk, dev, &pd);
+    if (!mh || !md) {
+        TEST_FAIL("%s: cannot load with tp %d", name, tp);
+        return;
+    }
+    const size_t bytes = (size_t)(STEPS + 1) * (size_t)mh->cfg.vocab_size * sizeof(float);
+    for (int32_t c = 0; c < N_CASES; c++) {
+        const struct eseq *a = &host[c], *b = &dev[c];
+        if (memcmp(a->tokens, b->tokens, (size_t)(a->P + STEPS) * sizeof *a->tokens))
+            TEST_FAIL("%s tp %d chunk %d case %d: tokens differ", name, tp, chunk, c);
+        if (memcmp(a->logits, b->logits, bytes))
+            TEST_FAIL("%s tp %d chunk %d case %d: logits differ", name, tp, chunk, c);
+        /* The H2O cases must really have evicted, or they test nothing beyond full. */
+        if (!cases[c].full && b->kv.n_evicted == 0)
+            TEST_FAIL("%s case %d: no eviction happened", name, c);
+        if (!cases[c].full && !b->kv.head_slots)
+            TEST_FAIL("%s case %d: never evicted while decoding", name, c);
+    }
+    printf("# %s tp %d chunk %d: %d cases bit-identical\n", name, tp, chunk, N_CASES);
+    check_state(mh, host, md, dev);
+    free_cases(mh, host, &ph);
+    free_cases(md, dev, &pd);
+}
+
+TEST(golden_device_state)
+{
+    check_device("golden/tiny-opt", 1, 7);
+    check_device("golden/tiny-opt", 1, 1); /* every prompt chunk a single token */
+}
+TEST(golden_350m_device_state)
+{
+    check_device("golden/tiny-opt-350m", 1, 1 << 20);
+    check_device("golden/tiny-opt-350m", 1, 9);
+}
+TEST(dummy_tiny_device_state)
+{
+    check_device("dummy:tiny", 1, 5);
+}
+TEST(device_state_tp2)
+{
+    check_device("golden/tiny-opt", 2, 7);
+    check_device("golden/tiny-opt-350m", 2, 1);
+    check_device("dummy:tiny", 2, 1 << 20);
+}
+
+/* kv_victims answers only for the last forward's sequences. */
+TEST(victims_of_the_last_forward_only)
+{
+    struct model *m = load("dummy:tiny", 1, true);
+    CHECK(m);
+    int32_t v[64];
+    CHECK(m->cfg.n_layer * m->cfg.n_head <= 64);
+    EXPECT_EQ(m->be.ops->kv_victims(m->be.ctx, 0, v), ENG_EINVAL);
+    model_destroy(m);
+    /* The host-state backend has no victims to give: the engine evicts itself. */
+    m = load("dummy:tiny", 1, false);
+    CHECK(m);
+    EXPECT(m->be.ops->kv_victims == NULL);
+    EXPECT(m->be.ops->kv_read_state != NULL);
+    model_destroy(m);
+}
+
+/* The scheduler's path (h2oserve generate): several prompts with H2O budgets that
+ * evict, greedy, the same tokens and evictions with and without device_state. */
+TEST(generate_same_tokens)
+{
+    static const char *const prompts[] = {
+        "The quick brown fox jumps over the lazy dog because",
+        "In a hole in the ground there lived",
+        "A",
+        "Slot state on a device",
+    };
+    const int32_t n = (int32_t)ARRAY_LEN(prompts);
+    struct gen_result res[2][4];
+    for (int dev = 0; dev < 2; dev++) {
+        struct model *m = load("dummy:tiny", 1, dev == 1);
+        CHECK(m);
+        struct gen_request rq[4];
+        for (int32_t i = 0; i < n; i++) {
+            rq[i] = (struct gen_request){.prompt = prompts[i],
+                                         .prompt_len = strlen(prompts[i]),
+                                         .max_tokens = 40,
+                                         .ignore_eos = true};
+            sampler_params_default(&rq[i].sp);
+            rq[i].sp.temperature = 0;
+            rq[i].kv =
+                (struct kv_spec){.policy = KV_POLICY_H2O, .heavy = 4 - i, .recent = 1 + i};
+        }
+        struct gen_opts go;
+        gen_opts_default(&go);
+        go.max_batched_tokens = 16;
+        EXPECT_EQ(generate_run(m, &go, rq, n, res[dev]), 0);
+        model_destroy(m);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const struct gen_result *a = &res[0][i], *b = &res[1][i];
+        EXPECT(b->kv_evicted > 0);
+        EXPECT_EQ(a->kv_evicted, b->kv_evicted);
+        if (a->n_tokens != b->n_tokens ||
+            memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof *a->tokens))
+            TEST_FAIL("prompt %d: device_state tokens differ", i);
+        gen_result_free(&res[0][i]);
+        gen_result_free(&res[1][i]);
+    }
+}
+
+int main(void)
+{
+    RUN(golden_device_state);
+    RUN(golden_350m_device_state);
+    RUN(dummy_tiny_device_state);
+    RUN(device_state_tp2);
+    RUN(victims_of_the_last_forward_only);
+    RUN(generate_same_tokens);
+    return test_done();
+}
