@@ -215,12 +215,13 @@ static inline void on_event(void *arg, struct req_event *ev)
 /* dummy:tiny in fp32 with a KV pool of n_blocks blocks of BS (test_model's job), on
  * one thread: its forwards take microseconds, so waking OpenMP threads for each of
  * the thousands of steps here costs 20x the work itself. */
-static inline struct model *tiny_model(int32_t n_blocks)
+static inline struct model *tiny_model_ex(int32_t n_blocks, bool device_state)
 {
     struct model_opts mo;
     model_opts_default(&mo);
     mo.dtype = DTYPE_F32;
     mo.n_threads = 1;
+    mo.device_state = device_state;
     struct model *m = NULL;
     if (model_load(&m, "dummy:tiny", &mo)) {
         TEST_FAIL("model_load(dummy:tiny): %s", err_msg());
@@ -228,6 +229,11 @@ static inline struct model *tiny_model(int32_t n_blocks)
     }
     CHECK(m->be.ops->kv_alloc(m->be.ctx, n_blocks, BS) == 0);
     return m;
+}
+
+static inline struct model *tiny_model(int32_t n_blocks)
+{
+    return tiny_model_ex(n_blocks, false);
 }
 
 struct harness {
@@ -240,11 +246,13 @@ struct harness {
     int32_t max_n_seqs; /* stats n_seqs, the most after any step */
 };
 
-static inline bool h_open(struct harness *h, int32_t n_blocks, int32_t max_num_seqs,
-                   int32_t max_batched_tokens, int32_t n_ids)
+/* h_open on a model whose slot state is served as a device's when device_state
+ * (model_opts.device_state): the scheduler then runs the engine's device path. */
+static inline bool h_open_ex(struct harness *h, int32_t n_blocks, int32_t max_num_seqs,
+                             int32_t max_batched_tokens, int32_t n_ids, bool device_state)
 {
     memset(h, 0, sizeof *h);
-    h->m = tiny_model(n_blocks);
+    h->m = tiny_model_ex(n_blocks, device_state);
     if (!h->m) return false;
     kv_pool_init(&h->pool, n_blocks, BS);
     h->o.cap = n_ids;
@@ -263,6 +271,12 @@ static inline bool h_open(struct harness *h, int32_t n_blocks, int32_t max_num_s
         return false;
     }
     return true;
+}
+
+static inline bool h_open(struct harness *h, int32_t n_blocks, int32_t max_num_seqs,
+                          int32_t max_batched_tokens, int32_t n_ids)
+{
+    return h_open_ex(h, n_blocks, max_num_seqs, max_batched_tokens, n_ids, false);
 }
 
 static inline struct sched_stats h_stats(const struct harness *h)

@@ -22,7 +22,8 @@
  * is not starved by a stream of short ones; a cancel frees blocks and reservations
  * at once, wherever the request is; every sequence ends with exactly one finishing
  * event, n > 1 forks are identical when greedy and seeded seed + i when sampling
- * (also when the compacted prompt holds one block more than its slots need);
+ * (also when the compacted prompt holds one block more than its slots need, and with
+ * the slot state served as a device's);
  * requests that cannot run get one error event and leave the scheduler working;
  * the same pool holds 4.5x as many H2O 20% sequences of 512 + 512 tokens as full
  * ones; and a seeded stress run of 1000 random requests with random cancels.
@@ -598,6 +599,41 @@ TEST(forks_when_budget_is_one_past_a_block)
     h_close(&h);
 }
 
+/*
+ * The same forks with the slot state served as a device's (model_opts.device_state):
+ * each fork's decode tokens must carry the H2O budget (the fork counts as prefilled,
+ * or the device picks no victim and kv_seq_after_decode aborts), and every sequence
+ * gives the tokens of the host-state run.
+ */
+TEST(forks_with_device_state)
+{
+    enum { P = 40, T = 24 };
+    const int32_t hr[][2] = {{0, 1}, {8, 9}, {4, 3}, {16, 17}};
+    const int32_t n_cases = (int32_t)ARRAY_LEN(hr);
+    uint64_t hash[2][ARRAY_LEN(hr)][3];
+    for (int dev = 0; dev < 2; dev++) {
+        struct harness h;
+        if (!h_open_ex(&h, 64, 8, 32, 32, dev == 1)) return;
+        for (int32_t c = 0; c < n_cases; c++) {
+            const struct kv_spec kv = spec_abs(KV_POLICY_H2O, hr[c][0], hr[c][1]);
+            h_add(&h, mkreq((uint64_t)c, P, T, 3, REQ_PRIO_BATCH, kv, 9));
+        }
+        h_run_idle(&h, 1000);
+        h_check_all_answered(&h);
+        for (int32_t c = 0; c < n_cases; c++)
+            for (int32_t k = 0; k < 3; k++) {
+                EXPECT_EQ(h.o.r[c].seq[k].n_tok, T);
+                hash[dev][c][k] = h.o.r[c].seq[k].tok_hash;
+            }
+        h_close(&h);
+    }
+    for (int32_t c = 0; c < n_cases; c++)
+        for (int32_t k = 0; k < 3; k++)
+            if (hash[1][c][k] != hash[0][c][k])
+                TEST_FAIL("H %d R %d: fork %d differs with device_state", hr[c][0],
+                          hr[c][1], k);
+}
+
 /* ---- 6. Requests that cannot run. ---- */
 
 static void expect_rejected(struct harness *h, struct req *r, const char *what)
@@ -722,6 +758,7 @@ int main(void)
     RUN(cancel_all_frees_everything);
     RUN(every_sequence_finishes_once);
     RUN(forks_when_budget_is_one_past_a_block);
+    RUN(forks_with_device_state);
     RUN(errors);
     RUN(invalid_options);
     RUN(request_without_prompt);
