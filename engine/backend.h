@@ -42,7 +42,8 @@ struct be_seq {
      * evicts: B = H + R slots per head and the recent window R >= 1; h2o_budget 0
      * otherwise (full, or a prompt chunk). A backend whose slot state lives on a
      * device (kv_state returns -1) picks each head's victim in the forward's own
-     * pass once B slots are occupied (see kv_victims); the CPU backend ignores them. */
+     * pass once B slots are occupied (see kv_victims); the CPU backend ignores them
+     * unless it emulates such a device (be_cpu_opts.device_state). */
     int32_t h2o_budget, h2o_recent;
 };
 
