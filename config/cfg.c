@@ -24,6 +24,9 @@
 /* Enums are stored and read as int through the table. */
 _Static_assert(sizeof(enum cfg_dtype) == sizeof(int), "enum cfg_dtype is int-sized");
 _Static_assert(sizeof(enum kv_policy) == sizeof(int), "enum kv_policy is int-sized");
+_Static_assert(sizeof(enum be_device) == sizeof(int), "enum be_device is int-sized");
+_Static_assert(BE_DEVICE_CPU == 0 && BE_DEVICE_CUDA == 1 && BE_DEVICE_AUTO == 2,
+               "device_names[] is indexed by enum be_device");
 _Static_assert(KV_POLICY_FULL == 0 && KV_POLICY_H2O == 1 && KV_POLICY_LOCAL == 2,
                "policy_names[] is indexed by enum kv_policy");
 
@@ -37,6 +40,7 @@ _Static_assert(KV_POLICY_FULL == 0 && KV_POLICY_H2O == 1 && KV_POLICY_LOCAL == 2
 
 static const char *const dtype_names[] = {"auto", "fp32", "bf16", NULL};
 static const char *const policy_names[] = {"full", "h2o", "local", NULL};
+static const char *const device_names[] = {"cpu", "cuda", "auto", NULL};
 
 /* The --help heading of the KV policy options. */
 static const char group_kv[] = "KV cache policy (requests that set no kv_cache)";
@@ -74,13 +78,29 @@ static const struct cfg_opt opt_table[] = {
      .flags = CFG_F_NULLABLE,
      .help = "the model id that clients send and /v1/models lists",
      .dflt_note = "the model's name"},
+    {.key = "device",
+     .group = "model",
+     .type = CFG_T_ENUM,
+     FIELD(device),
+     .values = device_names,
+     .help = "where the model runs: cpu (oneDNN), cuda (one GPU per tensor-parallel "
+             "rank, fp16), or auto: cuda where this build has it and a GPU is present, "
+             "else cpu"},
+    {.key = "gpu_memory_utilization",
+     .group = "model",
+     .type = CFG_T_FLOAT,
+     FIELD(gpu_memory_utilization),
+     .min = 0.05,
+     .max = 1,
+     .help = "share of each GPU's memory for weights, workspace and the KV pool "
+             "together; the pool gets what is left (unless kv_cache_bytes is set)"},
     {.key = "dtype",
      .group = "model",
      .type = CFG_T_ENUM,
      FIELD(dtype),
      .values = dtype_names,
      .help = "weights, activations and KV cache of the CPU backend; auto is bf16 where "
-             "the CPU has AVX512-BF16, else fp32"},
+             "the CPU has AVX512-BF16, else fp32 (the CUDA backend computes in fp16)"},
     {.key = "threads",
      .group = "model",
      .type = CFG_T_INT,
@@ -336,6 +356,8 @@ void cfg_defaults(struct cfg *c)
     c->served_model_name = NULL;
     c->dtype = CFG_DTYPE_AUTO;
     c->threads = 0;
+    c->device = BE_DEVICE_AUTO;
+    c->gpu_memory_utilization = 0.9;
     c->tensor_parallel = 1;
     c->dummy_seed = 0;
     c->block_size = 16;
@@ -704,6 +726,8 @@ void cfg_engine_opts(const struct cfg *c, struct engine_opts *o)
         o->model_opts.dtype = DTYPE_BF16;
     o->model_opts.n_threads = c->threads;
     o->model_opts.tensor_parallel = c->tensor_parallel;
+    o->model_opts.device = c->device;
+    o->model_opts.gpu_memory_utilization = (float)c->gpu_memory_utilization;
     o->model_opts.dummy_seed = (uint64_t)c->dummy_seed;
     o->block_size = c->block_size;
     o->kv_cache_bytes = c->kv_cache_bytes;

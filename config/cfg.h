@@ -48,6 +48,8 @@ struct cfg {
     /* model */
     char *model; /* checkpoint folder or "dummy:NAME"; default "dummy:opt-125m" */
     char *served_model_name; /* the id clients use; NULL = the loaded model's name */
+    enum be_device device;   /* default auto */
+    double gpu_memory_utilization; /* default 0.9 */
     enum cfg_dtype dtype;    /* default auto */
     int32_t threads;         /* OpenMP threads; 0 = all cores */
     int32_t tensor_parallel; /* ranks the layers are sharded over; default 1 */

@@ -106,9 +106,12 @@ int backend_cuda_create(struct backend *out, const struct be_cuda_opts *opts)
         return err_set(ENG_EINVAL, "CUDA backend: tensor_parallel %d or gpu_memory_utilization "
                                    "%g out of range", opts->tensor_parallel, (double)util);
     const int n_dev = backend_cuda_device_count();
+    if (n_dev == 0)
+        return err_set(ENG_EUNAVAILABLE, "CUDA backend: no GPU found (no NVIDIA driver or no "
+                                         "device); use --device cpu");
     if (n_dev < n_rank)
-        return err_set(ENG_EUNAVAILABLE, "CUDA backend: %d rank%s need%s %d GPUs, %d found",
-                       n_rank, n_rank > 1 ? "s" : "", n_rank > 1 ? "" : "s", n_rank, n_dev);
+        return err_set(ENG_EUNAVAILABLE, "CUDA backend: tensor parallelism over %d ranks needs "
+                                         "%d GPUs, %d found", n_rank, n_rank, n_dev);
     struct cuda_be *c = xcalloc(1, sizeof *c);
     c->opts = *opts;
     c->opts.gpu_memory_utilization = util;

@@ -43,7 +43,10 @@ static void usage_generate(FILE *f)
             "  --ignore-eos             keep generating after the end-of-text token\n"
             "  --dtype fp32|bf16        compute dtype (default bf16 where the CPU has it)\n"
             "  --threads N              OpenMP threads (default: all cores)\n"
-            "  --tensor-parallel N      shard the layers over N ranks (threads; default 1)\n"
+            "  --tensor-parallel N      shard the layers over N ranks (CPU threads or GPUs;\n"
+            "                           default 1)\n"
+            "  --device cpu|cuda|auto   where the model runs (default cpu)\n"
+            "  --gpu-memory-utilization X  share of each GPU to use (default 0.9)\n"
             "  --max-batched-tokens N   tokens per forward step (default 2048)\n"
             "  --block-size N           KV slots per block (default 16)\n"
             "  --max-num-seqs N         sequences running at once (default: all prompts)\n"
@@ -120,7 +123,7 @@ static int cmd_generate(int argc, char **argv)
     enum {
         O_MODEL = 256, O_PROMPT, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK, O_PRES, O_FREQ, O_SEED,
         O_STOP, O_IGNEOS, O_DTYPE, O_THREADS, O_MBT, O_BS, O_HELP, O_PFILE, O_KVP, O_HR, O_RR,
-        O_HN, O_RN, O_MNS, O_KVB, O_TP,
+        O_HN, O_RN, O_MNS, O_KVB, O_TP, O_DEV, O_GMU,
     };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
@@ -148,6 +151,8 @@ static int cmd_generate(int argc, char **argv)
         {"max-num-seqs", required_argument, 0, O_MNS},
         {"kv-cache-bytes", required_argument, 0, O_KVB},
         {"tensor-parallel", required_argument, 0, O_TP},
+        {"device", required_argument, 0, O_DEV},
+        {"gpu-memory-utilization", required_argument, 0, O_GMU},
         {0, 0, 0, 0},
     };
     const char *model_name = DEFAULT_MODEL;
@@ -215,6 +220,15 @@ static int cmd_generate(int argc, char **argv)
         case O_TP:
             bad = parse_int(optarg, "--tensor-parallel", 1, BE_MAX_TP, &v);
             mo.tensor_parallel = (int)v;
+            break;
+        case O_DEV:
+            if (!strcmp(optarg, "cpu")) mo.device = BE_DEVICE_CPU;
+            else if (!strcmp(optarg, "cuda")) mo.device = BE_DEVICE_CUDA;
+            else if (!strcmp(optarg, "auto")) mo.device = BE_DEVICE_AUTO;
+            else bad = fprintf(stderr, "h2oserve: --device wants cpu, cuda or auto, got '%s'\n", optarg) > 0;
+            break;
+        case O_GMU:
+            bad = parse_float(optarg, "--gpu-memory-utilization", 0.05f, 1, &mo.gpu_memory_utilization);
             break;
         case O_MBT:
             bad = parse_int(optarg, "--max-batched-tokens", 1, 1 << 20, &v);

@@ -57,6 +57,24 @@ expect "full policy" 0 "kv full" -- \
     "$bin" generate --model dummy:tiny --prompt "abc" --max-tokens 30 --kv-policy full --dtype fp32
 expect "bad kv policy" 2 "--kv-policy" -- "$bin" generate --model dummy:tiny --prompt x --kv-policy lru
 expect "recent below 1" 2 "--h2o-recent" -- "$bin" generate --model dummy:tiny --prompt x --h2o-recent 0
+# Tensor parallelism and devices: TP=2 gives TP=1's greedy text; a bad split, a bad
+# device name, and --device cuda where no GPU (or no CUDA build) is, fail cleanly.
+"$bin" generate --model dummy:tiny --prompt "abc" --max-tokens 16 --temperature 0 --dtype fp32 \
+    >"$tmp/tp1" 2>/dev/null
+"$bin" generate --model dummy:tiny --prompt "abc" --max-tokens 16 --temperature 0 --dtype fp32 \
+    --tensor-parallel 2 >"$tmp/tp2" 2>/dev/null
+cmp -s "$tmp/tp1" "$tmp/tp2" && [ -s "$tmp/tp1" ] && ok "tensor parallel 2, same text" \
+    || not_ok "tensor parallel 2, same text" "$(cat "$tmp/tp1")" "$(cat "$tmp/tp2")"
+expect "tensor parallel 3 on 4 heads" 1 "not both divisible by 3 ranks" -- \
+    "$bin" generate --model dummy:tiny --prompt x --tensor-parallel 3
+expect "bad device" 2 "--device wants cpu, cuda or auto" -- \
+    "$bin" generate --model dummy:tiny --prompt x --device gpu
+if [ ! -e /dev/nvidiactl ]; then
+    expect "cuda without a GPU" 1 "CUDA|cuda" -- \
+        "$bin" generate --model dummy:tiny --prompt x --device cuda
+    expect "auto without a GPU runs on the CPU" 0 "generated tokens" -- \
+        "$bin" generate --model dummy:tiny --prompt x --device auto --max-tokens 2
+fi
 expect "missing prompts file" 1 "nope.txt" -- "$bin" generate --model dummy:tiny --prompts-file "$tmp/nope.txt"
 
 # A golden checkpoint folder (safetensors and .bin) loads and generates.
