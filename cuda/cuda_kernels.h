@@ -26,8 +26,7 @@
  * CUDA.
  * Thread: any host thread that owns `stream`; calls on one stream run in order.
  *
- * Not yet used by a backend: the CUDA backend behind struct be_ops is the next step
- * (docs/cuda.md).
+ * Used by the CUDA backend (be_cuda.c, be_cuda_fwd.c; docs/cuda.md).
  */
 #ifndef H2O_CUDA_KERNELS_H
 #define H2O_CUDA_KERNELS_H

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh - on a machine with an NVIDIA GPU: build from a clean tree with CUDA
-# required and -Werror, then run the gpu suite and show its output. CI does not run
-# this (its machines have nvcc but no GPU; there the suite reports SKIP).
+# required and -Werror, run the gpu suite and show its output, then the throughput
+# benchmark on dummy:opt-6.7b (FlexGen's 512 + 32 workload, full and H2O 20%). CI does
+# not run this (its machines have nvcc but no GPU; there the suite reports SKIP).
+# About 10 minutes on one H100/H200, most of it the build and the 6.7B dummy weights.
 #
 # Usage: tests/gpu/run.sh [BUILD_DIR]     (default: build-gpu, wiped first)
 # Exits non-zero when the build or a test fails, and also when the suite skipped:
@@ -40,6 +42,17 @@ meson test -C "$build" --suite gpu --verbose --print-errorlogs || status=$?
 if grep -q '"result": "SKIP"' "$build/meson-logs/testlog.json"; then
     echo "run.sh: the gpu suite skipped (no usable CUDA device?); see the output above" >&2
     status=1
+fi
+
+# Throughput (docs/benchmarks.md): the same 6.7B dummy model and workload with the full
+# cache and with the H2O paper's 20% budget. A batch of 64 fits either way on an
+# 80 GB+ GPU; run bench_throughput by hand for other sizes. The benchmark's failure
+# fails the script, its speed does not.
+if [ $status -eq 0 ]; then
+    for policy in full h2o; do
+        timeout 240 "$build/bench/bench_throughput" --device cuda --model dummy:opt-6.7b \
+            --batch 64 --prompt-len 512 --gen-len 32 --policy "$policy" || status=1
+    done
 fi
 echo "run.sh: $( [ $status -eq 0 ] && echo PASS || echo FAIL ) in $(( $(date +%s) - start )) s"
 exit $status
