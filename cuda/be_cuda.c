@@ -143,6 +143,7 @@ static uint16_t *upload_f16(struct cu_rank *r, const float *src, size_t n, const
         snprintf(r->msg, sizeof r->msg, "out of host memory converting %s", what);
         return NULL;
     }
+#pragma omp parallel for schedule(static) if (n > ((size_t)1 << 16))
     for (size_t i = 0; i < n; i++) h[i] = f32_to_f16(src[i]);
     uint16_t *d = NULL;
     if (!cu_fail(r, cudaMalloc((void **)&d, n * sizeof *d), what))
@@ -348,6 +349,9 @@ static void run_or_abort(struct cuda_be *c, ranks_fn fn)
 /* Grow the rank's staging pair (device and pinned host) to n bytes. */
 static int stage_reserve(struct cu_rank *r, size_t n)
 {
+    /* Every staged job starts here: make the rank's device current first (rank 0 runs
+     * on the engine thread, which another backend may have moved). */
+    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return r->err;
     if (n <= r->stage_cap) return r->err;
     cudaFree(r->stage_dev);
     cudaFreeHost(r->stage_host);
@@ -403,6 +407,7 @@ static void job_kv_copy(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
+    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
     const size_t st = (size_t)r->sh.n_head * (size_t)c->block_size; /* per block */
     const size_t kv = st * (size_t)c->cfg.head_dim;
     for (int32_t li = 0; li < c->cfg.n_layer && !r->err; li++) {

@@ -43,6 +43,7 @@ static int describe(struct cuda_be *c, const struct be_batch *b)
         c->dec_index = xrealloc(c->dec_index, (size_t)c->cap_seq * sizeof *c->dec_index);
         c->runs = xrealloc(c->runs, (size_t)c->cap_seq * sizeof *c->runs);
     }
+    c->n_seq = b->n_seq;
     c->n_dec = c->n_pre = 0;
     c->max_blocks = 1;
     c->max_dec_slots = c->max_pre_slots = c->max_chunk = 1;
@@ -363,7 +364,9 @@ int be_cuda_kv_victims(void *ctx, int32_t seq, int32_t *victims)
 {
     struct cuda_be *c = ctx;
     const int32_t L = c->cfg.n_layer, H = c->cfg.n_head;
-    CHECK(c->have_victims && seq >= 0 && seq < c->cap_seq && c->dec_index[seq] >= 0);
+    if (!c->have_victims || seq < 0 || seq >= c->n_seq || c->dec_index[seq] < 0)
+        return err_set(ENG_EINVAL, "kv_victims: sequence %d of the last forward evicted "
+                                   "nothing", seq);
     const size_t d = (size_t)c->dec_index[seq];
     for (int32_t i = 0; i < c->n_rank; i++) {
         const struct cu_rank *r = &c->ranks[i];

@@ -129,6 +129,7 @@ struct cuda_be {
     void *meta_host;
     size_t meta_host_cap;
     struct cu_meta meta;
+    int32_t n_seq; /* sequences of the last forward */
     int32_t n_dec, n_pre, max_blocks, max_dec_slots, max_pre_slots, max_chunk;
     int32_t *dec_index; /* [n_seq] decode index of each batch sequence, or -1 */
     struct dec_run *runs; /* [n_runs] */
