@@ -77,6 +77,8 @@ void sampler_scratch_deinit(struct sampler_scratch *s)
     free(s->counts);
     free(s->w);
     free(s->cand);
+    free(s->add_ids);
+    free(s->add_vals);
     memset(s, 0, sizeof *s);
 }
 
@@ -94,39 +96,16 @@ static void scratch_reserve(struct sampler_scratch *s, int32_t vocab)
     s->cap = vocab;
 }
 
+/* Grow the step 1-2 addition lists to n entries. */
+static void scratch_reserve_adds(struct sampler_scratch *s, int32_t n)
+{
+    if (s->cap_adds >= n) return;
+    s->cap_adds = MAX(n, 2 * s->cap_adds);
+    s->add_ids = xrealloc(s->add_ids, (size_t)s->cap_adds * sizeof *s->add_ids);
+    s->add_vals = xrealloc(s->add_vals, (size_t)s->cap_adds * sizeof *s->add_vals);
+}
+
 /* ---- steps 1-3: the processed logits ------------------------------------------- */
-
-static void apply_bias(const struct sampler_params *p, float *logits, int32_t vocab)
-{
-    /* Ids come from the client's logit_bias; the server validates them, and one
-     * that slipped through is skipped rather than written out of bounds. */
-    for (int32_t i = 0; i < p->n_bias; i++) {
-        int32_t id = p->bias_ids[i];
-        if (id >= 0 && id < vocab) logits[id] += p->bias_vals[i];
-    }
-}
-
-static void apply_penalties(const struct sampler_params *p, float *logits, int32_t vocab,
-                            const int32_t *out_tokens, int32_t n_out, int32_t *counts)
-{
-    if (n_out <= 0 || (p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)) return;
-    /* Counting into a vocab-sized array and then zeroing only the entries we raised
-     * costs O(n_out), not O(vocab), and needs no sort. The second loop applies each
-     * distinct token once: the first time it meets a token it applies the penalty
-     * and zeroes the count, so later occurrences see 0 and skip. */
-    for (int32_t i = 0; i < n_out; i++) {
-        int32_t t = out_tokens[i];
-        CHECK(t >= 0 && t < vocab); /* generated tokens are ours, never client input */
-        counts[t]++;
-    }
-    for (int32_t i = 0; i < n_out; i++) {
-        int32_t t = out_tokens[i];
-        int32_t c = counts[t];
-        if (c == 0) continue;
-        logits[t] -= (float)c * p->frequency_penalty + p->presence_penalty;
-        counts[t] = 0;
-    }
-}
 
 /* An int32 that orders like the float with bits `b` (all of them, NaN aside):
  * negative floats grow in magnitude as their bits grow, so their low 31 bits are
@@ -231,9 +210,9 @@ static void top_logprobs(const float *logits, int32_t vocab, int32_t n, double l
  * u * total; then the last index with a non-zero weight is taken, never an
  * impossible one.
  */
-static int32_t draw_index(const float *w, int32_t n, double total, struct rng *rng)
+static int32_t draw_index(const float *w, int32_t n, double total, double u01)
 {
-    double u = rng_uniform(rng) * total, acc = 0.0;
+    double u = u01 * total, acc = 0.0;
     int32_t j = 0;
     for (; j + 64 <= n; j += 64) {
         double b = sum_weights(w + j, 64);
@@ -250,12 +229,12 @@ static int32_t draw_index(const float *w, int32_t n, double total, struct rng *r
 }
 
 /* The same draw over candidates, whose total is summed here. */
-static int32_t draw_cand(const struct sampler_cand *c, int32_t n, struct rng *rng)
+static int32_t draw_cand(const struct sampler_cand *c, int32_t n, double u01)
 {
     double total = 0.0;
     for (int32_t j = 0; j < n; j++)
         total += c[j].w;
-    double u = rng_uniform(rng) * total, acc = 0.0;
+    double u = u01 * total, acc = 0.0;
     int32_t last = 0;
     for (int32_t j = 0; j < n; j++) {
         if (!(c[j].w > 0.0f)) continue;
@@ -273,7 +252,7 @@ static int32_t draw_cand(const struct sampler_cand *c, int32_t n, struct rng *rn
  * otherwise).
  */
 static int32_t sample_random(const struct sampler_params *p, const float *logits,
-                             int32_t vocab, float m, struct rng *rng,
+                             int32_t vocab, float m, double u01,
                              struct sampler_scratch *s, double *sum_t1)
 {
     float inv_t = 1.0f / MIN(p->temperature, SAMPLER_MAX_TEMPERATURE);
@@ -290,44 +269,80 @@ static int32_t sample_random(const struct sampler_params *p, const float *logits
                 total += s->cand[j].w;
             n = sampler_select_nucleus(s->cand, n, (double)p->top_p * total);
         }
-        return draw_cand(s->cand, n, rng);
+        return draw_cand(s->cand, n, u01);
     }
 
     exp_weights(logits, vocab, m, inv_t, s->w);
     double total = sum_weights(s->w, vocab);
     if (p->temperature == 1.0f) *sum_t1 = total;
-    if (!top_p_on) return draw_index(s->w, vocab, total, rng);
+    if (!top_p_on) return draw_index(s->w, vocab, total, u01);
     float t = MIN(p->temperature, SAMPLER_MAX_TEMPERATURE);
     int32_t n = sampler_select_top_p(logits, s->w, vocab, m, t, total, p->top_p, s->cand);
-    return draw_cand(s->cand, n, rng);
+    return draw_cand(s->cand, n, u01);
 }
 
 /* ---- the whole call -------------------------------------------------------------- */
 
-int32_t sampler_sample(const struct sampler_params *p, float *logits, int32_t vocab,
-                       const int32_t *out_tokens, int32_t n_out, struct rng *rng,
-                       struct sampler_scratch *scratch, struct sample_out *out)
+bool sampler_is_greedy(const struct sampler_params *p)
 {
-    CHECK(p && logits && vocab > 0 && rng && scratch && out);
-    CHECK(n_out == 0 || out_tokens);
-    CHECK(p->n_bias == 0 || (p->bias_ids && p->bias_vals));
-    CHECK(p->n_logprobs <= SAMPLER_MAX_LOGPROBS);
-    scratch_reserve(scratch, vocab);
-
-    apply_bias(p, logits, vocab);
-    apply_penalties(p, logits, vocab, out_tokens, n_out, scratch->counts);
-    int32_t argmax;
-    float m = sanitize(logits, vocab, &argmax);
-
     /* Greedy when asked (temperature 0, or below SAMPLER_MIN_TEMPERATURE) and
      * wherever the other knobs leave a single candidate (top_k 1, top_p 0): the
      * answer is the argmax, no draw needed. NaN settings fall here too, as the
      * negated comparisons are true for NaN. */
-    int greedy =
-        !(p->temperature >= SAMPLER_MIN_TEMPERATURE) || p->top_k == 1 || !(p->top_p > 0.0f);
+    return !(p->temperature >= SAMPLER_MIN_TEMPERATURE) || p->top_k == 1 || !(p->top_p > 0.0f);
+}
+
+int32_t sampler_adjustments(const struct sampler_params *p, int32_t vocab,
+                            const int32_t *out_tokens, int32_t n_out,
+                            struct sampler_scratch *scratch, int32_t *ids, float *vals)
+{
+    CHECK(n_out == 0 || out_tokens);
+    CHECK(p->n_bias == 0 || (p->bias_ids && p->bias_vals));
+    scratch_reserve(scratch, vocab);
+    int32_t n = 0;
+    /* Step 1. Ids come from the client's logit_bias; the server validates them, and
+     * one that slipped through is skipped rather than written out of bounds. */
+    for (int32_t i = 0; i < p->n_bias; i++) {
+        const int32_t id = p->bias_ids[i];
+        if (id < 0 || id >= vocab) continue;
+        ids[n] = id;
+        vals[n++] = p->bias_vals[i];
+    }
+    /* Step 2. Counting into a vocab-sized array and then zeroing only the entries
+     * raised costs O(n_out), not O(vocab), and needs no sort. The second loop takes
+     * each distinct token once: the first time it meets a token it emits the
+     * penalty and zeroes the count, so later occurrences see 0 and skip. Adding the
+     * negated penalty is the same IEEE operation as subtracting it. */
+    if (n_out <= 0 || (p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)) return n;
+    int32_t *counts = scratch->counts;
+    for (int32_t i = 0; i < n_out; i++) {
+        const int32_t t = out_tokens[i];
+        CHECK(t >= 0 && t < vocab); /* generated tokens are ours, never client input */
+        counts[t]++;
+    }
+    for (int32_t i = 0; i < n_out; i++) {
+        const int32_t t = out_tokens[i];
+        const int32_t c = counts[t];
+        if (c == 0) continue;
+        ids[n] = t;
+        vals[n++] = -((float)c * p->frequency_penalty + p->presence_penalty);
+        counts[t] = 0;
+    }
+    return n;
+}
+
+int32_t sampler_sample_u(const struct sampler_params *p, float *logits, int32_t vocab, double u,
+                         struct sampler_scratch *scratch, struct sample_out *out)
+{
+    CHECK(p && logits && vocab > 0 && scratch && out);
+    CHECK(p->n_logprobs <= SAMPLER_MAX_LOGPROBS);
+    scratch_reserve(scratch, vocab);
+    int32_t argmax;
+    float m = sanitize(logits, vocab, &argmax);
     double sum_t1 = -1.0;
-    int32_t token =
-        greedy ? argmax : sample_random(p, logits, vocab, m, rng, scratch, &sum_t1);
+    int32_t token = sampler_is_greedy(p)
+                        ? argmax
+                        : sample_random(p, logits, vocab, m, u, scratch, &sum_t1);
 
     memset(out, 0, sizeof *out);
     out->token = token;
@@ -338,6 +353,22 @@ int32_t sampler_sample(const struct sampler_params *p, float *logits, int32_t vo
         top_logprobs(logits, vocab, p->n_logprobs, lse, out);
     }
     return token;
+}
+
+int32_t sampler_sample(const struct sampler_params *p, float *logits, int32_t vocab,
+                       const int32_t *out_tokens, int32_t n_out, struct rng *rng,
+                       struct sampler_scratch *scratch, struct sample_out *out)
+{
+    CHECK(p && logits && vocab > 0 && rng && scratch && out);
+    scratch_reserve(scratch, vocab);
+    /* Steps 1-2 as the additions a device would be given, applied here in order. */
+    scratch_reserve_adds(scratch, p->n_bias + n_out);
+    const int32_t n_add = sampler_adjustments(p, vocab, out_tokens, n_out, scratch,
+                                              scratch->add_ids, scratch->add_vals);
+    for (int32_t i = 0; i < n_add; i++) logits[scratch->add_ids[i]] += scratch->add_vals[i];
+    /* Exactly one draw for a random choice, none for a greedy one. */
+    const double u = sampler_is_greedy(p) ? 0.0 : rng_uniform(rng);
+    return sampler_sample_u(p, logits, vocab, u, scratch, out);
 }
 
 void sampler_logprobs(float *logits, int32_t vocab, int32_t token, int32_t n_top,

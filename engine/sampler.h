@@ -42,6 +42,7 @@
 
 #include "rng.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* The most alternatives a request may ask for (OpenAI's logprobs: 0..5). */
@@ -82,6 +83,9 @@ struct sampler_scratch {
     int32_t *counts;           /* [cap] occurrences of each token in out_tokens */
     float *w;                  /* [cap] unnormalised probabilities at temperature */
     struct sampler_cand *cand; /* [cap] (logit, weight, id) kept by top-k / top-p */
+    int32_t cap_adds;          /* entries of the two lists below */
+    int32_t *add_ids;          /* steps 1-2 as additions (sampler_adjustments) */
+    float *add_vals;
 };
 
 /*
@@ -114,6 +118,39 @@ void sampler_scratch_deinit(struct sampler_scratch *s);
 int32_t sampler_sample(const struct sampler_params *p, float *logits, int32_t vocab,
                        const int32_t *out_tokens, int32_t n_out, struct rng *rng,
                        struct sampler_scratch *scratch, struct sample_out *out);
+
+/*
+ * The same call split where a device takes over (the CUDA backend samples on the
+ * GPU; DESIGN section 4). sampler_sample(p, logits, ..., rng) is exactly
+ *   n = sampler_adjustments(p, vocab, out_tokens, n_out, scratch, ids, vals);
+ *   for i < n: logits[ids[i]] += vals[i];                       (steps 1-2)
+ *   u = sampler_is_greedy(p) ? 0 : rng_uniform(rng);             (the one draw)
+ *   sampler_sample_u(p, logits, vocab, u, scratch, out);         (steps 3-5)
+ * so a device given the additions, the knobs and u returns the CPU's token.
+ */
+
+/* Whether p chooses greedily (no random draw): temperature < 1e-5, top_k 1 or
+ * top_p <= 0 (NaN settings too). Thread: any. */
+bool sampler_is_greedy(const struct sampler_params *p);
+
+/*
+ * Steps 1-2 as an ordered list of additions logits[ids[i]] += vals[i]: each valid
+ * logit_bias entry, then for each distinct generated token the negated penalty
+ * count * frequency_penalty + presence_penalty (adding the negation is the IEEE
+ * subtraction the CPU does). ids and vals hold p->n_bias + n_out entries. Returns the
+ * count. Uses scratch->counts (left all zero). Thread: the scratch's.
+ */
+int32_t sampler_adjustments(const struct sampler_params *p, int32_t vocab,
+                            const int32_t *out_tokens, int32_t n_out,
+                            struct sampler_scratch *scratch, int32_t *ids, float *vals);
+
+/*
+ * Steps 3-5 on logits that already carry steps 1-2, with u in [0, 1) in place of
+ * the one rng_uniform draw (unread when greedy). Same outputs and in-place cleaning
+ * as sampler_sample. Thread: the scratch's.
+ */
+int32_t sampler_sample_u(const struct sampler_params *p, float *logits, int32_t vocab, double u,
+                         struct sampler_scratch *scratch, struct sample_out *out);
 
 /*
  * The logprob of `token` and the n_top most likely tokens under the raw model
