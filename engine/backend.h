@@ -16,6 +16,7 @@
 #define H2O_BACKEND_H
 
 #include "dtype.h"
+#include "sampler.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -55,6 +56,18 @@ struct be_batch {
     const struct be_seq *seqs; /* [n_seq], rows in order, disjoint */
     int32_t n_out;
     const int32_t *out_rows;   /* [n_out] rows whose logits are wanted */
+};
+
+/* One row for be_ops.sample: the engine's sampler split at step 3 (sampler.h). */
+struct be_sample_row {
+    int32_t row;            /* row of the last forward's logits, 0 .. n_out - 1 */
+    const int32_t *add_ids; /* [n_add] steps 1-2: logits[add_ids[i]] += add_vals[i] */
+    const float *add_vals;  /* [n_add], applied in order */
+    int32_t n_add;
+    float temperature, top_p;
+    int32_t top_k;
+    int32_t n_logprobs;     /* -1 (none) .. SAMPLER_MAX_LOGPROBS */
+    double u;               /* the host's rng_uniform draw; unread when greedy */
 };
 
 /* Where forward time went, summed since the last read. */
@@ -115,9 +128,21 @@ struct be_ops {
     /*
      * One forward over the batch: writes each token's K/V and pos into its slots,
      * adds every query's attention probabilities to the attended slots' scores, and
-     * writes logits [n_out, vocab] (fp32) for the requested rows.
+     * writes logits [n_out, vocab] (fp32) for the requested rows. logits may be NULL
+     * when the backend has `sample`: the logits then stay where they were computed,
+     * for the sample call that follows.
      */
     int (*forward)(void *ctx, const struct be_batch *b, float *logits);
+    /*
+     * Optional. Sample n rows of the last forward, run with logits NULL: for entry
+     * i, a copy of logits row rows[i].row gets the additions of steps 1-2, then steps
+     * 3-5 of sampler_sample_u with the entry's knobs and u (sampler.h); out[i] gets
+     * what sampler_sample_u returns. Entries may share a row (n completions of one
+     * prompt). Only the sample_outs come back: the point is that the [n_out, vocab]
+     * logits never cross to the host. Returns 0 or an engine error.
+     */
+    int (*sample)(void *ctx, const struct be_sample_row *rows, int32_t n,
+                  struct sample_out *out);
     /* Read and reset the time profile; NULL when the backend keeps none. */
     void (*profile)(void *ctx, struct be_profile *out);
     void (*destroy)(void *ctx);

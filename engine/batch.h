@@ -39,6 +39,9 @@ struct batch {
     struct be_seq *seqs;
     float *logits;         /* [n_out, vocab] */
     int64_t cap_logits;
+    /* Set by the caller before batch_run: leave the logits on the backend's device
+     * for be_ops.sample (the forward gets logits NULL; b->logits is not written). */
+    bool device_logits;
 };
 
 void batch_init(struct batch *b);

@@ -82,6 +82,18 @@ struct sched {
     int32_t cap_items;
     struct sampler_scratch scratch;
     float *row;             /* [vocab] a logits row the sampler may modify */
+    /* The step's sampling, done once every item is accounted for: which sequence
+     * samples from which logits row, and (device sampling) the rows' descriptions. */
+    struct pending {
+        struct sseq *sq;
+        int32_t row;
+    } *pending;
+    int32_t n_pending, cap_pending;
+    struct be_sample_row *srows;
+    struct sample_out *souts;
+    int32_t *add_ids;       /* steps 1-2 of every row, back to back */
+    float *add_vals;
+    int64_t cap_adds;
     struct sched_stats st;
 };
 
@@ -346,6 +358,11 @@ void sched_destroy(struct sched *s)
     free(s->row);
     batch_deinit(&s->batch);
     sampler_scratch_deinit(&s->scratch);
+    free(s->pending);
+    free(s->srows);
+    free(s->souts);
+    free(s->add_ids);
+    free(s->add_vals);
     free(s);
 }
 
@@ -411,18 +428,15 @@ static bool admit_one(struct sched *s, bool batch_too)
     return true;
 }
 
-/* Sample sequence sq's next token from logits row `logits` and emit its event.
+/* Take sequence sq's next token, as the sampler chose it (*so), and emit its event.
  * Returns true when the sequence finished. */
-static bool seq_sample_emit(struct sched *s, struct sseq *sq, const float *logits)
+static bool seq_emit(struct sched *s, struct sseq *sq, const struct sample_out *sout)
 {
     struct sreq *q = sq->req;
     const struct req *r = q->r;
-    const int32_t V = s->m->cfg.vocab_size;
-    memcpy(s->row, logits, (size_t)V * sizeof *s->row); /* the sampler edits its input */
-    struct sample_out so;
+    const struct sample_out so = *sout;
     const int32_t n_gen = sq->n_ids - q->n_prompt;
-    int32_t tok = sampler_sample(&r->sp, s->row, V, sq->ids + q->n_prompt, n_gen, &sq->rng,
-                                 &s->scratch, &so);
+    const int32_t tok = so.token;
     sq->ids[sq->n_ids++] = tok;
     s->st.generation_tokens++;
 
@@ -471,6 +485,83 @@ static bool seq_sample_emit(struct sched *s, struct sseq *sq, const float *logit
                                : CEIL_DIV(kv_budget_slots(&q->budget), s->pool->block_size);
     s->emit(s->emit_arg, ev);
     return fin != REQ_FINISH_NONE;
+}
+
+static void seq_finish(struct sched *s, struct sseq *sq);
+
+/* Sequence sq samples from logits row `row` of this step, once the step is done. */
+static void pend(struct sched *s, struct sseq *sq, int32_t row)
+{
+    if (s->n_pending == s->cap_pending) {
+        s->cap_pending = MAX(16, 2 * s->cap_pending);
+        s->pending = xrealloc(s->pending, (size_t)s->cap_pending * sizeof *s->pending);
+        s->srows = xrealloc(s->srows, (size_t)s->cap_pending * sizeof *s->srows);
+        s->souts = xrealloc(s->souts, (size_t)s->cap_pending * sizeof *s->souts);
+    }
+    s->pending[s->n_pending++] = (struct pending){sq, row};
+}
+
+/*
+ * The pending rows on the backend's device (be_ops.sample; the logits never left
+ * it): the host does what needs the sequence's history and its random stream (the
+ * step 1-2 additions, the one uniform draw), the device the rest (sampler.h).
+ */
+static int sample_on_device(struct sched *s)
+{
+    const int32_t V = s->m->cfg.vocab_size;
+    int64_t need = 0;
+    for (int32_t i = 0; i < s->n_pending; i++) {
+        const struct sseq *sq = s->pending[i].sq;
+        need += sq->req->r->sp.n_bias + (sq->n_ids - sq->req->n_prompt);
+    }
+    if (need > s->cap_adds) {
+        s->cap_adds = MAX(need, 2 * s->cap_adds);
+        s->add_ids = xrealloc(s->add_ids, (size_t)s->cap_adds * sizeof *s->add_ids);
+        s->add_vals = xrealloc(s->add_vals, (size_t)s->cap_adds * sizeof *s->add_vals);
+    }
+    int64_t at = 0;
+    for (int32_t i = 0; i < s->n_pending; i++) {
+        struct sseq *sq = s->pending[i].sq;
+        const struct sampler_params *p = &sq->req->r->sp;
+        const int32_t n_gen = sq->n_ids - sq->req->n_prompt;
+        const int32_t n_add = sampler_adjustments(p, V, sq->ids + sq->req->n_prompt, n_gen,
+                                                  &s->scratch, s->add_ids + at, s->add_vals + at);
+        s->srows[i] = (struct be_sample_row){
+            .row = s->pending[i].row, .add_ids = s->add_ids + at, .add_vals = s->add_vals + at,
+            .n_add = n_add, .temperature = p->temperature, .top_p = p->top_p, .top_k = p->top_k,
+            .n_logprobs = p->n_logprobs,
+            .u = sampler_is_greedy(p) ? 0.0 : rng_uniform(&sq->rng),
+        };
+        at += n_add;
+    }
+    return s->m->be.ops->sample(s->m->be.ctx, s->srows, s->n_pending, s->souts);
+}
+
+/* Sample every pending row (on the device when the step's logits stayed there) and
+ * emit the tokens in order. Returns 0 or the device's error. */
+static int sample_pending(struct sched *s, bool on_device)
+{
+    const int32_t V = s->m->cfg.vocab_size;
+    if (on_device) {
+        int err = sample_on_device(s);
+        if (err) return err;
+    } else {
+        for (int32_t i = 0; i < s->n_pending; i++) {
+            struct sseq *sq = s->pending[i].sq;
+            struct sreq *q = sq->req;
+            /* The sampler edits its input: a copy of the row. */
+            memcpy(s->row, s->batch.logits + (int64_t)s->pending[i].row * V,
+                   (size_t)V * sizeof *s->row);
+            sampler_sample(&q->r->sp, s->row, V, sq->ids + q->n_prompt, sq->n_ids - q->n_prompt,
+                           &sq->rng, &s->scratch, &s->souts[i]);
+        }
+    }
+    /* A request is freed by its last seq_finish; every pending entry of it comes
+     * before that, as each live sequence has at most one. */
+    for (int32_t i = 0; i < s->n_pending; i++)
+        if (seq_emit(s, s->pending[i].sq, &s->souts[i])) seq_finish(s, s->pending[i].sq);
+    s->n_pending = 0;
+    return 0;
 }
 
 /* The prompt is in the cache: H2O selection, shrink the reservation, fork. */
@@ -616,6 +707,24 @@ static bool pause_batch(const struct sched *s)
     return batch && prompt;
 }
 
+/* The backend failed: every running request ends with the error. Returns err. */
+static int fail_running(struct sched *s, int err)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "the backend failed: %s", err_msg());
+    s->n_pending = 0;
+    while (s->n_running > 0) {
+        struct sreq *q = s->running[0];
+        struct req_event *ev = event_new(q, -1);
+        ev->finish = REQ_FINISH_ERROR;
+        ev->error = xstrdup(msg);
+        ev->error_code = err;
+        s->emit(s->emit_arg, ev);
+        drop_running(s, q);
+    }
+    return err;
+}
+
 int sched_step(struct sched *s)
 {
     int32_t n_items = 0;
@@ -649,22 +758,14 @@ int sched_step(struct sched *s)
         prompt_chunk(s, &s->running[s->n_running - 1]->seqs[0], &room, &n_items);
     if (n_items == 0) return 0;
 
+    /* The logits stay on the device when the backend samples there and no item
+     * needs its rows on the host (prompt logprobs). */
+    bool on_device = s->m->be.ops->sample != NULL;
+    for (int32_t i = 0; i < n_items && on_device; i++) on_device = !s->items[i].all_logits;
+    s->batch.device_logits = on_device;
     int err = batch_run(&s->batch, &s->m->be, s->pool, s->m->cfg.vocab_size, s->items, n_items);
     CHECK(err != ENG_ENOSPC); /* the reservations make this impossible */
-    if (err) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "the backend failed: %s", err_msg());
-        while (s->n_running > 0) {
-            struct sreq *q = s->running[0];
-            struct req_event *ev = event_new(q, -1);
-            ev->finish = REQ_FINISH_ERROR;
-            ev->error = xstrdup(msg);
-            ev->error_code = err;
-            s->emit(s->emit_arg, ev);
-            drop_running(s, q);
-        }
-        return err;
-    }
+    if (err) return fail_running(s, err);
     s->st.steps++;
     int32_t n_tok = 0;
     for (int32_t i = 0; i < n_items; i++) {
@@ -678,26 +779,22 @@ int sched_step(struct sched *s)
          * row per token). */
         const int32_t last_row = s->items[i].logits_row +
                                  (s->items[i].all_logits ? s->items[i].n_tok - 1 : 0);
-        const float *logits = s->batch.logits + (int64_t)last_row * s->m->cfg.vocab_size;
         if (!decode && s->items[i].all_logits) emit_prompt_logprobs(s, sq, &s->items[i]);
         if (decode) {
             const int64_t before = sq->kv.n_evicted;
             kv_seq_after_decode(&sq->kv, &s->m->be, &s->m->cfg, t);
             s->st.tokens_evicted += sq->kv.n_evicted - before;
-            if (seq_sample_emit(s, sq, logits)) seq_finish(s, sq);
+            pend(s, sq, last_row);
             continue;
         }
         s->st.prompt_tokens += s->items[i].n_tok;
         if (sq->n_cached < q->n_prompt) continue; /* more prompt to go */
         finish_prompt(s, q);
-        /* Every sequence samples its first token from the prompt's last logits. The
-         * request is freed by the last seq_finish, so n is read first. */
-        const int32_t n = q->r->n;
-        for (int32_t j = 0; j < n; j++) {
-            struct sseq *sj = &q->seqs[j]; /* q lives until its last sequence ends */
-            if (seq_sample_emit(s, sj, logits)) seq_finish(s, sj);
-        }
+        /* Every sequence samples its first token from the prompt's last logits. */
+        for (int32_t j = 0; j < q->r->n; j++) pend(s, &q->seqs[j], last_row);
     }
+    err = sample_pending(s, on_device);
+    if (err) return fail_running(s, err);
     check_invariants(s);
     return n_tok;
 }

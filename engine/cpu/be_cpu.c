@@ -20,8 +20,10 @@
  * runs and is tested here: kv_state returns -1, kv_read_state copies a sequence's
  * state out, and after every forward the victim of each (layer, head) of every decode
  * token with an H2O budget is chosen on the spot, the way a device decode pass does,
- * and kept for kv_victims. Without it the ops table has kv_read_state (a plain
- * gather, valid either way) but no kv_victims: the engine evicts on the host.
+ * and kept for kv_victims; a forward without a logits destination keeps them for
+ * sample, which runs the sampler's device half (sampler_sample_u). Without it the
+ * ops table has kv_read_state (a plain gather, valid either way) but no kv_victims
+ * or sample: the engine evicts and samples on the host.
  * Thread: engine only (the workers are internal).
  */
 #include "backend.h"
@@ -64,6 +66,12 @@ struct cpu_be {
     int32_t *ev_pos;
     float *ev_score;
     int32_t cap_ev_slots;
+    /* device_state only: logits kept for sample when the forward gets logits NULL
+     * [n_kept, vocab], and the sampler's scratch. */
+    float *kept;
+    int64_t cap_kept;
+    int32_t n_kept;
+    struct sampler_scratch scratch;
     struct be_profile prof; /* time spent since the last profile read */
     bool loaded;
 };
@@ -414,8 +422,20 @@ static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *
     if (c->opts.device_state) pick_victims(c, b);
 
     /* Logits only for the rows asked for (usually each sequence's last token), on
-     * rank 0, whose residual stream is every rank's. */
+     * rank 0, whose residual stream is every rank's. Without a destination they are
+     * kept for sample, as a device would keep them. */
+    c->n_kept = 0;
     if (b->n_out == 0) return 0;
+    if (!logits) {
+        CHECK(c->opts.device_state);
+        const int64_t need = (int64_t)b->n_out * cfg->vocab_size;
+        if (need > c->cap_kept) {
+            c->cap_kept = MAX(need, 2 * c->cap_kept);
+            c->kept = xrealloc(c->kept, (size_t)c->cap_kept * sizeof *c->kept);
+        }
+        c->n_kept = b->n_out;
+        logits = c->kept;
+    }
     struct cpu_rank *r0 = &c->ranks[0];
     struct cpu_ws *ws = &r0->ws;
     cpu_gather_rows(ws->tmp, ws->x, b->out_rows, b->n_out, hd); // tmp: [n_out, hidden]
@@ -434,6 +454,36 @@ static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *
                   cpu_rank_gemm_in(r0, &c->m, hfin, (int64_t)b->n_out * proj), b->n_out,
                   logits); // logits: [n_out, vocab]
     return 0;
+}
+
+/* device_state: sample kept rows as a device does, through the sampler's split
+ * (steps 1-2 as the given additions, steps 3-5 with the given u). */
+static int cpu_sample(void *ctx, const struct be_sample_row *rows, int32_t n,
+                      struct sample_out *out)
+{
+    struct cpu_be *c = ctx;
+    const int32_t V = c->m.cfg.vocab_size;
+    float *row = xmalloc((size_t)V * sizeof *row);
+    int err = 0;
+    for (int32_t i = 0; i < n && !err; i++) {
+        const struct be_sample_row *r = &rows[i];
+        if (r->row < 0 || r->row >= c->n_kept) {
+            err = err_set(ENG_EINVAL, "sample: row %d of a forward that kept %d", r->row,
+                          c->n_kept);
+            break;
+        }
+        memcpy(row, c->kept + (int64_t)r->row * V, (size_t)V * sizeof *row);
+        for (int32_t j = 0; j < r->n_add; j++) row[r->add_ids[j]] += r->add_vals[j];
+        struct sampler_params p;
+        sampler_params_default(&p);
+        p.temperature = r->temperature;
+        p.top_p = r->top_p;
+        p.top_k = r->top_k;
+        p.n_logprobs = r->n_logprobs;
+        sampler_sample_u(&p, row, V, r->u, &c->scratch, &out[i]);
+    }
+    free(row);
+    return err;
 }
 
 static int cpu_forward(void *ctx, const struct be_batch *b, float *logits)
@@ -480,6 +530,8 @@ static void cpu_destroy(void *ctx)
     free(c->lnf_b);
     free(c->ranks);
     free(c->victims);
+    free(c->kept);
+    sampler_scratch_deinit(&c->scratch);
     free(c->ev_pos);
     free(c->ev_score);
     free(c);
@@ -512,6 +564,7 @@ static const struct be_ops cpu_device_ops = {
     .kv_state = cpu_kv_state_device,
     .kv_read_state = cpu_kv_read_state,
     .kv_victims = cpu_kv_victims,
+    .sample = cpu_sample,
     .forward = cpu_forward,
     .profile = cpu_profile,
     .destroy = cpu_destroy,

@@ -52,6 +52,7 @@ struct seq_obs {
     size_t text_len;     /* bytes of text so far */
     int32_t last_blocks; /* kv_blocks of the newest token event */
     uint64_t tok_hash, text_hash;
+    uint64_t lp_hash; /* the token events' logprobs and alternatives, bit for bit */
 };
 
 struct req_obs {
@@ -154,6 +155,10 @@ static inline void on_event(void *arg, struct req_event *ev)
         so->n_tok++;
         so->tok_hash = hash_mix(so->tok_hash ? so->tok_hash : 14695981039346656037ull,
                                 &ev->token, sizeof ev->token);
+        so->lp_hash = hash_mix(so->lp_hash, &ev->logprob, sizeof ev->logprob);
+        so->lp_hash = hash_mix(so->lp_hash, &ev->n_top, sizeof ev->n_top);
+        so->lp_hash = hash_mix(so->lp_hash, ev->top_ids, sizeof ev->top_ids);
+        so->lp_hash = hash_mix(so->lp_hash, ev->top_logprobs, sizeof ev->top_logprobs);
         so->last_blocks = ev->kv_blocks;
         if (q->first_token_step < 0) {
             q->first_token_step = o->step;

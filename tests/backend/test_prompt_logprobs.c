@@ -49,13 +49,18 @@ static void on_event(void *arg, struct req_event *ev)
     req_event_free(ev);
 }
 
-static void check(int32_t max_batched, bool with_neighbour)
+static void check(int32_t max_batched, bool with_neighbour, bool device_state)
 {
     struct golden g;
     golden_load(&g, "tiny-opt");
     const struct golden_prompt *gp = &g.p[2]; /* the 40-token prompt */
-    struct model *m = test_model("golden/tiny-opt", DTYPE_F32, 64, 16);
-    CHECK(m);
+    struct model *m = NULL;
+    struct model_opts mo;
+    model_opts_default(&mo);
+    mo.dtype = DTYPE_F32;
+    mo.device_state = device_state; /* sampling on the "device" beside host rows */
+    CHECK(model_load(&m, test_data("golden/tiny-opt"), &mo) == 0);
+    CHECK(m->be.ops->kv_alloc(m->be.ctx, 64, 16) == 0);
     struct kv_pool pool;
     kv_pool_init(&pool, 64, 16);
     struct seen s = {.gp = gp, .vocab = g.vocab};
@@ -84,9 +89,9 @@ static void check(int32_t max_batched, bool with_neighbour)
     sched_destroy(sc);
     EXPECT_EQ(s.n_prompt_events, gp->n_tok - 1);
     EXPECT_EQ(s.bad_order, 0);
-    printf("# max_batched %d%s: %d prompt tokens scored, max |logprob - transformers| %.3g\n",
-           max_batched, with_neighbour ? " beside another request" : "", s.n_prompt_events,
-           s.worst);
+    printf("# max_batched %d%s%s: %d prompt tokens scored, max |logprob - transformers| "
+           "%.3g\n", max_batched, with_neighbour ? " beside another request" : "",
+           device_state ? " (device sampling)" : "", s.n_prompt_events, s.worst);
     if (!(s.worst <= 1e-4)) TEST_FAIL("logprob error %g", s.worst);
     EXPECT_EQ(pool.n_free, pool.n_blocks);
     kv_pool_deinit(&pool);
@@ -94,14 +99,18 @@ static void check(int32_t max_batched, bool with_neighbour)
     golden_free(&g);
 }
 
-TEST(one_chunk) { check(2048, false); }
-TEST(many_chunks) { check(7, false); }
-TEST(beside_another_request) { check(16, true); }
+TEST(one_chunk) { check(2048, false, false); }
+TEST(many_chunks) { check(7, false, false); }
+TEST(beside_another_request) { check(16, true, false); }
+/* With a backend that samples on its device, the steps that score a prompt keep
+ * their logits on the host and sample there; the others sample on the device. */
+TEST(beside_another_request_device_sampling) { check(16, true, true); }
 
 int main(void)
 {
     RUN(one_chunk);
     RUN(many_chunks);
     RUN(beside_another_request);
+    RUN(beside_another_request_device_sampling);
     return test_done();
 }

@@ -634,6 +634,64 @@ TEST(forks_with_device_state)
                           hr[c][1], k);
 }
 
+/*
+ * Sampling on the "device" (device_state: the CPU backend keeps the logits and runs
+ * the sampler's device half, be_ops.sample) gives what the host sampler gives, bit
+ * for bit: random draws with top-k, top-p and temperature, presence and frequency
+ * penalties, logit_bias, logprobs with alternatives, and n = 2 completions sampled
+ * from one prompt row. (test_prompt_logprobs covers the steps that need host
+ * logits.)
+ */
+TEST(sampling_on_the_device_matches_the_host)
+{
+    enum { P = 24, T = 20, N_REQ = 5 };
+    static const int32_t bias_ids[] = {7, 11, 300};
+    static const float bias_vals[] = {2.5f, -100.0f, 1.25f};
+    uint64_t tok[2][N_REQ][2], lp[2][N_REQ][2], text[2][N_REQ][2];
+    for (int dev = 0; dev < 2; dev++) {
+        struct harness h;
+        if (!h_open_ex(&h, 96, 10, 48, N_REQ, dev == 1)) return;
+        for (int32_t c = 0; c < N_REQ; c++) {
+            const struct kv_spec kv = spec_abs(c % 2 ? KV_POLICY_H2O : KV_POLICY_FULL, 4, 5);
+            struct req *r = mkreq((uint64_t)c, P, T, 2, REQ_PRIO_INTERACTIVE, kv, 40 + c);
+            r->seed = 1000 + (uint64_t)c;
+            r->sp.temperature = 0.3f + 0.4f * (float)c;
+            r->sp.top_k = c == 1 ? 30 : 0;
+            r->sp.top_p = c == 2 ? 0.85f : 1.0f;
+            r->sp.presence_penalty = c >= 3 ? 0.7f : 0.0f;
+            r->sp.frequency_penalty = c >= 3 ? 0.4f : 0.0f;
+            r->sp.n_logprobs = c % 3 == 0 ? 3 : -1;
+            if (c == 4) {
+                r->bias_ids = xmalloc(sizeof bias_ids);
+                r->bias_vals = xmalloc(sizeof bias_vals);
+                memcpy(r->bias_ids, bias_ids, sizeof bias_ids);
+                memcpy(r->bias_vals, bias_vals, sizeof bias_vals);
+                r->sp.bias_ids = r->bias_ids;
+                r->sp.bias_vals = r->bias_vals;
+                r->sp.n_bias = (int32_t)ARRAY_LEN(bias_ids);
+            }
+            h_add(&h, r);
+        }
+        h_run_idle(&h, 1000);
+        h_check_all_answered(&h);
+        for (int32_t c = 0; c < N_REQ; c++)
+            for (int32_t k = 0; k < 2; k++) {
+                EXPECT_EQ(h.o.r[c].seq[k].n_tok, T);
+                tok[dev][c][k] = h.o.r[c].seq[k].tok_hash;
+                lp[dev][c][k] = h.o.r[c].seq[k].lp_hash;
+                text[dev][c][k] = h.o.r[c].seq[k].text_hash;
+            }
+        h_close(&h);
+    }
+    for (int32_t c = 0; c < N_REQ; c++) {
+        if (tok[0][c][0] == tok[0][c][1]) TEST_FAIL("req %d: the two samples are alike", c);
+        for (int32_t k = 0; k < 2; k++)
+            if (tok[1][c][k] != tok[0][c][k] || lp[1][c][k] != lp[0][c][k] ||
+                text[1][c][k] != text[0][c][k])
+                TEST_FAIL("req %d seq %d: device sampling differs from the host's", c, k);
+    }
+}
+
 /* ---- 6. Requests that cannot run. ---- */
 
 static void expect_rejected(struct harness *h, struct req *r, const char *what)
@@ -759,6 +817,7 @@ int main(void)
     RUN(every_sequence_finishes_once);
     RUN(forks_when_budget_is_one_past_a_block);
     RUN(forks_with_device_state);
+    RUN(sampling_on_the_device_matches_the_host);
     RUN(errors);
     RUN(invalid_options);
     RUN(request_without_prompt);
