@@ -151,6 +151,18 @@ cudaError_t cuda_kv_gather_state(int32_t *pos_out, float *score_out, const int32
 cudaError_t cuda_prefill_attn(const struct cuda_prefill_attn_args *a, cudaStream_t stream);
 
 /*
+ * The rows a step samples: dst [n, vocab] fp32, row i = src row rows[i] (src [n_out,
+ * vocab], the forward's logits) plus, in order, the additions add_ids[k] / add_vals[k]
+ * for k in [add_off[i], add_off[i + 1]) (sampler.h steps 1-2: logit_bias, then the
+ * negated penalties). add_off [n + 1]. Several rows may name one src row. Matches
+ * cuda_ref_logits_rows bit for bit. Ids are not checked on the device (the engine
+ * made them, within the vocabulary).
+ */
+cudaError_t cuda_logits_rows(float *dst, const float *src, const int32_t *rows, int32_t n,
+                             int32_t vocab, const int32_t *add_off, const int32_t *add_ids,
+                             const float *add_vals, cudaStream_t stream);
+
+/*
  * One decode step's sampling for a->n rows of fp32 logits [n, vocab]: the contract of
  * struct cuda_sample_args (cuda_ref.h), whose host reference cuda_ref_sample (and so
  * the CPU's sampler_sample, steps 3-5) it matches: the same greedy token, the same

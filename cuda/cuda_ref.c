@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 int32_t cuda_ref_victim(const float *score, const int32_t *pos, int32_t n, int32_t t,
                         int32_t recent)
@@ -304,4 +305,15 @@ void cuda_ref_prefill_attn(const struct cuda_prefill_attn_args *a, float *out_f3
     free(o);
     free(p);
     free(lse);
+}
+
+void cuda_ref_logits_rows(float *dst, const float *src, const int32_t *rows, int32_t n,
+                          int32_t vocab, const int32_t *add_off, const int32_t *add_ids,
+                          const float *add_vals)
+{
+    for (int32_t i = 0; i < n; i++) {
+        float *d = dst + (int64_t)i * vocab;
+        memcpy(d, src + (int64_t)rows[i] * vocab, (size_t)vocab * sizeof *d);
+        for (int32_t k = add_off[i]; k < add_off[i + 1]; k++) d[add_ids[k]] += add_vals[k];
+    }
 }

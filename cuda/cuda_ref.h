@@ -179,6 +179,11 @@ struct cuda_sample_args {
  */
 void cuda_ref_sample(const struct cuda_sample_args *a);
 
+/* The reference of cuda_logits_rows (cuda_kernels.h), on host memory. */
+void cuda_ref_logits_rows(float *dst, const float *src, const int32_t *rows, int32_t n,
+                          int32_t vocab, const int32_t *add_off, const int32_t *add_ids,
+                          const float *add_vals);
+
 /* One sequence's prefill chunk. */
 struct cuda_prefill_seq {
     int32_t tok_start;  /* first row of this sequence in qkv / out / tok_pos */

@@ -16,6 +16,7 @@
 #include "test.h"
 
 #include "gpu_testlib.h"
+#include "util.h"
 
 #include <cuda_runtime_api.h>
 
@@ -199,6 +200,62 @@ TEST(opt_vocab)
     check_case(60, 50272, 2);
 }
 
+/* cuda_logits_rows against its reference, bit for bit: rows copied (several output
+ * rows from one source row), additions applied in order (a token twice, -100 bans). */
+TEST(logits_rows)
+{
+    for (int rep = 0; rep < 20; rep++) {
+        const int32_t n_src = 1 + (int32_t)(urand() * 9), n = 1 + (int32_t)(urand() * 12);
+        const int32_t vocab = rep % 2 ? 50272 : 1 + (int32_t)(urand() * 3000);
+        float *src = xmalloc((size_t)n_src * (size_t)vocab * sizeof *src);
+        for (int64_t i = 0; i < (int64_t)n_src * vocab; i++) src[i] = nrand() * 4.0f;
+        int32_t *rows = xmalloc((size_t)n * sizeof *rows), *off = xmalloc((size_t)(n + 1) * 4);
+        int32_t *ids = xmalloc((size_t)n * 6 * 4);
+        float *vals = xmalloc((size_t)n * 6 * 4);
+        off[0] = 0;
+        for (int32_t i = 0; i < n; i++) {
+            rows[i] = (int32_t)(urand() * n_src);
+            const int32_t k = (int32_t)(urand() * 7); /* 0..6 additions */
+            for (int32_t j = 0; j < k; j++) {
+                ids[off[i] + j] = j > 0 && urand() < 0.3 ? ids[off[i] + j - 1]
+                                                          : (int32_t)(urand() * vocab);
+                vals[off[i] + j] = urand() < 0.2 ? -100.0f : nrand();
+            }
+            off[i + 1] = off[i] + k;
+        }
+        float *want = xmalloc((size_t)n * (size_t)vocab * sizeof *want);
+        float *got = xmalloc((size_t)n * (size_t)vocab * sizeof *got);
+        cuda_ref_logits_rows(want, src, rows, n, vocab, off, ids, vals);
+        float *d_src = gpu_to_dev(src, (size_t)n_src * (size_t)vocab * 4), *d_dst = NULL;
+        int32_t *d_rows = gpu_to_dev(rows, (size_t)n * 4), *d_off = gpu_to_dev(off, (size_t)(n + 1) * 4);
+        int32_t *d_ids = gpu_to_dev(ids, (size_t)MAX(off[n], 1) * 4);
+        float *d_vals = gpu_to_dev(vals, (size_t)MAX(off[n], 1) * 4);
+        EXPECT_EQ(cudaMalloc((void **)&d_dst, (size_t)n * (size_t)vocab * 4), cudaSuccess);
+        EXPECT_EQ(cuda_logits_rows(d_dst, d_src, d_rows, n, vocab, d_off, d_ids, d_vals, 0),
+                  cudaSuccess);
+        EXPECT_EQ(gpu_from_dev(cudaSuccess, got, d_dst, (size_t)n * (size_t)vocab * 4),
+                  cudaSuccess);
+        if (memcmp(got, want, (size_t)n * (size_t)vocab * 4))
+            TEST_FAIL("rep %d (n %d, vocab %d): rows differ from the reference", rep, n, vocab);
+        cudaFree(d_src);
+        cudaFree(d_dst);
+        cudaFree(d_rows);
+        cudaFree(d_off);
+        cudaFree(d_ids);
+        cudaFree(d_vals);
+        free(src);
+        free(rows);
+        free(off);
+        free(ids);
+        free(vals);
+        free(want);
+        free(got);
+    }
+    EXPECT_EQ(cuda_logits_rows(NULL, NULL, NULL, -1, 10, NULL, NULL, NULL, 0),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_logits_rows(NULL, NULL, NULL, 0, 10, NULL, NULL, NULL, 0), cudaSuccess);
+}
+
 TEST(timing)
 {
     struct rows r;
@@ -221,6 +278,7 @@ int main(void)
     if (gpu_device_count() == 0) return 77; /* meson's skip code */
     RUN(small_vocab);
     RUN(opt_vocab);
+    RUN(logits_rows);
     RUN(timing);
     return test_done();
 }
