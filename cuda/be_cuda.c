@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static const struct be_ops cuda_ops;
 
@@ -69,7 +68,7 @@ int backend_cuda_device_count(void)
 {
     /* No driver, no device: answer without touching CUDA, whose runtime would only
      * fail to find a driver (and sanitizer builds need not load it at all). */
-    if (access("/dev/nvidiactl", F_OK) != 0) return 0;
+    if (!be_cuda_driver_present()) return 0;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
     return n;

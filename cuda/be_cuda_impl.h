@@ -154,6 +154,11 @@ int cu_run(struct cuda_be *c, ranks_fn fn);
 /* Grow device buffer *p to hold n bytes (contents lost); returns nonzero on error. */
 int cu_reserve(struct cu_rank *r, void **p, size_t *cap, size_t n, const char *what);
 
+/* Whether an NVIDIA driver is installed (be_cuda_driver.c: /dev/nvidiactl exists),
+ * asked before any CUDA call. Its own file so that tests/fakecuda, which stands in
+ * for the CUDA runtime on machines without a GPU, can answer it instead. */
+bool be_cuda_driver_present(void);
+
 /* The forward (be_cuda_fwd.c), a be_ops entry. */
 int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits);
 
