@@ -82,8 +82,8 @@ static void rank_thread_init(void *arg, int32_t rank)
     cudaSetDevice(rank);
 }
 
-/* The device of `rank` current on this thread; the stream, cuBLAS handle and NCCL
- * communicator made on it. */
+/* The device of `rank` current on this thread; the stream and cuBLAS handle made on
+ * it. */
 static void job_open(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
@@ -93,8 +93,18 @@ static void job_open(void *arg, int32_t rank)
     if (cu_fail(r, cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking),
                 "cudaStreamCreate"))
         return;
-    if (cu_fail_eng(r, cuda_gemm_create(&r->gemm, r->device, r->stream))) return;
-    if (c->n_rank > 1) cu_fail_eng(r, comm_nccl_open(c->group, rank, r->device, r->stream, &r->comm));
+    cu_fail_eng(r, cuda_gemm_create(&r->gemm, r->device, r->stream));
+}
+
+/* The rank's NCCL communicator, once every rank has its stream (a job of its own:
+ * ncclCommInitRank waits for all ranks, so a rank that failed job_open and skipped it
+ * would leave the others waiting for ever). */
+static void job_comm_open(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    cu_fail_eng(r, comm_nccl_open(c->group, rank, r->device, r->stream, &r->comm));
 }
 
 int backend_cuda_create(struct backend *out, const struct be_cuda_opts *opts)
@@ -119,8 +129,10 @@ int backend_cuda_create(struct backend *out, const struct be_cuda_opts *opts)
     for (int32_t i = 0; i < n_rank; i++) c->ranks[i].sh = (struct shard){.rank = i, .size = n_rank};
     int err = ranks_create(&c->threads, n_rank, rank_thread_init, c);
     if (!err && n_rank > 1) err = comm_nccl_group_create(&c->group, n_rank);
-    /* NCCL's set-up is collective: every rank opens at once, each on its thread. */
     if (!err) err = cu_run(c, job_open);
+    /* NCCL's set-up is collective: every rank opens at once, each on its thread, and
+     * only when every rank got this far. */
+    if (!err && n_rank > 1) err = cu_run(c, job_comm_open);
     out->ops = &cuda_ops;
     out->ctx = c;
     if (err) {

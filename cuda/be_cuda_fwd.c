@@ -305,7 +305,18 @@ static int logits(struct cuda_be *c, struct cu_rank *r, const struct be_batch *b
                    "logits download");
 }
 
-/* One rank's forward (a ranks job). */
+/* Grow one rank's workspace for the batch (a ranks job of its own, before the
+ * forward: a rank that failed here inside the forward would leave the others waiting
+ * for ever in its first all-reduce). */
+static void job_reserve(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    ws_reserve(c, r, c->batch->n_tok, c->batch->n_out);
+}
+
+/* One rank's forward (a ranks job), its workspace reserved. */
 static void job_forward(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
@@ -314,8 +325,7 @@ static void job_forward(void *arg, int32_t rank)
     const struct opt_config *cfg = &c->cfg;
     const int32_t n = b->n_tok, hd = cfg->hidden, proj = cfg->word_embed_proj_dim;
     cudaStream_t st = r->stream;
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice") || ws_reserve(c, r, n, b->n_out))
-        return;
+    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
     if (cu_fail(r, cudaMemcpyAsync(r->meta, c->meta_host, c->meta.bytes, cudaMemcpyHostToDevice, st),
                 "batch upload"))
         return;
@@ -354,7 +364,8 @@ int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits_out)
     if (err) return err;
     c->batch = b;
     c->logits_out = logits_out;
-    err = cu_run(c, job_forward);
+    err = cu_run(c, job_reserve);
+    if (!err) err = cu_run(c, job_forward);
     c->prof.forward_s += time_now() - t0;
     c->prof.n_forward++;
     return err;

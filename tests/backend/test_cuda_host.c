@@ -32,6 +32,8 @@
 #include "generate.h"
 
 #include <math.h>
+#include <signal.h>
+#include <unistd.h>
 
 static const struct {
     int32_t P, H, R;
@@ -336,6 +338,73 @@ TEST(no_device_is_a_clean_error)
     EXPECT_EQ(fakecuda_live_allocations(), live0);
 }
 
+/* A hang is the failure these tests look for: end the process with a message. */
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "# hung: a rank waits for ever in a collective\nnot ok\n";
+    if (write(1, msg, sizeof msg - 1) < 0) _exit(2);
+    _exit(1);
+}
+
+/* A GPU that cannot be used at set-up (its stream cannot be made): with TP = 2 the
+ * other rank must not wait for ever in NCCL's collective communicator set-up; the
+ * load fails naming the GPU, and everything is given back. */
+TEST(broken_gpu_fails_create_cleanly)
+{
+    const int64_t live0 = fakecuda_live_allocations();
+    fakecuda_set_devices(2);
+    fakecuda_set_broken(1, true);
+    alarm(30);
+    struct model_opts mo;
+    model_opts_default(&mo);
+    mo.device = BE_DEVICE_CUDA;
+    mo.tensor_parallel = 2;
+    struct model *m = NULL;
+    EXPECT_EQ(model_load(&m, "dummy:tiny", &mo), ENG_EUNAVAILABLE);
+    alarm(0);
+    printf("# %s\n", err_msg());
+    EXPECT(strstr(err_msg(), "GPU 1"));
+    EXPECT(m == NULL);
+    fakecuda_set_broken(1, false);
+    EXPECT_EQ(fakecuda_live_allocations(), live0);
+}
+
+/* One rank out of GPU memory for a forward's workspace (rank 0, which also holds
+ * the logits): the forward returns ENG_ENOMEM instead of leaving the other rank in
+ * the all-reduce for ever, and the next forward, with memory back, works. */
+TEST(rank_out_of_memory_fails_forward_cleanly)
+{
+    fakecuda_set_devices(2);
+    struct model *m = load("dummy:tiny", BE_DEVICE_CUDA, 2);
+    if (!m) {
+        TEST_FAIL("cannot load");
+        return;
+    }
+    const int32_t blocks[1] = {0}, tokens[4] = {2, 10, 11, 12}, pos[4] = {0, 1, 2, 3};
+    const int32_t out_rows[1] = {3};
+    const struct be_seq seq = {.blocks = blocks, .n_blocks = 1, .tok_start = 0, .n_tok = 4,
+                               .slot_start = 0, .n_slots = 4};
+    const struct be_batch b = {.n_tok = 4, .tokens = tokens, .pos = pos, .n_seq = 1,
+                               .seqs = &seq, .n_out = 1, .out_rows = out_rows};
+    float *logits = xmalloc((size_t)m->cfg.vocab_size * sizeof *logits);
+    m->be.ops->kv_init_blocks(m->be.ctx, blocks, 1);
+    fakecuda_set_device_memory(0, fakecuda_device_used(0));
+    alarm(30);
+    EXPECT_EQ(m->be.ops->forward(m->be.ctx, &b, logits), ENG_ENOMEM);
+    alarm(0);
+    printf("# %s\n", err_msg());
+    EXPECT(strstr(err_msg(), "rank 0"));
+    fakecuda_set_device_memory(0, 0);
+    m->be.ops->kv_init_blocks(m->be.ctx, blocks, 1);
+    alarm(30);
+    EXPECT_EQ(m->be.ops->forward(m->be.ctx, &b, logits), 0);
+    alarm(0);
+    EXPECT(isfinite(logits[0]));
+    free(logits);
+    model_destroy(m);
+}
+
 /* kv_capacity: positive, at most the fake GPUs' memory, and what the weights use is
  * not counted in it (larger for the smaller model). */
 TEST(kv_capacity_positive)
@@ -423,6 +492,9 @@ int main(void)
     RUN(golden_tiny_opt_tp2);
     RUN(golden_tiny_opt_350m_tp2);
     RUN(dummy_tiny_tp2);
+    signal(SIGALRM, on_alarm);
+    RUN(broken_gpu_fails_create_cleanly);
+    RUN(rank_out_of_memory_fails_forward_cleanly);
     RUN(kv_capacity_positive);
     RUN(generate_run_on_cuda);
     printf("# worst |logit diff| cuda vs cpu %.3g, cuda tp 2 vs tp 1 %.3g, H2O score %.3g\n",
