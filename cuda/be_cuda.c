@@ -579,6 +579,10 @@ static void job_close(void *arg, int32_t rank)
         for (int32_t li = 0; li < c->cfg.n_layer; li++) free_layer(&r->layers[li]);
     free(r->layers);
     if (r->own_lm_head) cudaFree(r->lm_head);
+    if (rank == 0) { /* the sampler's buffers live on rank 0's GPU */
+        cudaFree(c->samp_dev);
+        cudaFreeHost(c->samp_host);
+    }
     uint16_t *bufs[] = {r->embed, r->pos_embed, r->project_in, r->project_out, r->lnf_w,
                         r->lnf_b, r->x, r->h, r->qkv, r->attn, r->ff, r->tmp};
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) cudaFree(bufs[i]);
@@ -620,6 +624,7 @@ static const struct be_ops cuda_ops = {
     .kv_state = be_cuda_kv_state,
     .kv_read_state = be_cuda_kv_read_state,
     .kv_victims = be_cuda_kv_victims,
+    .sample = be_cuda_sample,
     .kv_capacity = be_cuda_kv_capacity,
     .forward = be_cuda_forward,
     .profile = be_cuda_profile,

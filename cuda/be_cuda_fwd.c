@@ -299,6 +299,7 @@ static int logits(struct cuda_be *c, struct cu_rank *r, const struct be_batch *b
     if (cu_fail_eng(r, cuda_gemm_linear_f32(r->gemm, r->logits, fin, r->lm_head, n_out,
                                             cfg->vocab_size, proj)))
         return r->err;
+    if (!c->logits_out) return 0; /* kept on the device for sample */
     return cu_fail(r, cudaMemcpyAsync(c->logits_out, r->logits,
                                       (size_t)n_out * (size_t)cfg->vocab_size * 4,
                                       cudaMemcpyDeviceToHost, st),
@@ -364,8 +365,10 @@ int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits_out)
     if (err) return err;
     c->batch = b;
     c->logits_out = logits_out;
+    c->n_kept = 0;
     err = cu_run(c, job_reserve);
     if (!err) err = cu_run(c, job_forward);
+    if (!err && !logits_out) c->n_kept = b->n_out;
     c->prof.forward_s += time_now() - t0;
     c->prof.n_forward++;
     return err;

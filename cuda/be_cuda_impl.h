@@ -136,6 +136,10 @@ struct cuda_be {
     int32_t n_runs;
     int32_t cap_seq;
     bool have_victims; /* the last forward produced victims */
+    int32_t n_kept;    /* rows of rank 0's logits kept for sample (forward with NULL) */
+    /* be_cuda_sample.c's buffers on rank 0: device, and pinned host. */
+    void *samp_dev, *samp_host;
+    size_t samp_dev_cap, samp_host_cap;
     struct be_profile prof;
     bool loaded;
 };
@@ -161,6 +165,10 @@ bool be_cuda_driver_present(void);
 
 /* The forward (be_cuda_fwd.c), a be_ops entry. */
 int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits);
+
+/* Sampling from the kept logits (be_cuda_sample.c), a be_ops entry. */
+int be_cuda_sample(void *ctx, const struct be_sample_row *rows, int32_t n,
+                   struct sample_out *out);
 
 /* The victims of the last forward's sequence `seq` (be_cuda_fwd.c), a be_ops entry. */
 int be_cuda_kv_victims(void *ctx, int32_t seq, int32_t *victims);

@@ -482,6 +482,81 @@ TEST(generate_run_on_cuda)
     }
 }
 
+/*
+ * be_ops.sample on the fake GPU (cuda_logits_rows, then cuda_sample, whose fake runs
+ * the host reference) against the engine's sampler on the same logits: one prompt
+ * forwarded twice into fresh sequences, once with the logits copied back and once
+ * kept on the device; then rows with every kind of knob, additions (a token added
+ * twice, a -100 ban) and several rows from one logits row. Same tokens and
+ * alternatives, logprobs within 1e-5.
+ */
+TEST(sample_on_the_gpu_matches_the_host_sampler)
+{
+    fakecuda_set_devices(1);
+    struct model *m = load("dummy:tiny", BE_DEVICE_CUDA, 1);
+    CHECK(m);
+    const int32_t V = m->cfg.vocab_size;
+    struct kv_pool pool;
+    kv_pool_init(&pool, POOL_BLOCKS, BS);
+    int32_t prompt[12];
+    for (int32_t i = 0; i < 12; i++) prompt[i] = 2 + 37 * i % (V - 2);
+    struct kv_seq kv[2];
+    struct batch b;
+    batch_init(&b);
+    float *host = xmalloc((size_t)2 * V * sizeof *host);
+    for (int k = 0; k < 2; k++) {
+        kv_seq_init(&kv[k]);
+        struct batch_item it = {.kv = &kv[k], .tokens = prompt, .n_tok = 12, .all_logits = true};
+        b.device_logits = k == 1; /* the second forward keeps its logits on the GPU */
+        EXPECT_EQ(batch_run(&b, &m->be, &pool, V, &it, 1), 0);
+        if (k == 0) memcpy(host, b.logits + (int64_t)10 * V, (size_t)2 * V * sizeof *host);
+    }
+    static const int32_t ids[] = {5, 9, 5, 100};
+    static const float vals[] = {3.0f, -100.0f, -0.75f, 1.5f};
+    const struct be_sample_row rows[] = {
+        {.row = 11, .temperature = 0, .top_p = 1, .n_logprobs = 5},
+        {.row = 11, .add_ids = ids, .add_vals = vals, .n_add = 4, .temperature = 0.7f,
+         .top_p = 1, .top_k = 5, .n_logprobs = 2, .u = 0.61},
+        {.row = 10, .temperature = 1.3f, .top_p = 0.9f, .n_logprobs = -1, .u = 0.05},
+        {.row = 11, .add_ids = ids, .add_vals = vals, .n_add = 3, .temperature = 1.0f,
+         .top_p = 1, .n_logprobs = 0, .u = 0.999},
+    };
+    const int32_t n = (int32_t)ARRAY_LEN(rows);
+    struct sample_out got[4], want[4];
+    EXPECT_EQ(m->be.ops->sample(m->be.ctx, rows, n, got), 0);
+    struct sampler_scratch scratch;
+    sampler_scratch_init(&scratch);
+    float *row = xmalloc((size_t)V * sizeof *row);
+    for (int32_t i = 0; i < n; i++) {
+        memcpy(row, host + (int64_t)(rows[i].row - 10) * V, (size_t)V * sizeof *row);
+        for (int32_t j = 0; j < rows[i].n_add; j++) row[rows[i].add_ids[j]] += rows[i].add_vals[j];
+        struct sampler_params p;
+        sampler_params_default(&p);
+        p.temperature = rows[i].temperature;
+        p.top_p = rows[i].top_p;
+        p.top_k = rows[i].top_k;
+        p.n_logprobs = rows[i].n_logprobs;
+        sampler_sample_u(&p, row, V, rows[i].u, &scratch, &want[i]);
+        EXPECT_EQ(got[i].token, want[i].token);
+        EXPECT_EQ(got[i].n_top, want[i].n_top);
+        EXPECT(fabs((double)got[i].logprob - want[i].logprob) <= 1e-5);
+        for (int32_t k = 0; k < want[i].n_top; k++) {
+            EXPECT_EQ(got[i].top_ids[k], want[i].top_ids[k]);
+            EXPECT(fabs((double)got[i].top_logprobs[k] - want[i].top_logprobs[k]) <= 1e-5);
+        }
+    }
+    /* A row the last forward did not keep is an error, not a read past the end. */
+    const struct be_sample_row bad = {.row = 12, .temperature = 0, .top_p = 1};
+    EXPECT_EQ(m->be.ops->sample(m->be.ctx, &bad, 1, got), ENG_EINVAL);
+    sampler_scratch_deinit(&scratch);
+    free(row);
+    free(host);
+    for (int k = 0; k < 2; k++) kv_seq_deinit(&kv[k], &pool);
+    batch_deinit(&b);
+    kv_pool_deinit(&pool);
+    model_destroy(m);
+}
+
 int main(void)
 {
     RUN(no_device_is_a_clean_error);
@@ -497,6 +572,7 @@ int main(void)
     RUN(rank_out_of_memory_fails_forward_cleanly);
     RUN(kv_capacity_positive);
     RUN(generate_run_on_cuda);
+    RUN(sample_on_the_gpu_matches_the_host_sampler);
     printf("# worst |logit diff| cuda vs cpu %.3g, cuda tp 2 vs tp 1 %.3g, H2O score %.3g\n",
            worst_logit_diff, worst_tp_diff, worst_score_diff);
     EXPECT_EQ(fakecuda_violations(), 0);

@@ -265,7 +265,47 @@ cudaError_t cuda_kv_gather_state(int32_t *pos_out, float *score_out, const int32
 
 cudaError_t cuda_sample(const struct cuda_sample_args *a, cudaStream_t stream)
 {
-    (void)a;
-    (void)stream;
-    return fakecuda_violation("cuda_sample: not faked (the backend does not call it)");
+    if (a->n < 0 || a->vocab <= 0 || !a->scratch) return cudaErrorInvalidValue;
+    if (a->n == 0) return cudaSuccess;
+    const size_t n = (size_t)a->n, T = CUDA_SAMPLE_MAX_TOP;
+    if (!fakecuda_stream_ok(stream, "cuda_sample") ||
+        !fakecuda_dev_ok(a->logits, n * (size_t)a->vocab * 4, "cuda_sample logits") ||
+        !fakecuda_dev_ok(a->temperature, n * 4, "cuda_sample temperature") ||
+        !fakecuda_dev_ok(a->top_k, n * 4, "cuda_sample top_k") ||
+        !fakecuda_dev_ok(a->top_p, n * 4, "cuda_sample top_p") ||
+        !fakecuda_dev_ok(a->u, n * 8, "cuda_sample u") ||
+        !fakecuda_dev_ok(a->n_logprobs, n * 4, "cuda_sample n_logprobs") ||
+        !fakecuda_dev_ok(a->token, n * 4, "cuda_sample token") ||
+        !fakecuda_dev_ok(a->logprob, n * 4, "cuda_sample logprob") ||
+        !fakecuda_dev_ok(a->n_top, n * 4, "cuda_sample n_top") ||
+        !fakecuda_dev_ok(a->top_ids, n * T * 4, "cuda_sample top_ids") ||
+        !fakecuda_dev_ok(a->top_logprobs, n * T * 4, "cuda_sample top_logprobs") ||
+        !fakecuda_dev_ok(a->scratch, CUDA_SAMPLE_SCRATCH_BYTES(a->n, a->vocab),
+                         "cuda_sample scratch"))
+        return cudaErrorInvalidValue;
+    cuda_ref_sample(a);
+    return cudaSuccess;
+}
+
+cudaError_t cuda_logits_rows(float *dst, const float *src, const int32_t *rows, int32_t n,
+                             int32_t vocab, const int32_t *add_off, const int32_t *add_ids,
+                             const float *add_vals, cudaStream_t stream)
+{
+    if (n < 0 || vocab <= 0) return cudaErrorInvalidValue;
+    if (n == 0) return cudaSuccess;
+    if (!fakecuda_stream_ok(stream, "cuda_logits_rows") ||
+        !fakecuda_dev_ok(dst, (size_t)n * (size_t)vocab * 4, "cuda_logits_rows dst") ||
+        !fakecuda_dev_ok(rows, (size_t)n * 4, "cuda_logits_rows rows") ||
+        !fakecuda_dev_ok(add_off, (size_t)(n + 1) * 4, "cuda_logits_rows add_off"))
+        return cudaErrorInvalidValue;
+    for (int32_t i = 0; i < n; i++)
+        if (!fakecuda_dev_ok(src + (int64_t)rows[i] * vocab, (size_t)vocab * 4,
+                             "cuda_logits_rows src row"))
+            return cudaErrorInvalidValue;
+    if (add_off[n] > 0 &&
+        (!fakecuda_dev_ok(add_ids, (size_t)add_off[n] * 4, "cuda_logits_rows add_ids") ||
+         !fakecuda_dev_ok(add_vals, (size_t)add_off[n] * 4, "cuda_logits_rows add_vals")))
+        return cudaErrorInvalidValue;
+    cuda_ref_logits_rows(dst, src, rows, n, vocab, add_off, add_ids, add_vals);
+    return cudaSuccess;
 }
