@@ -2,7 +2,13 @@
  * engine_run.h - drive several sequences through the paged engine step by step
  * (batch_run plus the H2O hooks), the way the scheduler does, and keep every step's
  * logits; shared by the tests that compare such runs (test_h2o_equiv against the
- * dense reference, test_tp across tensor-parallel sizes).
+ * dense reference, test_tp across tensor-parallel sizes, test_device_state against
+ * the host slot state, cuda_parity.h's CUDA against CPU).
+ *
+ * On top of the single sequences: the standard table of budget cases (erun_cases),
+ * a model loader from struct model_opts (erun_load), one model's run of every case
+ * (struct erun: erun_run, erun_free) and the scheduler's greedy path
+ * (erun_requests, erun_generate).
  *
  * Header-only and static, like test.h: each test program includes it once.
  */
@@ -11,6 +17,8 @@
 
 #include "test.h"
 
+#include "err.h"
+#include "generate.h"
 #include "golden.h"
 #include "h2o.h"
 #include "h2o_ref.h"
@@ -106,6 +114,109 @@ static inline void eseq_deinit(struct eseq *e, struct kv_pool *pool)
 {
     kv_seq_deinit(&e->kv, pool);
     free(e->logits);
+}
+
+/* Every budget kind: B < P (compaction), B reached mid-decode, R = 1, H = 0, and
+ * full; last, a short prompt (12) whose budget (31, R = 1) is first reached while
+ * decoding, so that the first evictions come from decode tokens only. Case c of a
+ * run starts from seed + c, so a table that only grows keeps every earlier case's
+ * sequence. */
+struct erun_case {
+    int32_t P, H, R;
+    bool full;
+};
+static const struct erun_case erun_cases[] = {
+    {40, 4, 3, false}, {40, 6, 1, false}, {40, 0, 8, false},  {30, 25, 25, false},
+    {33, 0, 0, true},  {21, 0, 0, true},  {12, 30, 1, false},
+};
+#define ERUN_CASES ((int32_t)ARRAY_LEN(erun_cases))
+#define ERUN_POOL_BLOCKS 512
+#define ERUN_BS 16
+
+/*
+ * Load `name` (a directory under the test data, or "dummy:*" as it is) with `mo` and
+ * give its backend a KV pool of ERUN_POOL_BLOCKS blocks of ERUN_BS.
+ * Returns the model (the caller destroys it), or NULL after printing why.
+ */
+static inline struct model *erun_load(const char *name, const struct model_opts *mo)
+{
+    struct model *m = NULL;
+    const char *path = strncmp(name, "dummy:", 6) == 0 ? name : test_data(name);
+    if (model_load(&m, path, mo)) {
+        printf("# model_load(%s, %s, tp %d%s): %s\n", path,
+               mo->device == BE_DEVICE_CUDA ? "cuda" : "cpu", mo->tensor_parallel,
+               mo->device_state ? ", device_state" : "", err_msg());
+        return NULL;
+    }
+    if (m->be.ops->kv_alloc(m->be.ctx, ERUN_POOL_BLOCKS, ERUN_BS)) {
+        printf("# kv_alloc(%s): %s\n", path, err_msg());
+        model_destroy(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* One model's run of every case of erun_cases. */
+struct erun {
+    struct model *m; /* NULL when it could not be loaded */
+    struct kv_pool pool;
+    struct eseq es[ERUN_CASES];
+};
+
+/*
+ * Load `name` with `mo` into r and run every case batched, prompts in chunks of
+ * `chunk`, case c's prompt drawn from seed + c. Returns false (r->m NULL) when the
+ * model cannot be loaded. Either way the caller ends with erun_free(r).
+ */
+static inline bool erun_run(struct erun *r, const char *name, const struct model_opts *mo,
+                            int32_t chunk, uint64_t seed)
+{
+    r->m = erun_load(name, mo);
+    if (!r->m) return false;
+    kv_pool_init(&r->pool, ERUN_POOL_BLOCKS, ERUN_BS);
+    for (int32_t c = 0; c < ERUN_CASES; c++)
+        eseq_init(&r->es[c], erun_cases[c].P, erun_cases[c].H, erun_cases[c].R,
+                  erun_cases[c].full, seed + (uint64_t)c, r->m->cfg.vocab_size);
+    run_engine(r->m, &r->pool, r->es, ERUN_CASES, chunk);
+    return true;
+}
+
+/* Free what erun_run gave r; every block must be back in the pool. Safe on a run
+ * whose model did not load, and twice. */
+static inline void erun_free(struct erun *r)
+{
+    if (!r->m) return;
+    for (int32_t c = 0; c < ERUN_CASES; c++) eseq_deinit(&r->es[c], &r->pool);
+    EXPECT_EQ(r->pool.n_free, r->pool.n_blocks);
+    kv_pool_deinit(&r->pool);
+    model_destroy(r->m);
+    r->m = NULL;
+}
+
+/* Greedy requests for prompts[0, n): max_tokens each, ignoring EOS, budget kv. */
+static inline void erun_requests(struct gen_request *rq, const char *const *prompts, int32_t n,
+                                 int32_t max_tokens, struct kv_spec kv)
+{
+    for (int32_t i = 0; i < n; i++) {
+        rq[i] = (struct gen_request){.prompt = prompts[i],
+                                     .prompt_len = strlen(prompts[i]),
+                                     .max_tokens = max_tokens,
+                                     .ignore_eos = true};
+        sampler_params_default(&rq[i].sp);
+        rq[i].sp.temperature = 0;
+        rq[i].kv = kv;
+    }
+}
+
+/* The scheduler's path (h2oserve generate) on m, at most 16 tokens a step so that
+ * prompts are chunked and batched with decodes. Returns generate_run's result. */
+static inline int erun_generate(struct model *m, const struct gen_request *rq, int32_t n,
+                                struct gen_result *out)
+{
+    struct gen_opts go;
+    gen_opts_default(&go);
+    go.max_batched_tokens = 16;
+    return generate_run(m, &go, rq, n, out);
 }
 
 #endif

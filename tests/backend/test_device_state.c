@@ -18,61 +18,28 @@
 #include "test.h"
 
 #include "engine_run.h"
-#include "err.h"
-#include "generate.h"
 
-/* Every budget kind: B < P (compaction), B reached mid-decode, R = 1, H = 0, and
- * full. */
-static const struct {
-    int32_t P, H, R;
-    bool full;
-} cases[] = {
-    {40, 4, 3, false},  {40, 6, 1, false}, {40, 0, 8, false}, {30, 25, 25, false},
-    {12, 30, 1, false}, {33, 0, 0, true},  {21, 0, 0, true},
-};
-#define N_CASES ((int32_t)ARRAY_LEN(cases))
-#define POOL_BLOCKS 512
-#define BS 16
-
-static struct model *load(const char *name, int tp, bool device_state)
+/* Every case of engine_run.h's table (every budget kind) at `tp` ranks, with the
+ * slot state on the host or (emulated) on a device. */
+static bool run_state(struct erun *r, const char *name, int tp, bool device_state,
+                      int32_t chunk)
 {
     struct model_opts mo;
     model_opts_default(&mo);
     mo.dtype = DTYPE_F32;
     mo.tensor_parallel = tp;
     mo.device_state = device_state;
-    struct model *m = NULL;
-    const char *path = strncmp(name, "dummy:", 6) == 0 ? name : test_data(name);
-    if (model_load(&m, path, &mo)) {
-        printf("# model_load(%s, tp %d): %s\n", path, tp, err_msg());
-        return NULL;
-    }
-    CHECK(m->be.ops->kv_alloc(m->be.ctx, POOL_BLOCKS, BS) == 0);
-    return m;
+    return erun_run(r, name, &mo, chunk, 500);
 }
 
-/* Run every case batched, prompts in chunks of `chunk`. es[] is filled; the caller
- * frees it with free_cases. */
-static struct model *run_cases(const char *name, int tp, bool device_state, int32_t chunk,
-                               struct eseq *es, struct kv_pool *pool)
+/* A model alone, to ask its backend. */
+static struct model *load(bool device_state)
 {
-    struct model *m = load(name, tp, device_state);
-    if (!m) return NULL;
-    kv_pool_init(pool, POOL_BLOCKS, BS);
-    for (int32_t c = 0; c < N_CASES; c++)
-        eseq_init(&es[c], cases[c].P, cases[c].H, cases[c].R, cases[c].full,
-                  500 + (uint64_t)c, m->cfg.vocab_size);
-    run_engine(m, pool, es, N_CASES, chunk);
-    return m;
-}
-
-static void free_cases(struct model *m, struct eseq *es, struct kv_pool *pool)
-{
-    for (int32_t c = 0; c < N_CASES; c++)
-        eseq_deinit(&es[c], pool);
-    EXPECT_EQ(pool->n_free, pool->n_blocks);
-    kv_pool_deinit(pool);
-    model_destroy(m);
+    struct model_opts mo;
+    model_opts_default(&mo);
+    mo.dtype = DTYPE_F32;
+    mo.device_state = device_state;
+    return erun_load("dummy:tiny", &mo);
 }
 
 /*
@@ -90,7 +57,7 @@ static void check_state(const struct model *mh, const struct eseq *host,
     int32_t *lpos;
     float *lscore;
     EXPECT(bd->ops->kv_state(bd->ctx, 0, &lpos, &lscore) != 0);
-    for (int32_t c = 0; c < N_CASES; c++) {
+    for (int32_t c = 0; c < ERUN_CASES; c++) {
         const struct kv_seq *a = &host[c].kv, *b = &dev[c].kv;
         EXPECT_EQ(a->n_slots, b->n_slots);
         EXPECT_EQ(a->n_evicted, b->n_evicted);
@@ -108,7 +75,8 @@ static void check_state(const struct model *mh, const struct eseq *host,
             for (int32_t h = 0; h < H; h++)
                 for (int32_t s = 0; s < n; s++) {
                     const int64_t i = ((int64_t)l * H + h) * n + s;
-                    const int64_t at = ((int64_t)a->blocks[s / BS] * H + h) * BS + s % BS;
+                    const int64_t at =
+                        ((int64_t)a->blocks[s / ERUN_BS] * H + h) * ERUN_BS + s % ERUN_BS;
                     n_bad_read += hp[i] != lpos[at] || memcmp(&hs[i], &lscore[at], 4);
                     const bool hole = a->head_slots && a->head_slots[l * H + h] == s;
                     if (hole) {
@@ -138,31 +106,30 @@ static void check_state(const struct model *mh, const struct eseq *host,
 /* device_state against host state at `tp` ranks: the same bits, step by step. */
 static void check_device(const char *name, int tp, int32_t chunk)
 {
-    struct eseq host[N_CASES], dev[N_CASES];
-    struct kv_pool ph, pd;
-    struct model *mh = run_cases(name, tp, false, chunk, host, &ph);
-    struct model *md = run_cases(name, tp, true, chunk, dev, &pd);
-    if (!mh || !md) {
+    struct erun host = {0}, dev = {0};
+    if (!run_state(&host, name, tp, false, chunk) || !run_state(&dev, name, tp, true, chunk)) {
         TEST_FAIL("%s: cannot load with tp %d", name, tp);
+        erun_free(&host);
+        erun_free(&dev);
         return;
     }
-    const size_t bytes = (size_t)(STEPS + 1) * (size_t)mh->cfg.vocab_size * sizeof(float);
-    for (int32_t c = 0; c < N_CASES; c++) {
-        const struct eseq *a = &host[c], *b = &dev[c];
+    const size_t bytes = (size_t)(STEPS + 1) * (size_t)host.m->cfg.vocab_size * sizeof(float);
+    for (int32_t c = 0; c < ERUN_CASES; c++) {
+        const struct eseq *a = &host.es[c], *b = &dev.es[c];
         if (memcmp(a->tokens, b->tokens, (size_t)(a->P + STEPS) * sizeof *a->tokens))
             TEST_FAIL("%s tp %d chunk %d case %d: tokens differ", name, tp, chunk, c);
         if (memcmp(a->logits, b->logits, bytes))
             TEST_FAIL("%s tp %d chunk %d case %d: logits differ", name, tp, chunk, c);
         /* The H2O cases must really have evicted, or they test nothing beyond full. */
-        if (!cases[c].full && b->kv.n_evicted == 0)
+        if (!erun_cases[c].full && b->kv.n_evicted == 0)
             TEST_FAIL("%s case %d: no eviction happened", name, c);
-        if (!cases[c].full && !b->kv.head_slots)
+        if (!erun_cases[c].full && !b->kv.head_slots)
             TEST_FAIL("%s case %d: never evicted while decoding", name, c);
     }
-    printf("# %s tp %d chunk %d: %d cases bit-identical\n", name, tp, chunk, N_CASES);
-    check_state(mh, host, md, dev);
-    free_cases(mh, host, &ph);
-    free_cases(md, dev, &pd);
+    printf("# %s tp %d chunk %d: %d cases bit-identical\n", name, tp, chunk, ERUN_CASES);
+    check_state(host.m, host.es, dev.m, dev.es);
+    erun_free(&host);
+    erun_free(&dev);
 }
 
 TEST(golden_device_state)
@@ -189,14 +156,14 @@ TEST(device_state_tp2)
 /* kv_victims answers only for the last forward's sequences. */
 TEST(victims_of_the_last_forward_only)
 {
-    struct model *m = load("dummy:tiny", 1, true);
+    struct model *m = load(true);
     CHECK(m);
     int32_t v[64];
     CHECK(m->cfg.n_layer * m->cfg.n_head <= 64);
     EXPECT_EQ(m->be.ops->kv_victims(m->be.ctx, 0, v), ENG_EINVAL);
     model_destroy(m);
     /* The host-state backend has no victims to give: the engine evicts itself. */
-    m = load("dummy:tiny", 1, false);
+    m = load(false);
     CHECK(m);
     EXPECT(m->be.ops->kv_victims == NULL);
     EXPECT(m->be.ops->kv_read_state != NULL);
@@ -216,23 +183,13 @@ TEST(generate_same_tokens)
     const int32_t n = (int32_t)ARRAY_LEN(prompts);
     struct gen_result res[2][4];
     for (int dev = 0; dev < 2; dev++) {
-        struct model *m = load("dummy:tiny", 1, dev == 1);
+        struct model *m = load(dev == 1);
         CHECK(m);
         struct gen_request rq[4];
-        for (int32_t i = 0; i < n; i++) {
-            rq[i] = (struct gen_request){.prompt = prompts[i],
-                                         .prompt_len = strlen(prompts[i]),
-                                         .max_tokens = 40,
-                                         .ignore_eos = true};
-            sampler_params_default(&rq[i].sp);
-            rq[i].sp.temperature = 0;
-            rq[i].kv =
-                (struct kv_spec){.policy = KV_POLICY_H2O, .heavy = 4 - i, .recent = 1 + i};
-        }
-        struct gen_opts go;
-        gen_opts_default(&go);
-        go.max_batched_tokens = 16;
-        EXPECT_EQ(generate_run(m, &go, rq, n, res[dev]), 0);
+        erun_requests(rq, prompts, n, 40, (struct kv_spec){.policy = KV_POLICY_H2O});
+        for (int32_t i = 0; i < n; i++) /* B = 5 each, from H = 4, R = 1 to H = 1, R = 4 */
+            rq[i].kv = (struct kv_spec){.policy = KV_POLICY_H2O, .heavy = 4 - i, .recent = 1 + i};
+        EXPECT_EQ(erun_generate(m, rq, n, res[dev]), 0);
         model_destroy(m);
     }
     for (int32_t i = 0; i < n; i++) {

@@ -15,86 +15,41 @@
 #include "test.h"
 
 #include "engine_run.h"
-#include "err.h"
-#include "generate.h"
 
-/* Every budget kind: B < P (compaction), B reached mid-decode, R = 1, H = 0, and
- * full. */
-static const struct {
-    int32_t P, H, R;
-    bool full;
-} cases[] = {
-    {40, 4, 3, false},   {40, 6, 1, false}, {40, 0, 8, false},
-    {30, 25, 25, false}, {33, 0, 0, true},  {21, 0, 0, true},
-};
-#define N_CASES ((int32_t)ARRAY_LEN(cases))
-#define POOL_BLOCKS 512
-#define BS 16
-
-static struct model *load_tp(const char *name, int tp)
+/* Every case of engine_run.h's table (every budget kind) on a model with `tp`
+ * ranks. */
+static bool run_tp(struct erun *r, const char *name, int tp, int32_t chunk)
 {
     struct model_opts mo;
     model_opts_default(&mo);
     mo.dtype = DTYPE_F32;
     mo.tensor_parallel = tp;
-    struct model *m = NULL;
-    const char *path = strncmp(name, "dummy:", 6) == 0 ? name : test_data(name);
-    if (model_load(&m, path, &mo)) {
-        printf("# model_load(%s, tp %d): %s\n", path, tp, err_msg());
-        return NULL;
-    }
-    CHECK(m->be.ops->kv_alloc(m->be.ctx, POOL_BLOCKS, BS) == 0);
-    return m;
-}
-
-/* Run every case batched, prompts in chunks of `chunk`, on a model with `tp` ranks.
- * es[] is filled; the caller frees it with eseq_deinit on *pool. */
-static struct model *run_cases(const char *name, int tp, int32_t chunk, struct eseq *es,
-                               struct kv_pool *pool)
-{
-    struct model *m = load_tp(name, tp);
-    if (!m) return NULL;
-    kv_pool_init(pool, POOL_BLOCKS, BS);
-    for (int32_t c = 0; c < N_CASES; c++)
-        eseq_init(&es[c], cases[c].P, cases[c].H, cases[c].R, cases[c].full,
-                  300 + (uint64_t)c, m->cfg.vocab_size);
-    run_engine(m, pool, es, N_CASES, chunk);
-    return m;
-}
-
-static void free_cases(struct model *m, struct eseq *es, struct kv_pool *pool)
-{
-    for (int32_t c = 0; c < N_CASES; c++)
-        eseq_deinit(&es[c], pool);
-    EXPECT_EQ(pool->n_free, pool->n_blocks);
-    kv_pool_deinit(pool);
-    model_destroy(m);
+    return erun_run(r, name, &mo, chunk, 300);
 }
 
 /* TP = tp against TP = 1: identical greedy tokens, every step's logits within tol. */
 static void check_tp(const char *name, int tp, int32_t chunk)
 {
-    struct eseq one[N_CASES], many[N_CASES];
-    struct kv_pool pool1, pooln;
-    struct model *m1 = run_cases(name, 1, chunk, one, &pool1);
-    struct model *mn = run_cases(name, tp, chunk, many, &pooln);
-    if (!m1 || !mn) {
+    struct erun one = {0}, many = {0};
+    if (!run_tp(&one, name, 1, chunk) || !run_tp(&many, name, tp, chunk)) {
         TEST_FAIL("%s: cannot load with tp 1 and %d", name, tp);
+        erun_free(&one);
+        erun_free(&many);
         return;
     }
-    const int32_t V = m1->cfg.vocab_size;
-    for (int32_t c = 0; c < N_CASES; c++) {
-        const struct eseq *a = &one[c], *b = &many[c];
+    const int32_t V = one.m->cfg.vocab_size;
+    for (int32_t c = 0; c < ERUN_CASES; c++) {
+        const struct eseq *a = &one.es[c], *b = &many.es[c];
+        const struct erun_case *k = &erun_cases[c];
         int32_t first_diff = -1;
-        for (int32_t k = 0; k < STEPS && first_diff < 0; k++)
-            if (a->tokens[a->P + k] != b->tokens[b->P + k]) first_diff = k;
+        for (int32_t t = 0; t < STEPS && first_diff < 0; t++)
+            if (a->tokens[a->P + t] != b->tokens[b->P + t]) first_diff = t;
         /* Logits are comparable up to the first differing token. */
         const int32_t rows = first_diff < 0 ? STEPS + 1 : first_diff + 1;
         const double d = max_abs_diff(a->logits, b->logits, (int64_t)rows * V);
         printf("# %s tp %d chunk %d case %d (P %d, %s H %d R %d): max |tp - tp1| %.3g over "
                "%d steps\n",
-               name, tp, chunk, c, a->P, cases[c].full ? "full" : "h2o", cases[c].H,
-               cases[c].R, d, rows);
+               name, tp, chunk, c, a->P, k->full ? "full" : "h2o", k->H, k->R, d, rows);
         if (first_diff >= 0)
             TEST_FAIL("%s tp %d case %d: greedy token differs at step %d (%d vs %d)", name,
                       tp, c, first_diff, b->tokens[b->P + first_diff],
@@ -102,11 +57,11 @@ static void check_tp(const char *name, int tp, int32_t chunk)
         if (!(d <= 1e-4))
             TEST_FAIL("%s tp %d case %d: logits differ by %g", name, tp, c, d);
         /* The H2O cases must really have evicted, or they test nothing beyond full. */
-        if (!cases[c].full && b->kv.n_evicted == 0)
+        if (!k->full && b->kv.n_evicted == 0)
             TEST_FAIL("%s case %d: no eviction happened", name, c);
     }
-    free_cases(m1, one, &pool1);
-    free_cases(mn, many, &pooln);
+    erun_free(&one);
+    erun_free(&many);
 }
 
 TEST(golden_tp2)
@@ -138,16 +93,13 @@ TEST(dummy_tiny_tp4)
  * the threads' timing. */
 TEST(tp_runs_repeat_bit_for_bit)
 {
-    struct eseq a[N_CASES], b[N_CASES];
-    struct kv_pool pa, pb;
-    struct model *ma = run_cases("dummy:tiny", 2, 6, a, &pa);
-    struct model *mb = run_cases("dummy:tiny", 2, 6, b, &pb);
-    CHECK(ma && mb);
-    const size_t bytes = (size_t)(STEPS + 1) * (size_t)ma->cfg.vocab_size * sizeof(float);
-    for (int32_t c = 0; c < N_CASES; c++)
-        if (memcmp(a[c].logits, b[c].logits, bytes)) TEST_FAIL("case %d: runs differ", c);
-    free_cases(ma, a, &pa);
-    free_cases(mb, b, &pb);
+    struct erun a = {0}, b = {0};
+    CHECK(run_tp(&a, "dummy:tiny", 2, 6) && run_tp(&b, "dummy:tiny", 2, 6));
+    const size_t bytes = (size_t)(STEPS + 1) * (size_t)a.m->cfg.vocab_size * sizeof(float);
+    for (int32_t c = 0; c < ERUN_CASES; c++)
+        if (memcmp(a.es[c].logits, b.es[c].logits, bytes)) TEST_FAIL("case %d: runs differ", c);
+    erun_free(&a);
+    erun_free(&b);
 }
 
 /* The scheduler's path (h2oserve generate): several prompts with an H2O budget,
@@ -169,20 +121,10 @@ TEST(generate_same_tokens_at_every_tp)
         mo.tensor_parallel = tp;
         CHECK(model_load(&m, "dummy:tiny", &mo) == 0);
         struct gen_request rq[3];
-        for (int32_t i = 0; i < n; i++) {
-            rq[i] = (struct gen_request){.prompt = prompts[i],
-                                         .prompt_len = strlen(prompts[i]),
-                                         .max_tokens = 40,
-                                         .ignore_eos = true};
-            sampler_params_default(&rq[i].sp);
-            rq[i].sp.temperature = 0;
-            rq[i].kv = (struct kv_spec){.policy = KV_POLICY_H2O, .heavy = 4, .recent = 4};
-        }
-        struct gen_opts go;
-        gen_opts_default(&go);
-        go.max_batched_tokens = 16;
+        erun_requests(rq, prompts, n, 40,
+                      (struct kv_spec){.policy = KV_POLICY_H2O, .heavy = 4, .recent = 4});
         struct gen_result *out = tp == 1 ? ref : got;
-        EXPECT_EQ(generate_run(m, &go, rq, n, out), 0);
+        EXPECT_EQ(erun_generate(m, rq, n, out), 0);
         if (tp > 1) {
             for (int32_t i = 0; i < n; i++) {
                 EXPECT(out[i].kv_evicted > 0);
