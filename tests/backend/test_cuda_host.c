@@ -12,276 +12,50 @@
  * cannot check is the kernels' device code (tests/gpu does that on a GPU) and
  * stream synchronisation (the fake runs work at once).
  *
- * The bar, as tests/gpu/test_cuda_model.c sets it for a real GPU: the same sequences
- * (engine_run.h: batched, prompts in chunks, 64 greedy decode steps, H2O budgets that
- * evict during the prompt and mid-decode, R = 1, H = 0, and full) on the CPU backend
- * in fp32 and on the CUDA backend in fp16 give logits within TOL_LOGIT, the same
- * greedy tokens up to a near-tie, and the same evictions, slots and blocks; the same
- * with two fake GPUs and tensor_parallel 2; and after each sequence the slot state
- * that kv_read_state returns equals the CPU's (positions exactly, scores within
- * fp16 noise). Also: --device cuda without a GPU or driver fails cleanly, kv_capacity
- * is positive and within the fake memory, generate_run runs, nothing leaks, and the
- * fake saw no misuse.
+ * The bar is cuda_parity.h's, the one tests/gpu/test_cuda_model.c holds a real GPU
+ * to: the same sequences (engine_run.h: batched, prompts in chunks, 64 greedy decode
+ * steps, H2O budgets that evict during the prompt and mid-decode, R = 1, H = 0, and
+ * full) on the CPU backend in fp32 and on the CUDA backend in fp16 give logits within
+ * TOL_LOGIT, the same greedy tokens up to a near-tie, and the same evictions, slots
+ * and blocks; the same with two fake GPUs and tensor_parallel 2; after each sequence
+ * the slot state that kv_read_state returns equals the CPU's (positions exactly,
+ * scores within fp16 noise); and generate_run gives the CPU's tokens. Here only:
+ * --device cuda without a GPU or driver fails cleanly, a broken GPU and a rank out of
+ * memory fail cleanly with TP = 2, kv_capacity is positive and within the fake
+ * memory, the sampling op matches the engine's sampler, nothing leaks, and the fake
+ * saw no misuse.
  */
 #include "test.h"
 
-#include "cuda_ref.h"
-#include "engine_run.h"
-#include "err.h"
+#include "cuda_parity.h"
 #include "fakecuda.h"
-#include "generate.h"
 
 #include <math.h>
 #include <signal.h>
 #include <unistd.h>
 
-static const struct {
-    int32_t P, H, R;
-    bool full;
-} cases[] = {
-    {40, 4, 3, false}, {40, 6, 1, false}, {40, 0, 8, false}, {30, 25, 25, false},
-    {33, 0, 0, true},  {21, 0, 0, true},
-};
-#define N_CASES ((int32_t)ARRAY_LEN(cases))
-#define POOL_BLOCKS 512
-#define BS 16
+/* The seed of the parity runs' prompts (test_cuda_model uses its own). */
+#define SEED 700
 
-/* fp16 activations and weights over 2 layers against fp32: the measured differences
- * are printed (about 1e-2 on these models); a wrong head, slot, row or scale moves
- * logits by whole units. TP = 2 against TP = 1 differs only in fp16 summation order. */
-#define TOL_LOGIT 5e-2
-#define TOL_TP 2e-2
-/* Scores are sums of fp32 probabilities computed from fp16 K/V and queries: relative
- * to max(1, score) (measured about 3e-3). */
-#define TOL_SCORE 2e-2
-
-static double worst_logit_diff, worst_tp_diff, worst_score_diff;
-
-static struct model *load(const char *name, enum be_device dev, int tp)
+/* dummy:tiny on `tp` fake GPUs, for the tests of the fake's failures. */
+static struct model *load_cuda(int tp)
 {
     struct model_opts mo;
     model_opts_default(&mo);
     mo.dtype = DTYPE_F32;
-    mo.device = dev;
+    mo.device = BE_DEVICE_CUDA;
     mo.tensor_parallel = tp;
-    /* The CPU reference keeps its slot state as a device does (a victim keeps its pos
-     * and score until the next token lands in it), so that the state read back after
-     * the last step is comparable; its tokens and logits are the same either way. */
-    mo.device_state = dev == BE_DEVICE_CPU;
-    struct model *m = NULL;
-    const char *path = strncmp(name, "dummy:", 6) == 0 ? name : test_data(name);
-    if (model_load(&m, path, &mo)) {
-        printf("# model_load(%s, %s, tp %d): %s\n", path, dev == BE_DEVICE_CUDA ? "cuda" : "cpu",
-               tp, err_msg());
-        return NULL;
-    }
-    if (m->be.ops->kv_alloc(m->be.ctx, POOL_BLOCKS, BS)) {
-        printf("# kv_alloc: %s\n", err_msg());
-        model_destroy(m);
-        return NULL;
-    }
-    return m;
+    return erun_load("dummy:tiny", &mo);
 }
 
-struct run {
-    struct model *m;
-    struct kv_pool pool;
-    struct eseq es[N_CASES];
-};
-
-static bool run_cases(struct run *r, const char *name, enum be_device dev, int tp, int32_t chunk)
-{
-    r->m = load(name, dev, tp);
-    if (!r->m) return false;
-    kv_pool_init(&r->pool, POOL_BLOCKS, BS);
-    for (int32_t c = 0; c < N_CASES; c++)
-        eseq_init(&r->es[c], cases[c].P, cases[c].H, cases[c].R, cases[c].full,
-                  700 + (uint64_t)c, r->m->cfg.vocab_size);
-    run_engine(r->m, &r->pool, r->es, N_CASES, chunk);
-    return true;
-}
-
-static void free_run(struct run *r)
-{
-    if (!r->m) return;
-    for (int32_t c = 0; c < N_CASES; c++) eseq_deinit(&r->es[c], &r->pool);
-    EXPECT_EQ(r->pool.n_free, r->pool.n_blocks);
-    kv_pool_deinit(&r->pool);
-    model_destroy(r->m);
-    r->m = NULL;
-}
-
-/* The gap between the two largest logits of a row. */
-static double top2_gap(const float *x, int32_t n)
-{
-    float a = -INFINITY, b = -INFINITY;
-    for (int32_t i = 0; i < n; i++) {
-        if (x[i] > a) {
-            b = a;
-            a = x[i];
-        } else if (x[i] > b) {
-            b = x[i];
-        }
-    }
-    return (double)a - (double)b;
-}
-
-/* One sequence's slot state of every layer from a backend: kv_read_state where the
- * state is on the device, else gathered from kv_state's host arrays.
- * pos, score [n_layer, n_head, n_slots]. */
-static void read_state(struct model *m, const struct kv_seq *kv, int32_t *pos, float *score)
-{
-    const struct be_ops *ops = m->be.ops;
-    const int32_t L = m->cfg.n_layer, H = m->cfg.n_head, n = kv->n_slots;
-    int32_t *lp = NULL;
-    float *ls = NULL;
-    if (ops->kv_state(m->be.ctx, 0, &lp, &ls) != 0) {
-        CHECK(ops->kv_read_state(m->be.ctx, kv->blocks, n, pos, score) == 0);
-        return;
-    }
-    for (int32_t l = 0; l < L; l++) {
-        CHECK(ops->kv_state(m->be.ctx, l, &lp, &ls) == 0);
-        cuda_ref_kv_gather_state(pos + (size_t)l * H * n, score + (size_t)l * H * n, lp, ls,
-                                 kv->blocks, n, H, kv->block_size);
-    }
-}
-
-/* Sort a head's slots by position (insertion sort: a few dozen slots). */
-static void sort_by_pos(int32_t *pos, float *score, int32_t n)
-{
-    for (int32_t i = 1; i < n; i++)
-        for (int32_t j = i; j > 0 && pos[j - 1] > pos[j]; j--) {
-            const int32_t p = pos[j];
-            const float q = score[j];
-            pos[j] = pos[j - 1];
-            score[j] = score[j - 1];
-            pos[j - 1] = p;
-            score[j - 1] = q;
-        }
-}
-
-/* kv_copy_blocks (a fork): copy sequence e's blocks to fresh ones of the pool and read
- * the copy's state back; it must equal the original's bit for bit. want_pos /
- * want_score are the original's state, already sorted per head by sort_by_pos. */
-static void check_copy(struct run *r, const struct eseq *e, const int32_t *want_pos,
-                       const float *want_score)
-{
-    const int32_t nb = e->kv.n_blocks, ns = e->kv.n_slots;
-    const size_t n = (size_t)r->m->cfg.n_layer * (size_t)r->m->cfg.n_head * (size_t)ns;
-    int32_t *dst = xmalloc((size_t)nb * 4), *pos = xmalloc(n * 4);
-    float *score = xmalloc(n * 4);
-    CHECK(kv_pool_alloc(&r->pool, nb, dst) == 0);
-    r->m->be.ops->kv_init_blocks(r->m->be.ctx, dst, nb);
-    r->m->be.ops->kv_copy_blocks(r->m->be.ctx, e->kv.blocks, dst, nb);
-    struct kv_seq copy = e->kv;
-    copy.blocks = dst;
-    read_state(r->m, &copy, pos, score);
-    for (size_t row = 0; row < n / (size_t)ns; row++)
-        sort_by_pos(pos + row * (size_t)ns, score + row * (size_t)ns, ns);
-    if (memcmp(pos, want_pos, n * 4) || memcmp(score, want_score, n * 4))
-        TEST_FAIL("kv_copy_blocks: the copy's state differs from the original's");
-    kv_pool_free(&r->pool, dst, nb);
-    free(dst);
-    free(pos);
-    free(score);
-}
-
-/* Compare run `got` with reference `ref` case by case, logits within tol. */
-static void compare(struct run *ref, struct run *got, double tol, double *worst,
-                    const char *what)
-{
-    const int32_t V = ref->m->cfg.vocab_size, L = ref->m->cfg.n_layer, H = ref->m->cfg.n_head;
-    for (int32_t c = 0; c < N_CASES; c++) {
-        struct eseq *a = &ref->es[c], *b = &got->es[c];
-        int32_t diff = -1;
-        for (int32_t k = 0; k < STEPS && diff < 0; k++)
-            if (a->tokens[a->P + k] != b->tokens[b->P + k]) diff = k;
-        const int32_t rows = diff < 0 ? STEPS + 1 : diff + 1;
-        const double d = max_abs_diff(a->logits, b->logits, (int64_t)rows * V);
-        *worst = MAX(*worst, d);
-        printf("# %s case %d (P %d, %s H %d R %d): max |logit diff| %.3g over %d steps%s\n",
-               what, c, a->P, cases[c].full ? "full" : "h2o", cases[c].H, cases[c].R, d, rows,
-               diff < 0 ? "" : " (then a token differs)");
-        if (!(d <= tol)) TEST_FAIL("%s case %d: logits differ by %g > %g", what, c, d, tol);
-        if (!cases[c].full && b->kv.n_evicted == 0) TEST_FAIL("%s case %d: no eviction", what, c);
-        if (diff >= 0) {
-            /* Only a near-tie may flip: the reference's best two within 2 tol. */
-            const double gap = top2_gap(a->logits + (int64_t)diff * V, V);
-            if (!(gap <= 2 * tol))
-                TEST_FAIL("%s case %d: token %d differs at step %d with a margin of %g", what,
-                          c, b->tokens[b->P + diff], diff, gap);
-            continue;
-        }
-        EXPECT_EQ(a->kv.n_evicted, b->kv.n_evicted);
-        EXPECT_EQ(a->kv.n_slots, b->kv.n_slots);
-        EXPECT_EQ(a->kv.n_blocks, b->kv.n_blocks);
-        if (a->kv.n_slots != b->kv.n_slots) continue;
-        /* The slot state after the last step, as kv_read_state serves it. */
-        const int32_t ns = a->kv.n_slots;
-        const size_t n = (size_t)L * (size_t)H * (size_t)ns;
-        int32_t *pa = xmalloc(n * 4), *pb = xmalloc(n * 4);
-        float *sa = xmalloc(n * 4), *sb = xmalloc(n * 4);
-        read_state(ref->m, &a->kv, pa, sa);
-        read_state(got->m, &b->kv, pb, sb);
-        /* Each head must hold the same tokens with the same scores. Which slot a token
-         * sits in may differ where two victims were near-tied (fp16 noise swaps the
-         * order they are evicted in, so the next two tokens swap holes); so the state
-         * is compared per head as a set of (position, score), sorted by position. */
-        size_t moved = 0;
-        double ds = 0;
-        for (size_t row = 0; row < (size_t)L * (size_t)H; row++) {
-            int32_t *ra = pa + row * (size_t)ns, *rb = pb + row * (size_t)ns;
-            float *qa = sa + row * (size_t)ns, *qb = sb + row * (size_t)ns;
-            for (int32_t j = 0; j < ns; j++) moved += ra[j] != rb[j];
-            sort_by_pos(ra, qa, ns);
-            sort_by_pos(rb, qb, ns);
-            for (int32_t j = 0; j < ns; j++) {
-                if (ra[j] != rb[j]) {
-                    TEST_FAIL("%s case %d: layer %zu head %zu holds other tokens (position "
-                              "%d vs %d)", what, c, row / (size_t)H, row % (size_t)H, rb[j],
-                              ra[j]);
-                    break;
-                }
-                ds = MAX(ds, fabs((double)qa[j] - (double)qb[j]) / MAX(1.0, fabs((double)qa[j])));
-            }
-        }
-        worst_score_diff = MAX(worst_score_diff, ds);
-        if (moved) printf("#   %zu of %zu tokens in other slots (near-tied victims)\n", moved, n);
-        if (!(ds <= TOL_SCORE)) TEST_FAIL("%s case %d: H2O scores differ by %g", what, c, ds);
-        if (c == 0) check_copy(got, b, pb, sb);
-        free(pa);
-        free(pb);
-        free(sa);
-        free(sb);
-    }
-}
-
-/* CUDA (tp ranks on as many fake GPUs) against the CPU backend in fp32; with tp 2
- * also against CUDA tp 1. */
+/* cuda_parity.h's check of CUDA (tp ranks on as many fake GPUs) against the CPU
+ * backend, and with tp 2 against CUDA tp 1; the fake must see no misuse and get
+ * back every allocation. */
 static void check_model(const char *name, int32_t chunk, int tp)
 {
     const int64_t live0 = fakecuda_live_allocations(), bad0 = fakecuda_violations();
     fakecuda_set_devices(tp);
-    struct run cpu = {0}, gpu = {0}, one = {0};
-    char what[128];
-    if (!run_cases(&cpu, name, BE_DEVICE_CPU, 1, chunk) ||
-        !run_cases(&gpu, name, BE_DEVICE_CUDA, tp, chunk)) {
-        TEST_FAIL("%s: cannot run on both backends", name);
-    } else {
-        snprintf(what, sizeof what, "%s cuda tp %d vs cpu, chunk %d", name, tp, chunk);
-        compare(&cpu, &gpu, TOL_LOGIT, &worst_logit_diff, what);
-        if (tp > 1) {
-            if (!run_cases(&one, name, BE_DEVICE_CUDA, 1, chunk)) {
-                TEST_FAIL("%s: cannot run cuda tp 1", name);
-            } else {
-                snprintf(what, sizeof what, "%s cuda tp %d vs tp 1, chunk %d", name, tp, chunk);
-                compare(&one, &gpu, TOL_TP, &worst_tp_diff, what);
-            }
-        }
-    }
-    free_run(&cpu);
-    free_run(&gpu);
-    free_run(&one);
+    parity_check_model(name, chunk, tp, SEED);
     EXPECT_EQ(fakecuda_live_allocations(), live0);
     EXPECT_EQ(fakecuda_violations(), bad0);
 }
@@ -376,7 +150,7 @@ TEST(broken_gpu_fails_create_cleanly)
 TEST(rank_out_of_memory_fails_forward_cleanly)
 {
     fakecuda_set_devices(2);
-    struct model *m = load("dummy:tiny", BE_DEVICE_CUDA, 2);
+    struct model *m = load_cuda(2);
     if (!m) {
         TEST_FAIL("cannot load");
         return;
@@ -421,7 +195,7 @@ TEST(kv_capacity_positive)
             continue;
         }
         const size_t cap = m->be.ops->kv_capacity(m->be.ctx);
-        const size_t block = m->be.ops->kv_block_bytes(m->be.ctx, BS);
+        const size_t block = m->be.ops->kv_block_bytes(m->be.ctx, ERUN_BS);
         printf("# tp %d: kv_capacity %zu bytes, %zu blocks of %zu bytes\n", tp, cap,
                block ? cap / block : 0, block);
         EXPECT(cap > 0);
@@ -432,54 +206,11 @@ TEST(kv_capacity_positive)
 }
 
 /* The scheduler's path (h2oserve generate) on the fake GPUs: it runs, the budget
- * holds, and the tokens are the CPU backend's. */
+ * holds, a run repeats itself, and the tokens are the CPU backend's. */
 TEST(generate_run_on_cuda)
 {
-    static const char *const prompts[] = {"The quick brown fox", "In a hole in the ground",
-                                          "Tensor parallelism splits every layer"};
-    struct gen_result out[3][3];
-    const struct {
-        enum be_device dev;
-        int tp;
-    } runs[3] = {{BE_DEVICE_CPU, 1}, {BE_DEVICE_CUDA, 1}, {BE_DEVICE_CUDA, 2}};
     fakecuda_set_devices(2);
-    for (int k = 0; k < 3; k++) {
-        struct model_opts mo;
-        model_opts_default(&mo);
-        mo.dtype = DTYPE_F32;
-        mo.device = runs[k].dev;
-        mo.tensor_parallel = runs[k].tp;
-        struct model *m = NULL;
-        CHECK(model_load(&m, "dummy:tiny", &mo) == 0);
-        struct gen_request rq[3];
-        for (int i = 0; i < 3; i++) {
-            rq[i] = (struct gen_request){.prompt = prompts[i], .prompt_len = strlen(prompts[i]),
-                                         .max_tokens = 40, .ignore_eos = true};
-            sampler_params_default(&rq[i].sp);
-            rq[i].sp.temperature = 0;
-            rq[i].kv = (struct kv_spec){.policy = KV_POLICY_H2O, .heavy = 4, .recent = 4};
-        }
-        struct gen_opts go;
-        gen_opts_default(&go);
-        go.max_batched_tokens = 16;
-        EXPECT_EQ(generate_run(m, &go, rq, 3, out[k]), 0);
-        model_destroy(m);
-    }
-    for (int i = 0; i < 3; i++) {
-        for (int k = 1; k < 3; k++) {
-            EXPECT_EQ(out[k][i].n_tokens, 40);
-            EXPECT(out[k][i].kv_evicted > 0);
-            EXPECT(out[k][i].kv_slots <= 8);
-            int32_t same = 0;
-            while (same < out[k][i].n_tokens && same < out[0][i].n_tokens &&
-                   out[k][i].tokens[same] == out[0][i].tokens[same])
-                same++;
-            printf("# generate prompt %d cuda tp %d: %d of %d tokens as the cpu's\n", i,
-                   runs[k].tp, same, out[0][i].n_tokens);
-            EXPECT_EQ(same, out[0][i].n_tokens);
-        }
-        for (int k = 0; k < 3; k++) gen_result_free(&out[k][i]);
-    }
+    parity_generate("dummy:tiny", 40, 2, true);
 }
 
 /*
@@ -493,11 +224,11 @@ TEST(generate_run_on_cuda)
 TEST(sample_on_the_gpu_matches_the_host_sampler)
 {
     fakecuda_set_devices(1);
-    struct model *m = load("dummy:tiny", BE_DEVICE_CUDA, 1);
+    struct model *m = load_cuda(1);
     CHECK(m);
     const int32_t V = m->cfg.vocab_size;
     struct kv_pool pool;
-    kv_pool_init(&pool, POOL_BLOCKS, BS);
+    kv_pool_init(&pool, ERUN_POOL_BLOCKS, ERUN_BS);
     int32_t prompt[12];
     for (int32_t i = 0; i < 12; i++) prompt[i] = 2 + 37 * i % (V - 2);
     struct kv_seq kv[2];
@@ -574,7 +305,7 @@ int main(void)
     RUN(generate_run_on_cuda);
     RUN(sample_on_the_gpu_matches_the_host_sampler);
     printf("# worst |logit diff| cuda vs cpu %.3g, cuda tp 2 vs tp 1 %.3g, H2O score %.3g\n",
-           worst_logit_diff, worst_tp_diff, worst_score_diff);
+           parity_worst.logit, parity_worst.tp, parity_worst.score);
     EXPECT_EQ(fakecuda_violations(), 0);
     EXPECT_EQ(fakecuda_live_allocations(), 0);
     return test_done();
