@@ -154,7 +154,8 @@ static inline void check_copy(struct erun *r, const struct eseq *e, const int32_
 static inline void compare(struct erun *ref, struct erun *got, double tol, double *worst,
                            const char *what, bool exact_heads)
 {
-    const int32_t V = ref->m->cfg.vocab_size, L = ref->m->cfg.n_layer, H = ref->m->cfg.n_head;
+    const int32_t V = ref->m->cfg.vocab_size, L = ref->m->cfg.n_layer,
+                  H = ref->m->cfg.n_head;
     for (int32_t c = 0; c < ERUN_CASES; c++) {
         const struct erun_case *k = &erun_cases[c];
         struct eseq *a = &ref->es[c], *b = &got->es[c];
@@ -173,8 +174,8 @@ static inline void compare(struct erun *ref, struct erun *got, double tol, doubl
             /* Only a near-tie may flip: the reference's best two within 2 tol. */
             const double gap = top2_gap(a->logits + (int64_t)diff * V, V);
             if (!(gap <= 2 * tol))
-                TEST_FAIL("%s case %d: token %d differs at step %d with a margin of %g", what,
-                          c, b->tokens[b->P + diff], diff, gap);
+                TEST_FAIL("%s case %d: token %d differs at step %d with a margin of %g",
+                          what, c, b->tokens[b->P + diff], diff, gap);
             continue;
         }
         EXPECT_EQ(a->kv.n_evicted, b->kv.n_evicted);
@@ -197,7 +198,8 @@ static inline void compare(struct erun *ref, struct erun *got, double tol, doubl
         for (size_t row = 0; row < (size_t)L * (size_t)H; row++) {
             int32_t *ra = pa + row * (size_t)ns, *rb = pb + row * (size_t)ns;
             float *qa = sa + row * (size_t)ns, *qb = sb + row * (size_t)ns;
-            for (int32_t j = 0; j < ns; j++) moved += ra[j] != rb[j];
+            for (int32_t j = 0; j < ns; j++)
+                moved += ra[j] != rb[j];
             sort_by_pos(ra, qa, ns);
             sort_by_pos(rb, qb, ns);
             if (memcmp(ra, rb, (size_t)ns * sizeof *ra) != 0) {
@@ -205,21 +207,24 @@ static inline void compare(struct erun *ref, struct erun *got, double tol, doubl
                 for (int32_t j = 0; j < ns && exact_heads; j++)
                     if (ra[j] != rb[j]) {
                         TEST_FAIL("%s case %d: layer %zu head %zu holds other tokens "
-                                  "(position %d vs %d)", what, c, row / (size_t)H,
-                                  row % (size_t)H, rb[j], ra[j]);
+                                  "(position %d vs %d)",
+                                  what, c, row / (size_t)H, row % (size_t)H, rb[j], ra[j]);
                         break;
                     }
                 continue;
             }
             for (int32_t j = 0; j < ns; j++)
-                ds = MAX(ds, fabs((double)qa[j] - (double)qb[j]) / MAX(1.0, fabs((double)qa[j])));
+                ds = MAX(ds, fabs((double)qa[j] - (double)qb[j]) /
+                                 MAX(1.0, fabs((double)qa[j])));
         }
         parity_worst.score = MAX(parity_worst.score, ds);
-        if (moved) printf("#   %zu of %zu tokens in other slots (near-tied victims)\n", moved, n);
+        if (moved)
+            printf("#   %zu of %zu tokens in other slots (near-tied victims)\n", moved, n);
         if (other_heads && !exact_heads)
-            printf("#   %zu of %d heads hold other tokens (near-tied victims)\n", other_heads,
-                   L * H);
-        if (!(ds <= TOL_SCORE)) TEST_FAIL("%s case %d: H2O scores differ by %g", what, c, ds);
+            printf("#   %zu of %d heads hold other tokens (near-tied victims)\n",
+                   other_heads, L * H);
+        if (!(ds <= TOL_SCORE))
+            TEST_FAIL("%s case %d: H2O scores differ by %g", what, c, ds);
         if (c == 0) check_copy(got, b, pb, sb);
         free(pa);
         free(pb);
@@ -231,7 +236,8 @@ static inline void compare(struct erun *ref, struct erun *got, double tol, doubl
 /* CUDA with `tp` ranks (as many devices) against the CPU backend in fp32; with tp > 1
  * also against CUDA with one rank. Prompts in chunks of `chunk`. exact_heads: as in
  * compare. */
-static inline void parity_check_model(const char *name, int32_t chunk, int tp, bool exact_heads)
+static inline void parity_check_model(const char *name, int32_t chunk, int tp,
+                                      bool exact_heads)
 {
     struct erun cpu = {0}, gpu = {0}, one = {0};
     char what[128];
@@ -245,7 +251,8 @@ static inline void parity_check_model(const char *name, int32_t chunk, int tp, b
             if (!parity_run(&one, name, BE_DEVICE_CUDA, 1, chunk)) {
                 TEST_FAIL("%s: cannot run cuda tp 1", name);
             } else {
-                snprintf(what, sizeof what, "%s cuda tp %d vs tp 1, chunk %d", name, tp, chunk);
+                snprintf(what, sizeof what, "%s cuda tp %d vs tp 1, chunk %d", name, tp,
+                         chunk);
                 compare(&one, &gpu, TOL_TP, &parity_worst.tp, what, exact_heads);
             }
         }
@@ -275,8 +282,8 @@ static inline void parity_generate(const char *name, int32_t max_tokens, int max
     const struct {
         enum be_device dev;
         int tp;
-    } runs[N_RUNS] = {{BE_DEVICE_CPU, 1}, {BE_DEVICE_CUDA, 1}, {BE_DEVICE_CUDA, 1},
-                      {BE_DEVICE_CUDA, 2}};
+    } runs[N_RUNS] = {
+        {BE_DEVICE_CPU, 1}, {BE_DEVICE_CUDA, 1}, {BE_DEVICE_CUDA, 1}, {BE_DEVICE_CUDA, 2}};
     const int n_runs = max_tp >= 2 ? 4 : 3;
     struct gen_result out[N_RUNS][N_PROMPTS];
     memset(out, 0, sizeof out);
@@ -310,11 +317,12 @@ static inline void parity_generate(const char *name, int32_t max_tokens, int max
                     TEST_FAIL("%s prompt %d: two cuda tp 1 runs differ", name, i);
                 continue;
             }
-            printf("# generate %s prompt %d cuda tp %d: %d of %d tokens as the cpu's\n", name, i,
-                   runs[k].tp, same, out[0][i].n_tokens);
+            printf("# generate %s prompt %d cuda tp %d: %d of %d tokens as the cpu's\n",
+                   name, i, runs[k].tp, same, out[0][i].n_tokens);
             if (same_as_cpu) EXPECT_EQ(same, out[0][i].n_tokens);
         }
-        for (int k = 0; k < n_runs; k++) gen_result_free(&out[k][i]);
+        for (int k = 0; k < n_runs; k++)
+            gen_result_free(&out[k][i]);
     }
 }
 

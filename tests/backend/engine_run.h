@@ -186,7 +186,8 @@ static inline bool erun_run(struct erun *r, const char *name, const struct model
 static inline void erun_free(struct erun *r)
 {
     if (!r->m) return;
-    for (int32_t c = 0; c < ERUN_CASES; c++) eseq_deinit(&r->es[c], &r->pool);
+    for (int32_t c = 0; c < ERUN_CASES; c++)
+        eseq_deinit(&r->es[c], &r->pool);
     EXPECT_EQ(r->pool.n_free, r->pool.n_blocks);
     kv_pool_deinit(&r->pool);
     model_destroy(r->m);
@@ -194,8 +195,8 @@ static inline void erun_free(struct erun *r)
 }
 
 /* Greedy requests for prompts[0, n): max_tokens each, ignoring EOS, budget kv. */
-static inline void erun_requests(struct gen_request *rq, const char *const *prompts, int32_t n,
-                                 int32_t max_tokens, struct kv_spec kv)
+static inline void erun_requests(struct gen_request *rq, const char *const *prompts,
+                                 int32_t n, int32_t max_tokens, struct kv_spec kv)
 {
     for (int32_t i = 0; i < n; i++) {
         rq[i] = (struct gen_request){.prompt = prompts[i],

@@ -107,13 +107,15 @@ static void check_state(const struct model *mh, const struct eseq *host,
 static void check_device(const char *name, int tp, int32_t chunk)
 {
     struct erun host = {0}, dev = {0};
-    if (!run_state(&host, name, tp, false, chunk) || !run_state(&dev, name, tp, true, chunk)) {
+    if (!run_state(&host, name, tp, false, chunk) ||
+        !run_state(&dev, name, tp, true, chunk)) {
         TEST_FAIL("%s: cannot load with tp %d", name, tp);
         erun_free(&host);
         erun_free(&dev);
         return;
     }
-    const size_t bytes = (size_t)(STEPS + 1) * (size_t)host.m->cfg.vocab_size * sizeof(float);
+    const size_t bytes =
+        (size_t)(STEPS + 1) * (size_t)host.m->cfg.vocab_size * sizeof(float);
     for (int32_t c = 0; c < ERUN_CASES; c++) {
         const struct eseq *a = &host.es[c], *b = &dev.es[c];
         if (memcmp(a->tokens, b->tokens, (size_t)(a->P + STEPS) * sizeof *a->tokens))
@@ -188,7 +190,8 @@ TEST(generate_same_tokens)
         struct gen_request rq[4];
         erun_requests(rq, prompts, n, 40, (struct kv_spec){.policy = KV_POLICY_H2O});
         for (int32_t i = 0; i < n; i++) /* B = 5 each, from H = 4, R = 1 to H = 1, R = 4 */
-            rq[i].kv = (struct kv_spec){.policy = KV_POLICY_H2O, .heavy = 4 - i, .recent = 1 + i};
+            rq[i].kv =
+                (struct kv_spec){.policy = KV_POLICY_H2O, .heavy = 4 - i, .recent = 1 + i};
         EXPECT_EQ(erun_generate(m, rq, n, res[dev]), 0);
         model_destroy(m);
     }

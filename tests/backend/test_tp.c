@@ -97,7 +97,8 @@ TEST(tp_runs_repeat_bit_for_bit)
     CHECK(run_tp(&a, "dummy:tiny", 2, 6) && run_tp(&b, "dummy:tiny", 2, 6));
     const size_t bytes = (size_t)(STEPS + 1) * (size_t)a.m->cfg.vocab_size * sizeof(float);
     for (int32_t c = 0; c < ERUN_CASES; c++)
-        if (memcmp(a.es[c].logits, b.es[c].logits, bytes)) TEST_FAIL("case %d: runs differ", c);
+        if (memcmp(a.es[c].logits, b.es[c].logits, bytes))
+            TEST_FAIL("case %d: runs differ", c);
     erun_free(&a);
     erun_free(&b);
 }

@@ -12,13 +12,14 @@
  * nearly tied: the runs must agree up to the first differing token, and that
  * difference must be such a near-tie in the CPU's logits. The H2O decisions
  * (evictions, slots, blocks) and the slot state kv_read_state returns must be the
- * same while the tokens are (on dummy:opt-125m a head may hold other tokens where two
- * victims' scores were near-tied: counted, not failed; see cuda_parity.h). The models: test_cuda_host's (the golden tiny OPT,
- * pre-LN, in chunks of 7 and of 1; the golden tiny OPT-350m, post-LN with
- * project_in/out; dummy:tiny) and dummy:opt-125m (12 layers, 12 heads, the real
- * vocabulary). With two GPUs, TP = 2 is compared with the CPU and with TP = 1.
- * Finally generate_run (the scheduler) runs on CUDA, keeps the budget and repeats
- * itself; its tokens are reported against the CPU's (a near-tie may flip one here).
+ * same while the tokens are (on dummy:opt-125m a head may hold other tokens where
+ * two victims' scores were near-tied: counted, not failed; see cuda_parity.h).
+ * The models: test_cuda_host's (the golden tiny OPT, pre-LN, in chunks of 7 and of
+ * 1; the golden tiny OPT-350m, post-LN with project_in/out; dummy:tiny) and
+ * dummy:opt-125m (12 layers, 12 heads, the real vocabulary). With two GPUs, TP = 2
+ * is compared with the CPU and with TP = 1. Finally generate_run (the scheduler)
+ * runs on CUDA, keeps the budget and repeats itself; its tokens are reported
+ * against the CPU's (a near-tie may flip one here).
  *
  * Without a GPU it prints why and exits 77 (skip).
  */
@@ -26,12 +27,27 @@
 
 #include "cuda_parity.h"
 
-TEST(golden_tiny_opt) { parity_check_model("golden/tiny-opt", 7, 1, true); }
+TEST(golden_tiny_opt)
+{
+    parity_check_model("golden/tiny-opt", 7, 1, true);
+}
 /* One-token prompt chunks: the backend runs them through the decode kernel. */
-TEST(golden_tiny_opt_chunk1) { parity_check_model("golden/tiny-opt", 1, 1, true); }
-TEST(golden_tiny_opt_350m) { parity_check_model("golden/tiny-opt-350m", 1 << 20, 1, true); }
-TEST(dummy_tiny) { parity_check_model("dummy:tiny", 5, 1, true); }
-TEST(dummy_opt_125m) { parity_check_model("dummy:opt-125m", 9, 1, false); }
+TEST(golden_tiny_opt_chunk1)
+{
+    parity_check_model("golden/tiny-opt", 1, 1, true);
+}
+TEST(golden_tiny_opt_350m)
+{
+    parity_check_model("golden/tiny-opt-350m", 1 << 20, 1, true);
+}
+TEST(dummy_tiny)
+{
+    parity_check_model("dummy:tiny", 5, 1, true);
+}
+TEST(dummy_opt_125m)
+{
+    parity_check_model("dummy:opt-125m", 9, 1, false);
+}
 
 /* TP = 2 against the CPU and against TP = 1 (two GPUs). */
 TEST(tp2)
@@ -71,7 +87,8 @@ int main(void)
         printf("# one GPU: TP = 2 not run\n");
     }
     RUN(generate_on_cuda);
-    printf("# worst |logit diff| cuda vs cpu %.3g, cuda tp 2 vs tp 1 %.3g, H2O score %.3g\n",
-           parity_worst.logit, parity_worst.tp, parity_worst.score);
+    printf(
+        "# worst |logit diff| cuda vs cpu %.3g, cuda tp 2 vs tp 1 %.3g, H2O score %.3g\n",
+        parity_worst.logit, parity_worst.tp, parity_worst.score);
     return test_done();
 }
