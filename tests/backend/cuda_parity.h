@@ -59,15 +59,11 @@ static inline bool parity_run(struct erun *r, const char *name, enum be_device d
                               int32_t chunk)
 {
     struct model_opts mo;
-    model_opts_default(&mo);
-    mo.dtype = DTYPE_F32;
-    mo.device = dev;
-    mo.tensor_parallel = tp;
     /* The CPU reference keeps its slot state as a device does (a victim keeps its pos
      * and score until the next token lands in it), so that the state read back after
      * the last step is comparable; its tokens and logits are the same either way
      * (test_device_state). */
-    mo.device_state = dev == BE_DEVICE_CPU;
+    erun_opts(&mo, dev, tp, dev == BE_DEVICE_CPU);
     return erun_run(r, name, &mo, chunk, PARITY_SEED);
 }
 
@@ -289,10 +285,7 @@ static inline void parity_generate(const char *name, int32_t max_tokens, int max
     memset(out, 0, sizeof out);
     for (int k = 0; k < n_runs; k++) {
         struct model_opts mo;
-        model_opts_default(&mo);
-        mo.dtype = DTYPE_F32;
-        mo.device = runs[k].dev;
-        mo.tensor_parallel = runs[k].tp;
+        erun_opts(&mo, runs[k].dev, runs[k].tp, false);
         struct model *m = NULL;
         CHECK(model_load(&m, name, &mo) == 0);
         struct gen_request rq[N_PROMPTS];

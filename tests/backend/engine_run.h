@@ -6,9 +6,9 @@
  * the host slot state, cuda_parity.h's CUDA against CPU).
  *
  * On top of the single sequences: the standard table of budget cases (erun_cases),
- * a model loader from struct model_opts (erun_load), one model's run of every case
- * (struct erun: erun_run, erun_free) and the scheduler's greedy path
- * (erun_requests, erun_generate).
+ * the options they load with and a loader from struct model_opts (erun_opts,
+ * erun_load), one model's run of every case (struct erun: erun_run, erun_free) and
+ * the scheduler's greedy path (erun_requests, erun_generate).
  *
  * Header-only and static, like test.h: each test program includes it once.
  */
@@ -132,6 +132,18 @@ static const struct erun_case erun_cases[] = {
 #define ERUN_CASES ((int32_t)ARRAY_LEN(erun_cases))
 #define ERUN_POOL_BLOCKS 512
 #define ERUN_BS 16
+
+/* The options these tests load with: fp32 weights on `dev` with `tp` ranks, slot
+ * state on the host or (device_state) as a device keeps it. */
+static inline void erun_opts(struct model_opts *mo, enum be_device dev, int tp,
+                             bool device_state)
+{
+    model_opts_default(mo);
+    mo->dtype = DTYPE_F32;
+    mo->device = dev;
+    mo->tensor_parallel = tp;
+    mo->device_state = device_state;
+}
 
 /*
  * Load `name` (a directory under the test data, or "dummy:*" as it is) with `mo` and

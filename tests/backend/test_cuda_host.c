@@ -38,10 +38,7 @@
 static struct model *load_cuda(int tp)
 {
     struct model_opts mo;
-    model_opts_default(&mo);
-    mo.dtype = DTYPE_F32;
-    mo.device = BE_DEVICE_CUDA;
-    mo.tensor_parallel = tp;
+    erun_opts(&mo, BE_DEVICE_CUDA, tp, false);
     return erun_load("dummy:tiny", &mo);
 }
 

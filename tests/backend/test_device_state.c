@@ -25,10 +25,7 @@ static bool run_state(struct erun *r, const char *name, int tp, bool device_stat
                       int32_t chunk)
 {
     struct model_opts mo;
-    model_opts_default(&mo);
-    mo.dtype = DTYPE_F32;
-    mo.tensor_parallel = tp;
-    mo.device_state = device_state;
+    erun_opts(&mo, BE_DEVICE_CPU, tp, device_state);
     return erun_run(r, name, &mo, chunk, 500);
 }
 
@@ -36,9 +33,7 @@ static bool run_state(struct erun *r, const char *name, int tp, bool device_stat
 static struct model *load(bool device_state)
 {
     struct model_opts mo;
-    model_opts_default(&mo);
-    mo.dtype = DTYPE_F32;
-    mo.device_state = device_state;
+    erun_opts(&mo, BE_DEVICE_CPU, 1, device_state);
     return erun_load("dummy:tiny", &mo);
 }
 

@@ -21,9 +21,7 @@
 static bool run_tp(struct erun *r, const char *name, int tp, int32_t chunk)
 {
     struct model_opts mo;
-    model_opts_default(&mo);
-    mo.dtype = DTYPE_F32;
-    mo.tensor_parallel = tp;
+    erun_opts(&mo, BE_DEVICE_CPU, tp, false);
     return erun_run(r, name, &mo, chunk, 300);
 }
 
