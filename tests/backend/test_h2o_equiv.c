@@ -50,14 +50,10 @@ static void compare(struct h2o_ref *ref, struct eseq *es, int32_t n, int32_t V, 
     free(rl);
 }
 
-struct budget_case {
-    int32_t P, H, R;
-    bool full;
-};
-
 /* The budgets of the issue: B < P, B > P + generation, R = 1, H = 0, B == P, and
- * B between P and P + generation (eviction starts mid-decode), plus full. */
-static const struct budget_case cases[] = {
+ * B between P and P + generation (eviction starts mid-decode), plus full; a table of
+ * its own (not engine_run.h's erun_cases): its seeds and budgets are the issue's. */
+static const struct erun_case cases[] = {
     {40, 4, 3, false}, {40, 60, 60, false}, {40, 6, 1, false}, {40, 0, 8, false},
     {40, 20, 20, false}, {30, 25, 25, false}, {33, 0, 0, true},
 };

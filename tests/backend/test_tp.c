@@ -115,9 +115,7 @@ TEST(generate_same_tokens_at_every_tp)
     for (int tp = 1; tp <= 4; tp *= 2) {
         struct model *m = NULL;
         struct model_opts mo;
-        model_opts_default(&mo);
-        mo.dtype = DTYPE_F32;
-        mo.tensor_parallel = tp;
+        erun_opts(&mo, BE_DEVICE_CPU, tp, false);
         CHECK(model_load(&m, "dummy:tiny", &mo) == 0);
         struct gen_request rq[3];
         erun_requests(rq, prompts, n, 40,
@@ -144,9 +142,7 @@ TEST(generate_same_tokens_at_every_tp)
 TEST(indivisible_heads_refused)
 {
     struct model_opts mo;
-    model_opts_default(&mo);
-    mo.dtype = DTYPE_F32;
-    mo.tensor_parallel = 3;
+    erun_opts(&mo, BE_DEVICE_CPU, 3, false);
     struct model *m = NULL;
     EXPECT_EQ(model_load(&m, "dummy:tiny", &mo), ENG_EINVAL);
     EXPECT(m == NULL);
