@@ -146,7 +146,10 @@ static inline void check_copy(struct erun *r, const struct eseq *e, const int32_
 /* Compare run `got` with reference `ref` case by case, logits within tol; the largest
  * logit difference goes to *worst. With exact_heads every head must hold the same
  * tokens as the reference's; without, a head that holds other ones (a near-tie of two
- * victims' scores) is counted and printed, and its scores are not compared. */
+ * victims' scores) is counted and printed, its scores are not compared, and at most
+ * one head in fifty (at least one) may differ. The fake device runs the host
+ * references, so test_cuda_host asks for exact heads; a real GPU rounds its own way,
+ * so test_cuda_model does not. */
 static inline void compare(struct erun *ref, struct erun *got, double tol, double *worst,
                            const char *what, bool exact_heads)
 {
@@ -219,6 +222,11 @@ static inline void compare(struct erun *ref, struct erun *got, double tol, doubl
         if (other_heads && !exact_heads)
             printf("#   %zu of %d heads hold other tokens (near-tied victims)\n",
                    other_heads, L * H);
+        /* Near-ties are rare: more than one head in fifty (or than one head) points at
+         * a wrong score or slot, not at rounding. */
+        if (!exact_heads && other_heads > (size_t)MAX(1, L * H / 50))
+            TEST_FAIL("%s case %d: %zu of %d heads hold other tokens", what, c, other_heads,
+                      L * H);
         if (!(ds <= TOL_SCORE))
             TEST_FAIL("%s case %d: H2O scores differ by %g", what, c, ds);
         if (c == 0) check_copy(got, b, pb, sb);
