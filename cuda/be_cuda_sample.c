@@ -89,8 +89,10 @@ static void describe(char *h, const struct samp_layout *L, const struct be_sampl
     for (int32_t i = 0; i < n; i++) {
         const struct be_sample_row *s = &rows[i];
         ((int32_t *)(h + L->rows))[i] = s->row;
-        memcpy((int32_t *)(h + L->ids) + off[i], s->add_ids, (size_t)s->n_add * 4);
-        memcpy((float *)(h + L->vals) + off[i], s->add_vals, (size_t)s->n_add * 4);
+        if (s->n_add > 0) { /* rows without additions may carry NULL lists */
+            memcpy((int32_t *)(h + L->ids) + off[i], s->add_ids, (size_t)s->n_add * 4);
+            memcpy((float *)(h + L->vals) + off[i], s->add_vals, (size_t)s->n_add * 4);
+        }
         off[i + 1] = off[i] + s->n_add;
         ((float *)(h + L->temp))[i] = s->temperature;
         ((int32_t *)(h + L->top_k))[i] = s->top_k;
