@@ -19,3 +19,32 @@ int bench_args_int_list(const char *s, int32_t *out, int max)
     }
     return n;
 }
+
+int bench_args_size(const char *s, int64_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v >= 0)) return -1;
+    double unit = 1;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        unit = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        unit = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        unit = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    default: break;
+    }
+    if (*end || v * unit > 9.0e18) return -1;
+    *out = (int64_t)(v * unit);
+    return 0;
+}

@@ -1,198 +1,145 @@
 /*
- * bench_throughput.c - FlexGen's offline throughput workload on any backend.
+ * bench_throughput.c - FlexGen's offline throughput benchmark on any backend.
  *
- * n prompts of exactly prompt_len tokens (deterministic random ids) generate gen_len
- * tokens each, greedy, all at once: the prompts are prefilled (max_batched_tokens
- * per forward, several prompts per forward), then every sequence decodes in one
- * batch per step, gen_len - 1 steps (the first token comes from the prefill), as
- * FlexGen's flex_opt.py runs its workload. With --policy h2o each sequence keeps the
- * H2O paper's 20% budget (heavy = recent = 10% of prompt_len + gen_len) and evicts
- * as it goes; with full it keeps everything.
+ * n prompts of prompt_len tokens each generate gen_len greedy tokens (workload.h:
+ * prefill in max_batched-token forwards, then lockstep decode, as flex_opt.py runs
+ * it) under one KV policy: full, h2o (the H2O paper's 20% by default: heavy =
+ * recent = 10% of prompt_len + gen_len) or local (the recent window only).
+ *
+ * The batch is --batch N, or, with --kv-cache-bytes X, the largest batch whose KV
+ * cache fits in X (the paper's regime, where KV memory limits the batch). --compare
+ * runs full, h2o and local at the same KV memory in one command (X, or by default
+ * what full needs for --batch sequences) and prints each one's ratios to full.
  *
  * Metrics (REFERENCE.md section 3, flex_opt.py's definitions):
  *   prefill throughput = n * prompt_len / prefill time
  *   decode throughput  = n * (gen_len - 1) / decode time
  *   total throughput   = n * gen_len / (prefill time + decode time)   <- the headline
- * Tokens are greedy, taken where the server takes them: on the device when the
- * backend samples there (CUDA), so the logits never cross to the host.
- * One warm-up run of a single short sequence first (cuBLAS and oneDNN pick and load
- * their kernels on first use). The KV pool holds exactly what the n sequences need
- * under the policy, and the peak KV memory is printed next to the numbers.
+ * printed as a table and, for each run, one JSON line (batch size, KV and weight
+ * memory included). One warm-up run of a single short sequence first (cuBLAS and
+ * oneDNN choose and load their kernels on first use).
  *
  * Usage: bench_throughput [--model dummy:opt-125m] [--device cpu|cuda|auto]
- *          [--dtype fp32|bf16] [--tensor-parallel N] [--batch 16] [--prompt-len 512]
- *          [--gen-len 32] [--policy full|h2o] [--max-batched-tokens 2048]
- *          [--block-size 16] [--gpu-memory-utilization 0.9]
+ *          [--dtype fp32|bf16] [--tensor-parallel N] [--batch 16 | --kv-cache-bytes X]
+ *          [--prompt-len 512] [--gen-len 32] [--kv-policy full|h2o|local]
+ *          [--h2o-heavy-ratio 0.1] [--h2o-recent-ratio 0.1] [--compare]
+ *          [--max-batched-tokens 2048] [--block-size 16] [--gpu-memory-utilization 0.9]
  */
-#include "batch.h"
+#include "bench_args.h"
 #include "err.h"
 #include "h2o.h"
-#include "kv_pool.h"
-#include "kv_seq.h"
 #include "model.h"
 #include "util.h"
+#include "workload.h"
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The largest batch --kv-cache-bytes looks for. */
+#define MAX_BATCH 4096
+
 struct opts {
     const char *model;
     struct model_opts mo;
-    int32_t batch, prompt_len, gen_len, max_batched, block_size;
+    struct workload w; /* n = --batch */
+    int64_t kv_bytes;  /* --kv-cache-bytes, 0 = sized for the batch */
+    bool compare;
+};
+
+/* Parameters of an OPT model (the tied LM head counted once). */
+static int64_t param_count(const struct opt_config *c)
+{
+    const int64_t h = c->hidden, f = c->ffn, p = c->word_embed_proj_dim;
+    int64_t n = (int64_t)c->vocab_size * p + (int64_t)(c->max_pos + 2) * h;
+    n += (int64_t)c->n_layer * (4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h);
+    if (c->ln_before) n += 2 * h;
+    if (p != h) n += 2 * p * h;
+    if (!c->tied_lm_head) n += (int64_t)c->vocab_size * p;
+    return n;
+}
+
+struct row {
     enum kv_policy policy;
+    int32_t batch;
+    int64_t pool_blocks;
+    struct workload_result r;
 };
 
-struct result {
-    double prefill_s, decode_s;
-    int64_t evicted;
-    int32_t peak_blocks;
-    uint64_t checksum; /* of the generated tokens: the same run gives the same tokens */
-};
-
-static int32_t argmax(const float *x, int32_t n)
+/* Run one policy; the batch is fixed (kv_bytes 0) or the largest that fits. */
+static int run_policy(struct model *m, const struct opts *o, enum kv_policy policy,
+                      int64_t kv_bytes, struct row *out)
 {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    struct workload w = o->w;
+    w.spec.policy = policy;
+    const size_t block = m->be.ops->kv_block_bytes(m->be.ctx, w.block_size);
+    int64_t pool = kv_bytes > 0 ? kv_bytes / (int64_t)block : workload_peak_blocks(&w);
+    if (kv_bytes > 0) {
+        w.n = workload_max_batch(&w, pool, MAX_BATCH);
+        if (w.n == 0)
+            return err_set(ENG_ENOMEM,
+                           "%s: %lld bytes of KV cache hold no sequence of %d + %d "
+                           "tokens",
+                           kv_policy_name(policy), (long long)kv_bytes, w.prompt_len,
+                           w.gen_len);
+    }
+    *out = (struct row){.policy = policy, .batch = w.n, .pool_blocks = pool};
+    return workload_run(m, &w, (int32_t)MIN(pool, INT32_MAX), &out->r);
 }
 
-/*
- * The greedy token of each item's last logits row, as the server takes it: on the
- * backend's device when it samples there (the logits never leave it), else on the
- * host. tok[i] gets item i's token.
- */
-static int pick(struct model *m, struct batch *b, const struct batch_item *items, int32_t n,
-                struct be_sample_row *rows, struct sample_out *outs, int32_t *tok)
+static double total_tps(const struct row *r, const struct workload *w)
 {
-    const int32_t V = m->cfg.vocab_size;
-    if (!b->device_logits) {
-        for (int32_t i = 0; i < n; i++)
-            tok[i] = argmax(b->logits + (size_t)items[i].logits_row * (size_t)V, V);
-        return 0;
-    }
-    for (int32_t i = 0; i < n; i++)
-        rows[i] = (struct be_sample_row){
-            .row = items[i].logits_row, .temperature = 0, .top_p = 1, .n_logprobs = -1};
-    int err = m->be.ops->sample(m->be.ctx, rows, n, outs);
-    for (int32_t i = 0; !err && i < n; i++)
-        tok[i] = outs[i].token;
-    return err;
+    return (double)r->batch * w->gen_len / (r->r.prefill_s + r->r.decode_s);
 }
 
-/* Run the workload for `n` sequences; returns nonzero (message set) on failure. */
-static int run(struct model *m, const struct opts *o, int32_t n, int32_t prompt_len,
-               int32_t gen_len, struct result *res)
+static void print_row(const struct row *r, const struct workload *w, double block_mib,
+                      const struct row *full)
 {
-    const int32_t V = m->cfg.vocab_size, bs = o->block_size;
-    struct kv_spec spec;
-    kv_spec_default(&spec);
-    spec.policy = o->policy;
-    struct kv_budget budget;
-    CHECK(kv_budget_resolve(&spec, prompt_len, gen_len, &budget) == 0);
-    /* Every sequence at its peak at once: the whole prompt before compaction, a
-     * block more for the decode growth (full) or the budget after. */
-    const int32_t per_seq =
-        CEIL_DIV(kv_budget_peak_slots(&budget, prompt_len, gen_len), bs) + 1;
-    struct kv_pool pool;
-    kv_pool_init(&pool, n * per_seq, bs);
-    int err = m->be.ops->kv_alloc(m->be.ctx, n * per_seq, bs);
-    if (err) return err;
-    struct kv_seq *kv = xcalloc((size_t)n, sizeof *kv);
-    int32_t *toks = xmalloc((size_t)n * (size_t)(prompt_len + gen_len) * sizeof *toks);
-    struct batch_item *items = xmalloc((size_t)n * sizeof *items);
-    struct be_sample_row *rows = xmalloc((size_t)n * sizeof *rows);
-    struct sample_out *outs = xmalloc((size_t)n * sizeof *outs);
-    int32_t *picked = xmalloc((size_t)n * sizeof *picked);
-    uint64_t seed = 12345;
-    for (int32_t i = 0; i < n; i++) {
-        kv_seq_init(&kv[i]);
-        kv_seq_set_budget(&kv[i], &budget);
-        int32_t *t = toks + (size_t)i * (size_t)(prompt_len + gen_len);
-        t[0] = m->cfg.bos_id;
-        for (int32_t j = 1; j < prompt_len; j++) {
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            t[j] = 4 + (int32_t)((seed >> 33) % (uint64_t)(V - 4));
-        }
-    }
-    struct batch b;
-    batch_init(&b);
-    b.device_logits = m->be.ops->sample != NULL;
-    memset(res, 0, sizeof *res);
+    const double n = r->batch;
+    printf("%-6s %6d %10.3f %12.1f %10.3f %12.1f %12.1f %10.1f", kv_policy_name(r->policy),
+           r->batch, r->r.prefill_s, n * w->prompt_len / r->r.prefill_s, r->r.decode_s,
+           n * (w->gen_len - 1) / r->r.decode_s, total_tps(r, w),
+           r->r.peak_blocks * block_mib);
+    if (full) printf(" %8.2fx", total_tps(r, w) / total_tps(full, w));
+    printf("\n");
+}
 
-    /* Prefill: chunks of the prompts in order, up to max_batched tokens a forward. */
-    double t0 = time_now();
-    int32_t seq = 0, done = 0; /* sequence being filled, its tokens already cached */
-    while (!err && seq < n) {
-        int32_t k = 0, room = o->max_batched;
-        while (seq < n && room > 0) {
-            const int32_t take = MIN(room, prompt_len - done);
-            items[k++] = (struct batch_item){
-                .kv = &kv[seq],
-                .tokens = toks + (size_t)seq * (size_t)(prompt_len + gen_len) + done,
-                .n_tok = take,
-                .pos0 = done};
-            room -= take;
-            done += take;
-            if (done == prompt_len) {
-                seq++;
-                done = 0;
-            }
-        }
-        err = batch_run(&b, &m->be, &pool, V, items, k);
-        if (!err) err = pick(m, &b, items, k, rows, outs, picked);
-        for (int32_t i = 0; !err && i < k; i++) {
-            struct kv_seq *s = items[i].kv;
-            if (items[i].pos0 + items[i].n_tok < prompt_len) continue;
-            const int32_t si = (int32_t)(s - kv);
-            kv_seq_finish_prefill(s, &pool, &m->be, &m->cfg);
-            toks[(size_t)si * (size_t)(prompt_len + gen_len) + prompt_len] = picked[i];
-        }
-    }
-    res->prefill_s = time_now() - t0;
-    for (int32_t i = 0; i < n; i++)
-        res->peak_blocks += kv[i].n_blocks;
+static void print_json(const struct model *m, const struct opts *o, const struct row *r,
+                       double block_bytes, int64_t weight_bytes)
+{
+    const struct workload *w = &o->w;
+    struct kv_budget b;
+    struct kv_spec spec = w->spec;
+    spec.policy = r->policy;
+    CHECK(kv_budget_resolve(&spec, w->prompt_len, w->gen_len, &b) == 0);
+    const double n = r->batch;
+    printf("{\"bench\": \"throughput\", \"model\": \"%s\", \"backend\": \"%s\", \"dtype\": "
+           "\"%s\", \"tensor_parallel\": %d, \"prompt_len\": %d, \"gen_len\": %d, "
+           "\"kv_policy\": \"%s\", \"heavy\": %d, \"recent\": %d, \"batch\": %d, "
+           "\"kv_pool_bytes\": %.0f, \"peak_kv_bytes\": %.0f, \"weight_bytes\": %lld, "
+           "\"prefill_latency_s\": %.4f, \"prefill_throughput\": %.2f, "
+           "\"decode_latency_s\": %.4f, \"decode_throughput\": %.2f, "
+           "\"total_throughput\": %.2f, \"tokens_evicted\": %lld}\n",
+           m->cfg.name, m->be.ops->name, dtype_name(m->dtype),
+           MAX(o->mo.tensor_parallel, 1), w->prompt_len, w->gen_len,
+           kv_policy_name(r->policy), b.policy == KV_POLICY_FULL ? 0 : b.heavy,
+           b.policy == KV_POLICY_FULL ? 0 : b.recent, r->batch,
+           (double)r->pool_blocks * block_bytes, r->r.peak_blocks * block_bytes,
+           (long long)weight_bytes, r->r.prefill_s, n * w->prompt_len / r->r.prefill_s,
+           r->r.decode_s, n * (w->gen_len - 1) / r->r.decode_s, total_tps(r, w),
+           (long long)r->r.evicted);
+}
 
-    /* Decode: every sequence one token per step. */
-    t0 = time_now();
-    for (int32_t step = 1; !err && step < gen_len; step++) {
-        const int32_t p = prompt_len + step - 1; /* position of the token fed now */
-        for (int32_t i = 0; i < n; i++)
-            items[i] = (struct batch_item){
-                .kv = &kv[i],
-                .tokens = toks + (size_t)i * (size_t)(prompt_len + gen_len) + p,
-                .n_tok = 1,
-                .pos0 = p};
-        err = batch_run(&b, &m->be, &pool, V, items, n);
-        if (!err) err = pick(m, &b, items, n, rows, outs, picked);
-        for (int32_t i = 0; !err && i < n; i++) {
-            kv_seq_after_decode(&kv[i], &m->be, &m->cfg, p);
-            toks[(size_t)i * (size_t)(prompt_len + gen_len) + p + 1] = picked[i];
-        }
-        int32_t held = 0;
-        for (int32_t i = 0; i < n; i++)
-            held += kv[i].n_blocks;
-        res->peak_blocks = MAX(res->peak_blocks, held);
-    }
-    res->decode_s = time_now() - t0;
-    for (int32_t i = 0; i < n; i++) {
-        res->evicted += kv[i].n_evicted;
-        const int32_t *g = toks + (size_t)i * (size_t)(prompt_len + gen_len) + prompt_len;
-        for (int32_t j = 0; j < gen_len; j++)
-            res->checksum = res->checksum * 1000003u + (uint64_t)g[j];
-        kv_seq_deinit(&kv[i], &pool);
-    }
-    batch_deinit(&b);
-    kv_pool_deinit(&pool);
-    free(kv);
-    free(toks);
-    free(items);
-    free(rows);
-    free(outs);
-    free(picked);
-    return err;
+static int usage(FILE *f, int rc)
+{
+    fprintf(f, "usage: bench_throughput [--model NAME] [--device cpu|cuda|auto] "
+               "[--dtype fp32|bf16] [--tensor-parallel N] [--batch N | --kv-cache-bytes X] "
+               "[--prompt-len N] [--gen-len N] [--kv-policy full|h2o|local] "
+               "[--h2o-heavy-ratio X] [--h2o-recent-ratio X] [--compare] "
+               "[--max-batched-tokens N] [--block-size N] [--gpu-memory-utilization X]\n");
+    return rc;
 }
 
 static int parse_args(int argc, char **argv, struct opts *o)
@@ -203,9 +150,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"dtype", required_argument, 0, 'd'},
         {"tensor-parallel", required_argument, 0, 'p'},
         {"batch", required_argument, 0, 'b'},
+        {"kv-cache-bytes", required_argument, 0, 'K'},
         {"prompt-len", required_argument, 0, 'P'},
         {"gen-len", required_argument, 0, 'g'},
-        {"policy", required_argument, 0, 'k'},
+        {"kv-policy", required_argument, 0, 'k'},
+        {"policy", required_argument, 0, 'k'}, /* the first name it had */
+        {"h2o-heavy-ratio", required_argument, 0, 'H'},
+        {"h2o-recent-ratio", required_argument, 0, 'R'},
+        {"compare", no_argument, 0, 'c'},
         {"max-batched-tokens", required_argument, 0, 't'},
         {"block-size", required_argument, 0, 's'},
         {"gpu-memory-utilization", required_argument, 0, 'u'},
@@ -235,28 +187,29 @@ static int parse_args(int argc, char **argv, struct opts *o)
                 return fprintf(stderr, "--dtype wants fp32 or bf16\n"), 2;
             break;
         case 'p': o->mo.tensor_parallel = atoi(optarg); break;
-        case 'b': o->batch = atoi(optarg); break;
-        case 'P': o->prompt_len = atoi(optarg); break;
-        case 'g': o->gen_len = atoi(optarg); break;
-        case 't': o->max_batched = atoi(optarg); break;
-        case 's': o->block_size = atoi(optarg); break;
-        case 'u': o->mo.gpu_memory_utilization = (float)atof(optarg); break;
-        case 'k':
-            if (kv_policy_parse(optarg, &o->policy) || o->policy == KV_POLICY_LOCAL)
-                return fprintf(stderr, "--policy wants full or h2o\n"), 2;
+        case 'b': o->w.n = atoi(optarg); break;
+        case 'K':
+            if (bench_args_size(optarg, &o->kv_bytes) || o->kv_bytes <= 0)
+                return fprintf(stderr, "--kv-cache-bytes wants a size like 512M\n"), 2;
             break;
-        default:
-            fprintf(
-                ch == 'h' ? stdout : stderr,
-                "usage: bench_throughput [--model NAME] [--device cpu|cuda|auto] "
-                "[--dtype fp32|bf16] [--tensor-parallel N] [--batch N] [--prompt-len N] "
-                "[--gen-len N] [--policy full|h2o] [--max-batched-tokens N] "
-                "[--block-size N] [--gpu-memory-utilization X]\n");
-            return ch == 'h' ? 0 : 2;
+        case 'P': o->w.prompt_len = atoi(optarg); break;
+        case 'g': o->w.gen_len = atoi(optarg); break;
+        case 'k':
+            if (kv_policy_parse(optarg, &o->w.spec.policy))
+                return fprintf(stderr, "--kv-policy wants full, h2o or local\n"), 2;
+            break;
+        case 'H': o->w.spec.heavy_ratio = (float)atof(optarg); break;
+        case 'R': o->w.spec.recent_ratio = (float)atof(optarg); break;
+        case 'c': o->compare = true; break;
+        case 't': o->w.max_batched = atoi(optarg); break;
+        case 's': o->w.block_size = atoi(optarg); break;
+        case 'u': o->mo.gpu_memory_utilization = (float)atof(optarg); break;
+        default: return usage(ch == 'h' ? stdout : stderr, ch == 'h' ? 0 : 2);
         }
     }
-    if (o->batch <= 0 || o->prompt_len <= 0 || o->gen_len <= 1 || o->max_batched <= 0 ||
-        o->block_size <= 0 || o->mo.tensor_parallel < 0)
+    if (o->w.n <= 0 || o->w.prompt_len <= 0 || o->w.gen_len <= 1 || o->w.max_batched <= 0 ||
+        o->w.block_size <= 0 || o->mo.tensor_parallel < 0 ||
+        !(o->w.spec.heavy_ratio >= 0) || !(o->w.spec.recent_ratio >= 0))
         return fprintf(stderr, "sizes must be positive (gen-len at least 2)\n"), 2;
     return -1;
 }
@@ -264,12 +217,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 int main(int argc, char **argv)
 {
     struct opts o = {.model = "dummy:opt-125m",
-                     .batch = 16,
-                     .prompt_len = 512,
-                     .gen_len = 32,
-                     .max_batched = 2048,
-                     .block_size = 16,
-                     .policy = KV_POLICY_H2O};
+                     .w = {.n = 16,
+                           .prompt_len = 512,
+                           .gen_len = 32,
+                           .max_batched = 2048,
+                           .block_size = 16}};
+    kv_spec_default(&o.w.spec);
     model_opts_default(&o.mo);
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
@@ -278,30 +231,50 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_throughput: %s\n", err_msg());
         return 1;
     }
-    struct result warm, r;
-    if (run(m, &o, 1, MIN(o.prompt_len, 64), 4, &warm) ||
-        run(m, &o, o.batch, o.prompt_len, o.gen_len, &r)) {
-        fprintf(stderr, "bench_throughput: %s\n", err_msg());
-        model_destroy(m);
-        return 1;
+    const double block = (double)m->be.ops->kv_block_bytes(m->be.ctx, o.w.block_size);
+    const int64_t weights = param_count(&m->cfg) * dtype_size(m->dtype);
+    struct workload warm = o.w;
+    warm.n = 1;
+    warm.prompt_len = MIN(o.w.prompt_len, 64);
+    warm.gen_len = 4;
+    struct workload_result wr;
+    int err = workload_run(m, &warm, (int32_t)workload_peak_blocks(&warm), &wr);
+
+    /* --compare: every policy at one KV memory, by default what full needs for --batch. */
+    enum kv_policy policies[3] = {o.w.spec.policy};
+    int n_pol = 1;
+    int64_t kv_bytes = o.kv_bytes;
+    if (o.compare) {
+        policies[0] = KV_POLICY_FULL;
+        policies[1] = KV_POLICY_H2O;
+        policies[2] = KV_POLICY_LOCAL;
+        n_pol = 3;
+        if (kv_bytes == 0) {
+            struct workload full = o.w;
+            full.spec.policy = KV_POLICY_FULL;
+            kv_bytes = (int64_t)((double)workload_peak_blocks(&full) * block);
+        }
     }
-    const double n = o.batch, total = r.prefill_s + r.decode_s;
-    const double kv_mib = (double)r.peak_blocks *
-                          (double)m->be.ops->kv_block_bytes(m->be.ctx, o.block_size) /
-                          (1 << 20);
-    printf("model %s, backend %s (%s), tensor parallel %d, %d x (%d + %d), policy %s, "
-           "max batched tokens %d\n",
-           m->cfg.name, m->be.ops->name, dtype_name(m->dtype), MAX(o.mo.tensor_parallel, 1),
-           o.batch, o.prompt_len, o.gen_len, kv_policy_name(o.policy), o.max_batched);
-    printf("prefill latency: %.3f s, prefill throughput: %.1f token/s\n", r.prefill_s,
-           n * o.prompt_len / r.prefill_s);
-    printf("decode latency: %.3f s, decode throughput: %.1f token/s\n", r.decode_s,
-           n * (o.gen_len - 1) / r.decode_s);
-    printf("total latency: %.3f s, total throughput: %.1f token/s\n", total,
-           n * o.gen_len / total);
-    printf("peak KV cache: %.1f MiB (%d blocks), tokens evicted: %lld, tokens checksum "
-           "%016llx\n",
-           kv_mib, r.peak_blocks, (long long)r.evicted, (unsigned long long)r.checksum);
+    printf(
+        "model %s, backend %s (%s), tensor parallel %d, %d + %d tokens, %s, weights %.1f "
+        "MiB, max batched tokens %d\n",
+        m->cfg.name, m->be.ops->name, dtype_name(m->dtype), MAX(o.mo.tensor_parallel, 1),
+        o.w.prompt_len, o.w.gen_len,
+        kv_bytes > 0 ? "batch: the largest that fits the KV cache" : "fixed batch",
+        (double)weights / (1 << 20), o.w.max_batched);
+    if (kv_bytes > 0) printf("KV cache: %.1f MiB\n", (double)kv_bytes / (1 << 20));
+    printf("%-6s %6s %10s %12s %10s %12s %12s %10s%s\n", "policy", "batch", "prefill s",
+           "prefill t/s", "decode s", "decode t/s", "total t/s", "peak KV MiB",
+           o.compare ? "  vs full" : "");
+    struct row rows[3];
+    for (int i = 0; !err && i < n_pol; i++) {
+        err = run_policy(m, &o, policies[i], kv_bytes, &rows[i]);
+        if (!err) print_row(&rows[i], &o.w, block / (1 << 20), o.compare ? &rows[0] : NULL);
+        fflush(stdout);
+    }
+    for (int i = 0; !err && i < n_pol; i++)
+        print_json(m, &o, &rows[i], block, weights);
+    if (err) fprintf(stderr, "bench_throughput: %s\n", err_msg());
     model_destroy(m);
-    return 0;
+    return err ? 1 : 0;
 }
