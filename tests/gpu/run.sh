@@ -51,7 +51,7 @@ fi
 if [ $status -eq 0 ]; then
     for policy in full h2o; do
         timeout 240 "$build/bench/bench_throughput" --device cuda --model dummy:opt-6.7b \
-            --batch 64 --prompt-len 512 --gen-len 32 --policy "$policy" || status=1
+            --batch 64 --prompt-len 512 --gen-len 32 --kv-policy "$policy" || status=1
     done
 fi
 echo "run.sh: $( [ $status -eq 0 ] && echo PASS || echo FAIL ) in $(( $(date +%s) - start )) s"
