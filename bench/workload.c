@@ -180,6 +180,8 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
     res->prefill_s = time_now() - t0;
 
     /* Decode: every sequence one token per step. */
+    struct be_profile prof;
+    if (m->be.ops->profile) m->be.ops->profile(m->be.ctx, &prof); /* reset */
     t0 = time_now();
     for (int32_t step = 1; !err && step < gen_len; step++) {
         const int32_t p = prompt_len + step - 1; /* position of the token fed now */
@@ -198,6 +200,7 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
         }
     }
     res->decode_s = time_now() - t0;
+    if (m->be.ops->profile) m->be.ops->profile(m->be.ctx, &res->decode_prof);
     for (int32_t i = 0; i < n; i++) {
         res->evicted += kv[i].n_evicted;
         const int32_t *g = toks + (size_t)i * (size_t)(prompt_len + gen_len) + prompt_len;

@@ -12,6 +12,7 @@
 #define H2O_BENCH_WORKLOAD_H
 
 #include "h2o.h"
+#include "backend.h"
 #include "model.h"
 
 #include <stdint.h>
@@ -33,6 +34,10 @@ struct workload_result {
     int64_t evicted;      /* tokens evicted, over sequences, layers and heads */
     int32_t peak_blocks;  /* most pool blocks in use at once */
     uint64_t checksum;    /* of the generated tokens: the same run gives the same */
+    /* The decode phase's backend time (zero when the backend keeps none): forwards,
+     * of which GEMMs and attention; decode_s - forward_s is the host's share
+     * (H2O victim choice, sampling, batch building). */
+    struct be_profile decode_prof;
 };
 
 /*
