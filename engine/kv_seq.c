@@ -53,10 +53,14 @@ static inline int64_t state_index(const struct kv_seq *seq, int32_t s, int32_t h
 static void gather_head(const struct kv_seq *seq, const int32_t *lpos, const float *lscore,
                         int32_t h, int32_t n_head, int32_t n, int32_t *pos, float *score)
 {
-    for (int32_t s = 0; s < n; s++) {
-        int64_t i = state_index(seq, s, h, n_head, seq->block_size);
-        pos[s] = lpos[i];
-        score[s] = lscore[i];
+    /* A head's slots of one block are contiguous: copy them a block at a time (one
+     * decode step gathers every head of every decoding sequence, so this is hot). */
+    const int32_t bs = seq->block_size;
+    for (int32_t s0 = 0; s0 < n; s0 += bs) {
+        const int64_t i = state_index(seq, s0, h, n_head, bs);
+        const size_t len = (size_t)MIN(bs, n - s0);
+        memcpy(pos + s0, lpos + i, len * sizeof *pos);
+        memcpy(score + s0, lscore + i, len * sizeof *score);
     }
 }
 
@@ -132,18 +136,15 @@ int32_t kv_seq_next_slots(const struct kv_seq *seq)
     return seq->head_slots ? seq->n_slots : seq->n_slots + 1;
 }
 
-void kv_seq_after_decode(struct kv_seq *seq, struct backend *be, const struct opt_config *cfg,
-                         int32_t t)
+void kv_seq_after_decode(struct kv_seq *seq, struct backend *be,
+                         const struct opt_config *cfg, int32_t t)
 {
     const int32_t B = kv_budget_slots(&seq->budget);
     if (seq->budget.policy == KV_POLICY_FULL || seq->n_slots < B) return;
     CHECK(seq->n_slots == B);
     const int32_t L = cfg->n_layer, H = cfg->n_head, bs = seq->block_size;
-    if (!seq->head_slots) {
+    if (!seq->head_slots)
         seq->head_slots = xmalloc((size_t)L * H * sizeof *seq->head_slots);
-        seq->ev_score = xmalloc((size_t)B * sizeof *seq->ev_score);
-        seq->ev_pos = xmalloc((size_t)B * sizeof *seq->ev_pos);
-    }
     if (state_on_device(be)) {
         /* The forward chose the victims by the same rule on the device. They are not
          * freed here: each keeps its pos and score until this head's next token is
@@ -156,20 +157,28 @@ void kv_seq_after_decode(struct kv_seq *seq, struct backend *be, const struct op
         seq->n_evicted += (int64_t)L * H;
         return;
     }
-    for (int32_t l = 0; l < L; l++) {
-        int32_t *lpos;
-        float *lscore;
-        CHECK(be->ops->kv_state(be->ctx, l, &lpos, &lscore) == 0);
-        for (int32_t h = 0; h < H; h++) {
+    /* (An OpenMP region per sequence was tried here and lost: waking the team for
+     * each of a step's sequences costs more than the scan it would split.) */
+    const int32_t R = seq->budget.recent;
+    {
+        int32_t *pos = xmalloc((size_t)B * sizeof *pos);
+        float *score = xmalloc((size_t)B * sizeof *score);
+        for (int32_t lh = 0; lh < L * H; lh++) {
+            const int32_t l = lh / H, h = lh % H;
+            int32_t *lpos;
+            float *lscore;
+            CHECK(be->ops->kv_state(be->ctx, l, &lpos, &lscore) == 0);
             /* Every one of the head's B slots is occupied now: gather, pick, free. */
-            gather_head(seq, lpos, lscore, h, H, B, seq->ev_pos, seq->ev_score);
-            int32_t e = h2o_select_evict(seq->ev_score, seq->ev_pos, B, t, seq->budget.recent);
+            gather_head(seq, lpos, lscore, h, H, B, pos, score);
+            const int32_t e = h2o_select_evict(score, pos, B, t, R);
             CHECK(e >= 0);
-            int64_t i = state_index(seq, e, h, H, bs);
+            const int64_t i = state_index(seq, e, h, H, bs);
             lpos[i] = -1;
             lscore[i] = 0.0f;
-            seq->head_slots[l * H + h] = e;
+            seq->head_slots[lh] = e;
         }
+        free(pos);
+        free(score);
     }
     seq->n_evicted += (int64_t)L * H;
 }
@@ -181,11 +190,7 @@ void kv_seq_release(struct kv_seq *seq, struct kv_pool *pool)
     seq->n_slots = 0;
     seq->prefilled = false;
     free(seq->head_slots);
-    free(seq->ev_score);
-    free(seq->ev_pos);
     seq->head_slots = NULL;
-    seq->ev_score = NULL;
-    seq->ev_pos = NULL;
 }
 
 void kv_seq_deinit(struct kv_seq *seq, struct kv_pool *pool)

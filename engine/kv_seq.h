@@ -42,8 +42,6 @@ struct kv_seq {
     int32_t *head_slots;     /* [n_layer * n_head] holes, or NULL while heads have room */
     int64_t n_evicted;       /* tokens evicted, summed over layers and heads */
     int32_t block_size;      /* the pool's, set by the first kv_seq_grow */
-    float *ev_score;         /* [B] one head's scores, gathered for eviction */
-    int32_t *ev_pos;         /* [B] one head's positions */
     /* Set by kv_seq_finish_prefill: the prompt is done, so every later batch item of
      * this sequence is a decode token. batch_run reads it to tell a decode token from
      * a 1-token prompt chunk (both have n_tok == 1). */
