@@ -8,6 +8,7 @@
 #include "err.h"
 #include "kv_pool.h"
 #include "kv_seq.h"
+#include "sampler.h"
 #include "util.h"
 
 #include <stdbool.h>
@@ -75,12 +76,15 @@ int32_t workload_max_batch(const struct workload *w, int64_t pool_blocks, int32_
     return lo;
 }
 
-static int32_t argmax(const float *x, int32_t n)
+/* The server's greedy choice on the host: the engine's sampler (its SIMD cleaning
+ * and argmax), so the host's share of a step is what serving pays. */
+static int32_t greedy(float *row, int32_t vocab, struct sampler_scratch *scratch)
 {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
+    struct sampler_params p;
+    sampler_params_default(&p);
+    p.temperature = 0;
+    struct sample_out out;
+    return sampler_sample_u(&p, row, vocab, 0.0, scratch, &out);
 }
 
 /*
@@ -93,8 +97,12 @@ static int pick(struct model *m, struct batch *b, const struct batch_item *items
 {
     const int32_t V = m->cfg.vocab_size;
     if (!b->device_logits) {
+        struct sampler_scratch scratch;
+        sampler_scratch_init(&scratch);
         for (int32_t i = 0; i < n; i++)
-            tok[i] = argmax(b->logits + (size_t)items[i].logits_row * (size_t)V, V);
+            tok[i] =
+                greedy(b->logits + (size_t)items[i].logits_row * (size_t)V, V, &scratch);
+        sampler_scratch_deinit(&scratch);
         return 0;
     }
     for (int32_t i = 0; i < n; i++)
@@ -183,8 +191,14 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
     struct be_profile prof;
     if (m->be.ops->profile) m->be.ops->profile(m->be.ctx, &prof); /* reset */
     t0 = time_now();
+    struct kv_seq **kv_ptr = xmalloc((size_t)n * sizeof *kv_ptr);
+    int32_t *at = xmalloc((size_t)n * sizeof *at);
+    for (int32_t i = 0; i < n; i++)
+        kv_ptr[i] = &kv[i];
     for (int32_t step = 1; !err && step < gen_len; step++) {
         const int32_t p = prompt_len + step - 1; /* position of the token fed now */
+        for (int32_t i = 0; i < n; i++)
+            at[i] = p;
         for (int32_t i = 0; i < n; i++)
             items[i] = (struct batch_item){
                 .kv = &kv[i],
@@ -194,10 +208,9 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
         err = batch_run(&b, &m->be, &pool, V, items, n);
         res->peak_blocks = MAX(res->peak_blocks, pool.n_blocks - pool.n_free);
         if (!err) err = pick(m, &b, items, n, rows, outs, picked);
-        for (int32_t i = 0; !err && i < n; i++) {
-            kv_seq_after_decode(&kv[i], &m->be, &m->cfg, p);
+        if (!err) kv_seq_after_decode_many(kv_ptr, at, n, &m->be, &m->cfg);
+        for (int32_t i = 0; !err && i < n; i++)
             toks[(size_t)i * (size_t)(prompt_len + gen_len) + p + 1] = picked[i];
-        }
     }
     res->decode_s = time_now() - t0;
     if (m->be.ops->profile) m->be.ops->profile(m->be.ctx, &res->decode_prof);
@@ -216,5 +229,7 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
     free(rows);
     free(outs);
     free(picked);
+    free(kv_ptr);
+    free(at);
     return err;
 }

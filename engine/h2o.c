@@ -151,12 +151,23 @@ int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int3
                          int32_t recent)
 {
     const int32_t protect_from = t - recent + 2; /* positions above t - (R - 1) stay */
-    int32_t best = -1;
+    /* Two passes instead of one branchy one: every decode step runs this for every
+     * head of every evicting sequence, B slots each. The first is branch-free, so it
+     * vectorises: the lowest score among the candidates (scores are finite, >= 0). */
+    float lo = INFINITY;
     for (int32_t i = 0; i < n; i++) {
-        if (pos[i] < 0 || pos[i] >= protect_from) continue;
-        if (best < 0 || score[i] < score[best] ||
-            (score[i] == score[best] && pos[i] < pos[best]))
-            best = i;
+        const float s = pos[i] >= 0 && pos[i] < protect_from ? score[i] : INFINITY;
+        lo = s < lo ? s : lo;
     }
+    /* The second finds the candidate holding it; ties go to the older position. */
+    int32_t best = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (score[i] == lo && pos[i] >= 0 && pos[i] < protect_from &&
+            (best < 0 || pos[i] < pos[best]))
+            best = i;
+    /* NaN scores (a model producing NaN attention) match nothing above; the first
+     * candidate then goes, as the one-pass scan this replaced would have chosen. */
+    for (int32_t i = 0; best < 0 && i < n; i++)
+        if (pos[i] >= 0 && pos[i] < protect_from) best = i;
     return best;
 }

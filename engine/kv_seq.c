@@ -9,6 +9,7 @@
 #include "model.h"
 #include "util.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,51 +137,84 @@ int32_t kv_seq_next_slots(const struct kv_seq *seq)
     return seq->head_slots ? seq->n_slots : seq->n_slots + 1;
 }
 
-void kv_seq_after_decode(struct kv_seq *seq, struct backend *be,
-                         const struct opt_config *cfg, int32_t t)
+/*
+ * The part of kv_seq_after_decode before the per-head work: nothing to do (false),
+ * or the device already chose the victims (false, done here), or the host must
+ * evict one token per (layer, head) of seq (true; head_slots allocated).
+ */
+static bool evict_begin(struct kv_seq *seq, struct backend *be, const struct opt_config *cfg)
 {
     const int32_t B = kv_budget_slots(&seq->budget);
-    if (seq->budget.policy == KV_POLICY_FULL || seq->n_slots < B) return;
+    if (seq->budget.policy == KV_POLICY_FULL || seq->n_slots < B) return false;
     CHECK(seq->n_slots == B);
-    const int32_t L = cfg->n_layer, H = cfg->n_head, bs = seq->block_size;
+    const int32_t L = cfg->n_layer, H = cfg->n_head;
     if (!seq->head_slots)
         seq->head_slots = xmalloc((size_t)L * H * sizeof *seq->head_slots);
-    if (state_on_device(be)) {
-        /* The forward chose the victims by the same rule on the device. They are not
-         * freed here: each keeps its pos and score until this head's next token is
-         * written over it (head_slots sends it there), and nothing reads the slot in
-         * between. All B slots of every head are occupied now, so each head has one. */
-        CHECK(seq->prefilled);
-        CHECK(be->ops->kv_victims(be->ctx, seq->batch_index, seq->head_slots) == 0);
-        for (int32_t i = 0; i < L * H; i++)
-            CHECK(seq->head_slots[i] >= 0 && seq->head_slots[i] < B);
-        seq->n_evicted += (int64_t)L * H;
-        return;
-    }
-    /* (An OpenMP region per sequence was tried here and lost: waking the team for
-     * each of a step's sequences costs more than the scan it would split.) */
-    const int32_t R = seq->budget.recent;
+    seq->n_evicted += (int64_t)L * H; /* every head evicts one token either way */
+    if (!state_on_device(be)) return true;
+    /* The forward chose the victims by the same rule on the device. They are not
+     * freed here: each keeps its pos and score until this head's next token is
+     * written over it (head_slots sends it there), and nothing reads the slot in
+     * between. All B slots of every head are occupied now, so each head has one. */
+    CHECK(seq->prefilled);
+    CHECK(be->ops->kv_victims(be->ctx, seq->batch_index, seq->head_slots) == 0);
+    for (int32_t i = 0; i < L * H; i++)
+        CHECK(seq->head_slots[i] >= 0 && seq->head_slots[i] < B);
+    return false;
+}
+
+/* Evict one token of head lh (= layer * n_head + head) of seq, the token at
+ * position t just attended: gather the head's B slots (all occupied), pick by
+ * h2o_select_evict, free the slot and remember the hole. pos / score hold B. */
+static void evict_head(struct kv_seq *seq, struct backend *be, int32_t n_head, int32_t lh,
+                       int32_t t, int32_t *pos, float *score)
+{
+    const int32_t B = kv_budget_slots(&seq->budget), h = lh % n_head;
+    int32_t *lpos;
+    float *lscore;
+    CHECK(be->ops->kv_state(be->ctx, lh / n_head, &lpos, &lscore) == 0);
+    gather_head(seq, lpos, lscore, h, n_head, B, pos, score);
+    const int32_t e = h2o_select_evict(score, pos, B, t, seq->budget.recent);
+    CHECK(e >= 0);
+    const int64_t i = state_index(seq, e, h, n_head, seq->block_size);
+    lpos[i] = -1;
+    lscore[i] = 0.0f;
+    seq->head_slots[lh] = e;
+}
+
+void kv_seq_after_decode(struct kv_seq *seq, struct backend *be, const struct opt_config *cfg,
+                         int32_t t)
+{
+    kv_seq_after_decode_many(&seq, &t, 1, be, cfg);
+}
+
+void kv_seq_after_decode_many(struct kv_seq *const *seqs, const int32_t *t, int32_t n,
+                              struct backend *be, const struct opt_config *cfg)
+{
+    const int32_t LH = cfg->n_layer * cfg->n_head;
+    /* The (sequence, head) pairs to evict, and the largest budget among them. */
+    int32_t *which = xmalloc((size_t)MAX(n, 1) * sizeof *which), n_ev = 0, max_b = 1;
+    for (int32_t i = 0; i < n; i++)
+        if (evict_begin(seqs[i], be, cfg)) {
+            which[n_ev++] = i;
+            max_b = MAX(max_b, kv_budget_slots(&seqs[i]->budget));
+        }
+    /* One OpenMP region for the whole step's heads (each thread with its own gather
+     * buffers): a region per sequence costs more to wake than its scan. */
+    const int64_t n_task = (int64_t)n_ev * LH;
+#pragma omp parallel if (n_task * max_b >= (1 << 16))
     {
-        int32_t *pos = xmalloc((size_t)B * sizeof *pos);
-        float *score = xmalloc((size_t)B * sizeof *score);
-        for (int32_t lh = 0; lh < L * H; lh++) {
-            const int32_t l = lh / H, h = lh % H;
-            int32_t *lpos;
-            float *lscore;
-            CHECK(be->ops->kv_state(be->ctx, l, &lpos, &lscore) == 0);
-            /* Every one of the head's B slots is occupied now: gather, pick, free. */
-            gather_head(seq, lpos, lscore, h, H, B, pos, score);
-            const int32_t e = h2o_select_evict(score, pos, B, t, R);
-            CHECK(e >= 0);
-            const int64_t i = state_index(seq, e, h, H, bs);
-            lpos[i] = -1;
-            lscore[i] = 0.0f;
-            seq->head_slots[lh] = e;
+        int32_t *pos = xmalloc((size_t)max_b * sizeof *pos);
+        float *score = xmalloc((size_t)max_b * sizeof *score);
+#pragma omp for schedule(static)
+        for (int64_t k = 0; k < n_task; k++) {
+            const int32_t i = which[k / LH];
+            evict_head(seqs[i], be, cfg->n_head, (int32_t)(k % LH), t[i], pos, score);
         }
         free(pos);
         free(score);
     }
-    seq->n_evicted += (int64_t)L * H;
+    free(which);
 }
 
 void kv_seq_release(struct kv_seq *seq, struct kv_pool *pool)

@@ -86,6 +86,14 @@ void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct back
 void kv_seq_after_decode(struct kv_seq *seq, struct backend *be, const struct opt_config *cfg,
                          int32_t t);
 
+/*
+ * kv_seq_after_decode for a whole decode step: seqs[i]'s token was at position t[i].
+ * The heads of every evicting sequence are spread over the OpenMP threads in one
+ * region (the same choices as one call per sequence). Thread: engine.
+ */
+void kv_seq_after_decode_many(struct kv_seq *const *seqs, const int32_t *t, int32_t n,
+                              struct backend *be, const struct opt_config *cfg);
+
 /* The slots this sequence's next decode token will need: n_slots + 1, or n_slots
  * when it fills holes. */
 int32_t kv_seq_next_slots(const struct kv_seq *seq);

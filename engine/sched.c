@@ -89,6 +89,9 @@ struct sched {
         int32_t row;
     } *pending;
     int32_t n_pending, cap_pending;
+    struct kv_seq **ev_kv;  /* the step's decode sequences, for one eviction call */
+    int32_t *ev_t;          /* and the position of the token each fed */
+    int32_t n_ev, cap_ev;
     struct be_sample_row *srows;
     struct sample_out *souts;
     int32_t *add_ids;       /* steps 1-2 of every row, back to back */
@@ -359,6 +362,8 @@ void sched_destroy(struct sched *s)
     batch_deinit(&s->batch);
     sampler_scratch_deinit(&s->scratch);
     free(s->pending);
+    free(s->ev_kv);
+    free(s->ev_t);
     free(s->srows);
     free(s->souts);
     free(s->add_ids);
@@ -781,9 +786,13 @@ int sched_step(struct sched *s)
                                  (s->items[i].all_logits ? s->items[i].n_tok - 1 : 0);
         if (!decode && s->items[i].all_logits) emit_prompt_logprobs(s, sq, &s->items[i]);
         if (decode) {
-            const int64_t before = sq->kv.n_evicted;
-            kv_seq_after_decode(&sq->kv, &s->m->be, &s->m->cfg, t);
-            s->st.tokens_evicted += sq->kv.n_evicted - before;
+            if (s->n_ev == s->cap_ev) {
+                s->cap_ev = MAX(16, 2 * s->cap_ev);
+                s->ev_kv = xrealloc(s->ev_kv, (size_t)s->cap_ev * sizeof *s->ev_kv);
+                s->ev_t = xrealloc(s->ev_t, (size_t)s->cap_ev * sizeof *s->ev_t);
+            }
+            s->ev_kv[s->n_ev] = &sq->kv;
+            s->ev_t[s->n_ev++] = t;
             pend(s, sq, last_row);
             continue;
         }
@@ -793,6 +802,14 @@ int sched_step(struct sched *s)
         /* Every sequence samples its first token from the prompt's last logits. */
         for (int32_t j = 0; j < q->r->n; j++) pend(s, &q->seqs[j], last_row);
     }
+    /* H2O eviction for every decode token of the step at once (its heads spread over
+     * the OpenMP threads), before any of those sequences can finish. */
+    int64_t before = 0, after = 0;
+    for (int32_t i = 0; i < s->n_ev; i++) before += s->ev_kv[i]->n_evicted;
+    kv_seq_after_decode_many(s->ev_kv, s->ev_t, s->n_ev, &s->m->be, &s->m->cfg);
+    for (int32_t i = 0; i < s->n_ev; i++) after += s->ev_kv[i]->n_evicted;
+    s->st.tokens_evicted += after - before;
+    s->n_ev = 0;
     err = sample_pending(s, on_device);
     if (err) return fail_running(s, err);
     check_invariants(s);
