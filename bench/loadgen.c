@@ -1,0 +1,611 @@
+/*
+ * loadgen.c - an HTTP load generator for a running server: random token-id prompts
+ * sent to POST /v1/completions as streams, Poisson arrivals and/or a concurrency cap,
+ * and the metrics and printed block of `vllm bench serve` (loadgen_stats.c).
+ *
+ * Owns: the requests (their bodies, SSE line buffers and ITL arrays) and the loop.
+ * Flow: GET /v1/models (the model's name unless --model, and a check that the server
+ * answers at all), then the benchmark: an arrival timer releases requests at their
+ * precomputed Poisson times, and each release or completion dispatches as many
+ * released requests as the concurrency cap allows, in order. The loop ends when the
+ * last request is done; every request ends (complete, HTTP error, connection error
+ * or --timeout), so the program never hangs and exits 1 if any failed.
+ * Thread: main only; one libuv loop.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <uv.h>
+
+#include "loadgen_http.h"
+#include "loadgen_stats.h"
+
+struct lg_opts {
+    char host[256];
+    int port;
+    char prefix[256];        /* path prefix of --base-url, "" or "/something" */
+    const char *model;
+    const char *api_key;
+    int64_t num_prompts;
+    double request_rate;     /* requests/s; INFINITY = all at once */
+    int32_t max_concurrency; /* 0 = unlimited */
+    int32_t input_len, output_len;
+    int32_t vocab;           /* prompt ids drawn from [4, vocab) */
+    uint64_t seed;
+    double timeout_s;
+    const char *save_result;
+};
+
+struct lg_req {
+    struct lg_call call;     /* call.user = this */
+    struct lg_bench *b;
+    char *body;
+    size_t body_len;
+    double arrival_s;        /* Poisson release time from the start */
+    uint64_t t_send, t_first, t_last;
+    double *itl_ms;          /* [n_itl], grown as chunks come */
+    int32_t n_itl, cap_itl, n_chunks;
+    int32_t usage_prompt, usage_completion;  /* -1 until the usage chunk */
+    bool done_seen;          /* data: [DONE] */
+    char *line;              /* the SSE line (or error body) being assembled */
+    size_t line_len, line_cap;
+    char *error;
+    struct lg_record rec;
+};
+
+struct lg_bench {
+    struct lg_opts o;
+    uv_loop_t *loop;
+    struct lg_client *cl;
+    uv_timer_t arrivals;
+    struct lg_req *reqs;     /* [num_prompts] */
+    int64_t n_released, n_sent, n_done, n_in_flight;
+    uint64_t t_start, t_end;
+    struct lg_call probe;
+    char probe_path[300], path[300];
+    char *probe_body;        /* GET /v1/models's answer */
+    size_t probe_len;
+    char *model;             /* owned */
+    bool probe_failed;
+    int64_t connects;        /* connections the benchmark opened (keep-alive check) */
+};
+
+/* splitmix64: the arrival times and prompts are a function of --seed only. */
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(uint64_t *s)  /* [0, 1) */
+{
+    return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static char *xstrdup_fmt(const char *msg)
+{
+    char *s = strdup(msg);
+    if (!s)
+        abort();
+    return s;
+}
+
+static void append(char **buf, size_t *len, size_t *cap, const char *data, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t nc = (*cap ? *cap * 2 : 256);
+        while (nc < *len + n + 1)
+            nc *= 2;
+        char *p = realloc(*buf, nc);
+        if (!p)
+            abort();
+        *buf = p;
+        *cap = nc;
+    }
+    memcpy(*buf + *len, data, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+static void req_set_error(struct lg_req *r, const char *msg)
+{
+    if (!r->error)
+        r->error = xstrdup_fmt(msg);
+}
+
+/* One SSE event's data. A chunk with a non-empty "choices" is a token chunk (timed,
+ * as vLLM times them); the usage chunk has "choices": [] and the counts. */
+static void req_on_event(struct lg_req *r, const char *data, uint64_t t)
+{
+    if (strcmp(data, "[DONE]") == 0) {
+        r->done_seen = true;
+        return;
+    }
+    cJSON *j = cJSON_Parse(data);
+    if (!j) {
+        req_set_error(r, "a stream event that is not JSON");
+        return;
+    }
+    cJSON *e = cJSON_GetObjectItem(j, "error");
+    if (e) {
+        cJSON *m = cJSON_GetObjectItem(e, "message");
+        char msg[200];
+        snprintf(msg, sizeof msg, "error event: %s",
+                 cJSON_IsString(m) ? m->valuestring : "(no message)");
+        req_set_error(r, msg);
+    }
+    cJSON *ch = cJSON_GetObjectItem(j, "choices");
+    if (cJSON_IsArray(ch) && cJSON_GetArraySize(ch) > 0) {
+        if (r->n_chunks == 0) {
+            r->t_first = t;
+        } else {
+            if (r->n_itl == r->cap_itl) {
+                r->cap_itl = r->cap_itl ? 2 * r->cap_itl : 16;
+                r->itl_ms = realloc(r->itl_ms, sizeof(double) * (size_t)r->cap_itl);
+                if (!r->itl_ms)
+                    abort();
+            }
+            r->itl_ms[r->n_itl++] = (double)(t - r->t_last) / 1e6;
+        }
+        r->t_last = t;
+        r->n_chunks++;
+    }
+    cJSON *u = cJSON_GetObjectItem(j, "usage");
+    if (cJSON_IsObject(u)) {
+        cJSON *p = cJSON_GetObjectItem(u, "prompt_tokens");
+        cJSON *c = cJSON_GetObjectItem(u, "completion_tokens");
+        if (cJSON_IsNumber(p))
+            r->usage_prompt = p->valueint;
+        if (cJSON_IsNumber(c))
+            r->usage_completion = c->valueint;
+    }
+    cJSON_Delete(j);
+}
+
+static void req_on_body(struct lg_call *call, const char *data, size_t len, uint64_t t)
+{
+    struct lg_req *r = call->user;
+    if (call->status != 200) {  /* keep the error body (bounded) for the message */
+        if (r->line_len < 4096)
+            append(&r->line, &r->line_len, &r->line_cap, data, len);
+        return;
+    }
+    // SSE: events are "data: ...\n\n"; split on '\n', keep a partial line for later.
+    size_t start = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (data[i] != '\n')
+            continue;
+        append(&r->line, &r->line_len, &r->line_cap, data + start, i - start);
+        start = i + 1;
+        char *s = r->line;
+        if (r->line_len && s[r->line_len - 1] == '\r')
+            s[--r->line_len] = '\0';
+        if (strncmp(s, "data:", 5) == 0)
+            req_on_event(r, s + 5 + (s[5] == ' '), t);
+        r->line_len = 0;
+    }
+    if (start < len)
+        append(&r->line, &r->line_len, &r->line_cap, data + start, len - start);
+}
+
+static void bench_dispatch(struct lg_bench *b);
+
+static void bench_finish(struct lg_bench *b)
+{
+    b->t_end = uv_hrtime();
+    uv_timer_stop(&b->arrivals);
+    uv_close((uv_handle_t *)&b->arrivals, NULL);
+    b->connects = lg_client_n_connects(b->cl);  /* the probe's included (reused) */
+    lg_client_destroy(b->cl);
+    b->cl = NULL;
+}
+
+static void req_on_done(struct lg_call *call)
+{
+    struct lg_req *r = call->user;
+    struct lg_bench *b = r->b;
+    char msg[300];
+    if (call->err[0]) {
+        req_set_error(r, call->err);
+    } else if (call->status != 200) {
+        cJSON *j = r->line ? cJSON_Parse(r->line) : NULL;
+        cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "message");
+        snprintf(msg, sizeof msg, "HTTP %d: %s", call->status,
+                 cJSON_IsString(m) ? m->valuestring : "(no error message)");
+        cJSON_Delete(j);
+        req_set_error(r, msg);
+    } else if (!r->done_seen) {
+        req_set_error(r, "the stream ended without data: [DONE]");
+    } else if (r->n_chunks == 0) {
+        req_set_error(r, "the stream carried no token chunk");
+    }
+    struct lg_record *rec = &r->rec;
+    rec->ok = !r->error;
+    rec->error = r->error;
+    rec->start_s = (double)(r->t_send - b->t_start) / 1e9;
+    if (rec->ok) {
+        rec->prompt_tokens = r->usage_prompt >= 0 ? r->usage_prompt : b->o.input_len;
+        rec->output_tokens = r->usage_completion >= 0 ? r->usage_completion : r->n_chunks;
+        rec->ttft_ms = (double)(r->t_first - r->t_send) / 1e6;
+        rec->e2el_ms = (double)(r->t_last - r->t_send) / 1e6;
+        rec->itl_ms = r->itl_ms;
+        rec->n_itl = r->n_itl;
+    }
+    free(r->line);
+    r->line = NULL;
+    free(r->body);
+    r->body = NULL;
+    b->n_done++;
+    b->n_in_flight--;
+    if (b->n_done == b->o.num_prompts)
+        bench_finish(b);
+    else
+        bench_dispatch(b);
+}
+
+static void bench_dispatch(struct lg_bench *b)
+{
+    while (b->n_sent < b->n_released
+           && (b->o.max_concurrency == 0 || b->n_in_flight < b->o.max_concurrency)) {
+        struct lg_req *r = &b->reqs[b->n_sent++];
+        b->n_in_flight++;
+        r->t_send = uv_hrtime();
+        lg_client_submit(b->cl, &r->call);
+    }
+}
+
+/* Release every request whose arrival time has come, then sleep until the next. */
+static void on_arrivals(uv_timer_t *t)
+{
+    struct lg_bench *b = t->data;
+    double now_s = (double)(uv_hrtime() - b->t_start) / 1e9;
+    while (b->n_released < b->o.num_prompts && b->reqs[b->n_released].arrival_s <= now_s)
+        b->n_released++;
+    bench_dispatch(b);
+    if (b->n_released < b->o.num_prompts) {
+        double wait_ms = (b->reqs[b->n_released].arrival_s - now_s) * 1e3;
+        uv_timer_start(&b->arrivals, on_arrivals, (uint64_t)ceil(wait_ms), 0);
+    }
+}
+
+/* Build every request body before the clock starts, from --seed: prompts of
+ * input_len random ids (OPT's specials 0-3 left out), Poisson arrival times. */
+static int bench_prepare(struct lg_bench *b)
+{
+    const struct lg_opts *o = &b->o;
+    uint64_t rng = o->seed;
+    b->reqs = calloc((size_t)o->num_prompts, sizeof *b->reqs);
+    int *ids = malloc(sizeof(int) * (size_t)o->input_len);
+    if (!b->reqs || !ids)
+        return -1;
+    double t = 0;
+    for (int64_t i = 0; i < o->num_prompts; i++) {
+        struct lg_req *r = &b->reqs[i];
+        for (int32_t k = 0; k < o->input_len; k++)
+            ids[k] = 4 + (int)(rng_next(&rng) % (uint64_t)(o->vocab - 4));
+        if (isfinite(o->request_rate))
+            t += -log(1.0 - rng_unit(&rng)) / o->request_rate;
+        r->arrival_s = isfinite(o->request_rate) ? t : 0;
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "model", b->model);
+        cJSON_AddItemToObject(j, "prompt", cJSON_CreateIntArray(ids, o->input_len));
+        cJSON_AddNumberToObject(j, "max_tokens", o->output_len);
+        cJSON_AddNumberToObject(j, "temperature", 0);
+        cJSON_AddBoolToObject(j, "ignore_eos", true);
+        cJSON_AddBoolToObject(j, "stream", true);
+        cJSON *so = cJSON_AddObjectToObject(j, "stream_options");
+        cJSON_AddBoolToObject(so, "include_usage", true);
+        r->body = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        if (!r->body)
+            return -1;
+        r->body_len = strlen(r->body);
+        r->b = b;
+        r->usage_prompt = r->usage_completion = -1;
+        r->call = (struct lg_call){
+            .method = "POST", .path = b->path, .body = r->body, .body_len = r->body_len,
+            .timeout_ms = (uint64_t)(o->timeout_s * 1e3), .on_body = req_on_body,
+            .on_done = req_on_done, .user = r};
+    }
+    free(ids);
+    return 0;
+}
+
+static void bench_start(struct lg_bench *b)
+{
+    if (bench_prepare(b) != 0) {
+        fprintf(stderr, "loadgen: out of memory\n");
+        exit(1);
+    }
+    fprintf(stderr, "loadgen: model %s, %lld prompts of %d tokens, %d output tokens, "
+            "rate %g req/s, max concurrency %d\n", b->model, (long long)b->o.num_prompts,
+            b->o.input_len, b->o.output_len, b->o.request_rate, b->o.max_concurrency);
+    uv_timer_init(b->loop, &b->arrivals);
+    b->arrivals.data = b;
+    b->t_start = uv_hrtime();
+    if (b->o.num_prompts == 0) {
+        bench_finish(b);
+        return;
+    }
+    on_arrivals(&b->arrivals);
+}
+
+static void probe_on_body(struct lg_call *call, const char *data, size_t len, uint64_t t)
+{
+    (void)t;
+    struct lg_bench *b = call->user;
+    size_t cap = b->probe_len + 1;
+    if (b->probe_len < (1 << 20))
+        append(&b->probe_body, &b->probe_len, &cap, data, len);
+}
+
+/* GET /v1/models answered: pick the model, or give up with a clear message. */
+static void probe_on_done(struct lg_call *call)
+{
+    struct lg_bench *b = call->user;
+    const char *why = NULL;
+    char msg[400];
+    cJSON *j = NULL;
+    if (call->err[0]) {
+        why = call->err;
+    } else if (call->status != 200 && !b->o.model) {
+        snprintf(msg, sizeof msg, "GET %s answered HTTP %d", b->probe_path, call->status);
+        why = msg;
+    } else if (!b->o.model) {
+        j = cJSON_Parse(b->probe_body ? b->probe_body : "");
+        cJSON *id = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "data"), 0),
+                                        "id");
+        if (cJSON_IsString(id))
+            b->model = xstrdup_fmt(id->valuestring);
+        else
+            why = "GET /v1/models listed no model (pass --model)";
+    }
+    cJSON_Delete(j);
+    free(b->probe_body);
+    b->probe_body = NULL;
+    if (why) {
+        fprintf(stderr, "loadgen: server at %s:%d: %s\n", b->o.host, b->o.port, why);
+        b->probe_failed = true;
+        lg_client_destroy(b->cl);
+        b->cl = NULL;
+        return;
+    }
+    bench_start(b);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: loadgen [options]\n"
+        "  --host H               server address (127.0.0.1)\n"
+        "  --port N               server port (8000)\n"
+        "  --base-url URL         http://host[:port][/prefix] instead of --host/--port\n"
+        "  --model NAME           model id (default: the first of GET /v1/models)\n"
+        "  --api-key KEY          sent as Authorization: Bearer KEY\n"
+        "  --num-prompts N        requests to send (1000)\n"
+        "  --request-rate R       Poisson arrivals at R req/s, or inf: all at once (inf)\n"
+        "  --max-concurrency C    at most C requests in flight (unlimited)\n"
+        "  --random-input-len I   prompt tokens per request (1024)\n"
+        "  --random-output-len O  generated tokens per request, EOS ignored (128)\n"
+        "  --random-vocab-size V  prompt ids drawn from [4, V) (512: valid for every\n"
+        "                         OPT model and dummy:tiny)\n"
+        "  --seed S               prompts and arrival times (0)\n"
+        "  --timeout S            per-request limit in seconds, connect included (600)\n"
+        "  --save-result FILE     the metrics and every request as JSON\n");
+}
+
+static int parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* --base-url http://host[:port][/prefix] */
+static int parse_base_url(struct lg_opts *o, const char *url)
+{
+    if (strncmp(url, "http://", 7) != 0)
+        return -1;
+    const char *h = url + 7, *slash = strchr(h, '/');
+    size_t hl = slash ? (size_t)(slash - h) : strlen(h);
+    char hp[256];
+    if (hl == 0 || hl >= sizeof hp)
+        return -1;
+    memcpy(hp, h, hl);
+    hp[hl] = '\0';
+    char *colon = strrchr(hp, ':');
+    if (colon && !strchr(hp, ']') == !strchr(colon, ']')) {
+        long long port;
+        if (parse_int(colon + 1, 1, 65535, &port))
+            return -1;
+        o->port = (int)port;
+        *colon = '\0';
+    }
+    if (hp[0] == '[') {  /* [::1] */
+        memmove(hp, hp + 1, strlen(hp));
+        hp[strcspn(hp, "]")] = '\0';
+    }
+    snprintf(o->host, sizeof o->host, "%s", hp);
+    snprintf(o->prefix, sizeof o->prefix, "%s", slash ? slash : "");
+    size_t pl = strlen(o->prefix);
+    while (pl && o->prefix[pl - 1] == '/')
+        o->prefix[--pl] = '\0';
+    if (pl >= 3 && strcmp(o->prefix + pl - 3, "/v1") == 0)  /* .../v1 as OpenAI's base */
+        o->prefix[pl - 3] = '\0';
+    return 0;
+}
+
+static int parse_opts(struct lg_opts *o, int argc, char **argv)
+{
+    enum { O_HOST = 256, O_PORT, O_BASE, O_MODEL, O_KEY, O_NUM, O_RATE, O_CONC, O_IN,
+           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_HELP };
+    static const struct option longopts[] = {
+        {"host", 1, 0, O_HOST}, {"port", 1, 0, O_PORT}, {"base-url", 1, 0, O_BASE},
+        {"model", 1, 0, O_MODEL}, {"api-key", 1, 0, O_KEY}, {"num-prompts", 1, 0, O_NUM},
+        {"request-rate", 1, 0, O_RATE}, {"max-concurrency", 1, 0, O_CONC},
+        {"random-input-len", 1, 0, O_IN}, {"random-output-len", 1, 0, O_OUT},
+        {"random-vocab-size", 1, 0, O_VOCAB}, {"seed", 1, 0, O_SEED},
+        {"timeout", 1, 0, O_TIMEOUT}, {"save-result", 1, 0, O_SAVE}, {"help", 0, 0, O_HELP},
+        {0, 0, 0, 0}};
+    *o = (struct lg_opts){.host = "127.0.0.1", .port = 8000, .num_prompts = 1000,
+                          .request_rate = INFINITY, .input_len = 1024, .output_len = 128,
+                          .vocab = 512, .timeout_s = 600};
+    int c;
+    long long v;
+    char *end;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        const char *a = optarg;
+        int bad = 0;
+        switch (c) {
+        case O_HOST: snprintf(o->host, sizeof o->host, "%s", a); break;
+        case O_PORT: bad = parse_int(a, 1, 65535, &v); o->port = (int)v; break;
+        case O_BASE: bad = parse_base_url(o, a); break;
+        case O_MODEL: o->model = a; break;
+        case O_KEY: o->api_key = a; break;
+        case O_NUM: bad = parse_int(a, 0, 100000000, &v); o->num_prompts = v; break;
+        case O_CONC: bad = parse_int(a, 1, 1000000, &v); o->max_concurrency = (int32_t)v; break;
+        case O_IN: bad = parse_int(a, 1, 1 << 20, &v); o->input_len = (int32_t)v; break;
+        case O_OUT: bad = parse_int(a, 1, 1 << 20, &v); o->output_len = (int32_t)v; break;
+        case O_VOCAB: bad = parse_int(a, 5, 1 << 30, &v); o->vocab = (int32_t)v; break;
+        case O_SEED: bad = parse_int(a, 0, INT64_MAX, &v); o->seed = (uint64_t)v; break;
+        case O_SAVE: o->save_result = a; break;
+        case O_RATE:
+            o->request_rate = strtod(a, &end);
+            bad = end == a || *end || !(o->request_rate > 0);
+            break;
+        case O_TIMEOUT:
+            o->timeout_s = strtod(a, &end);
+            bad = end == a || *end || !(o->timeout_s > 0) || o->timeout_s > 1e9;
+            break;
+        case O_HELP: usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "loadgen: bad value for --%s: %s\n", longopts[c - O_HOST].name, a);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "loadgen: unexpected argument %s\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+static char *config_json(const struct lg_bench *b)
+{
+    const struct lg_opts *o = &b->o;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "host", o->host);
+    cJSON_AddNumberToObject(j, "port", o->port);
+    cJSON_AddStringToObject(j, "model", b->model ? b->model : "");
+    cJSON_AddNumberToObject(j, "num_prompts", (double)o->num_prompts);
+    if (isfinite(o->request_rate))
+        cJSON_AddNumberToObject(j, "request_rate", o->request_rate);
+    else
+        cJSON_AddStringToObject(j, "request_rate", "inf");
+    cJSON_AddNumberToObject(j, "max_concurrency", o->max_concurrency);
+    cJSON_AddNumberToObject(j, "random_input_len", o->input_len);
+    cJSON_AddNumberToObject(j, "random_output_len", o->output_len);
+    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(j, "connections_opened", (double)b->connects);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+/* Print the failures' distinct messages (at most 10) so a failed run says why. */
+static void print_errors(const struct lg_bench *b)
+{
+    const char *seen[10];
+    int n_seen = 0;
+    for (int64_t i = 0; i < b->o.num_prompts && n_seen < 10; i++) {
+        const char *e = b->reqs[i].rec.error;
+        if (!e)
+            continue;
+        bool dup = false;
+        for (int k = 0; k < n_seen && !dup; k++)
+            dup = strcmp(seen[k], e) == 0;
+        if (!dup) {
+            seen[n_seen++] = e;
+            fprintf(stderr, "loadgen: request %lld failed: %s\n", (long long)i, e);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    struct lg_bench b = {0};
+    if (parse_opts(&b.o, argc, argv) != 0)
+        return 2;
+    b.loop = uv_default_loop();
+    char headers[600] = "", err[300];
+    if (b.o.api_key)
+        snprintf(headers, sizeof headers, "Authorization: Bearer %s\r\n", b.o.api_key);
+    b.cl = lg_client_create(b.loop, b.o.host, b.o.port, headers, err, sizeof err);
+    if (!b.cl) {
+        fprintf(stderr, "loadgen: %s\n", err);
+        return 1;
+    }
+    if (b.o.model)
+        b.model = xstrdup_fmt(b.o.model);
+    snprintf(b.probe_path, sizeof b.probe_path, "%s/v1/models", b.o.prefix);
+    snprintf(b.path, sizeof b.path, "%s/v1/completions", b.o.prefix);
+    // The probe has a short limit of its own: a server that does not answer a model
+    // list within it will not carry a benchmark either.
+    double probe_s = b.o.timeout_s < 30 ? b.o.timeout_s : 30;
+    b.probe = (struct lg_call){.method = "GET", .path = b.probe_path,
+                               .timeout_ms = (uint64_t)(probe_s * 1e3),
+                               .on_body = probe_on_body, .on_done = probe_on_done,
+                               .user = &b};
+    lg_client_submit(b.cl, &b.probe);
+    uv_run(b.loop, UV_RUN_DEFAULT);
+    int rc = 1;
+    if (b.probe_failed)
+        goto out;
+    struct lg_record *recs = malloc(sizeof *recs * (size_t)(b.o.num_prompts + 1));
+    if (!recs)
+        goto out;
+    for (int64_t i = 0; i < b.o.num_prompts; i++)
+        recs[i] = b.reqs[i].rec;
+    struct lg_summary s = {.max_concurrency = b.o.max_concurrency};
+    if (lg_summary_compute(&s, recs, b.o.num_prompts, (double)(b.t_end - b.t_start) / 1e9)) {
+        free(recs);
+        goto out;
+    }
+    print_errors(&b);
+    lg_summary_print(stdout, &s);
+    rc = s.failed ? 1 : 0;
+    if (b.o.save_result) {
+        char *cfg = config_json(&b);
+        if (lg_save_json(b.o.save_result, &s, cfg, recs, b.o.num_prompts) != 0) {
+            fprintf(stderr, "loadgen: cannot write %s: %s\n", b.o.save_result,
+                    strerror(errno));
+            rc = 1;
+        }
+        free(cfg);
+    }
+    free(recs);
+out:
+    for (int64_t i = 0; b.reqs && i < b.o.num_prompts; i++) {
+        free(b.reqs[i].itl_ms);
+        free(b.reqs[i].error);
+        free(b.reqs[i].body);
+        free(b.reqs[i].line);
+    }
+    free(b.reqs);
+    free(b.model);
+    uv_loop_close(b.loop);
+    return rc;
+}
