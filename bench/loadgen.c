@@ -324,9 +324,12 @@ static void bench_start(struct lg_bench *b)
         fprintf(stderr, "loadgen: out of memory\n");
         exit(1);
     }
+    char conc[32] = "unlimited";
+    if (b->o.max_concurrency)
+        snprintf(conc, sizeof conc, "%d", b->o.max_concurrency);
     fprintf(stderr, "loadgen: model %s, %lld prompts of %d tokens, %d output tokens, "
-            "rate %g req/s, max concurrency %d\n", b->model, (long long)b->o.num_prompts,
-            b->o.input_len, b->o.output_len, b->o.request_rate, b->o.max_concurrency);
+            "rate %g req/s, max concurrency %s\n", b->model, (long long)b->o.num_prompts,
+            b->o.input_len, b->o.output_len, b->o.request_rate, conc);
     uv_timer_init(b->loop, &b->arrivals);
     b->arrivals.data = b;
     b->t_start = uv_hrtime();
