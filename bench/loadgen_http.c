@@ -7,7 +7,11 @@
  * submitted from on_done reuses it. Any error, a timeout, or a response that ends
  * the connection closes it: a half-read response cannot be resynchronised, and
  * closing is also how the server learns that a timed-out stream is no longer wanted
- * (it cancels the request and frees its KV blocks).
+ * (it cancels the request and frees its KV blocks). A response can be parsed before
+ * libuv runs the request's write callback (the write completes at once, the callback
+ * waits for the next iteration's pending phase, the response may come in this
+ * iteration's poll); the conn then waits for that callback before it goes idle, since
+ * the next call would reuse its write request.
  * Thread: the loop's only.
  */
 #include "loadgen_http.h"
@@ -35,6 +39,8 @@ struct lg_conn {
     bool closing;
     bool fail_pending;    /* call->err is set; the timer delivers it next iteration */
     bool complete;        /* the response's last byte has been parsed */
+    bool writing;         /* wreq in use: the request's write has not called back */
+    bool idle_pending;    /* call done and kept: goes idle when the write calls back */
     int n_open;           /* handles not yet closed (tcp, timer) */
     uint64_t t_read;      /* uv_hrtime() of the read being parsed */
     char rbuf[LG_READ_BUF];
@@ -85,6 +91,12 @@ static void conn_close(struct lg_conn *c)
     uv_close((uv_handle_t *)&c->timer, conn_on_close);
 }
 
+static void idle_push(struct lg_client *cl, struct lg_conn *c)
+{
+    c->next_idle = cl->idle;
+    cl->idle = c;
+}
+
 static void idle_remove(struct lg_client *cl, struct lg_conn *c)
 {
     for (struct lg_conn **p = &cl->idle; *p; p = &(*p)->next_idle) {
@@ -106,6 +118,7 @@ static void conn_fail(struct lg_conn *c, const char *fmt, const char *detail)
         conn_finish(c);
     } else {
         idle_remove(c->cl, c);
+        c->idle_pending = false;
         conn_close(c);
     }
 }
@@ -121,8 +134,10 @@ static void conn_finish(struct lg_conn *c)
     if (keep && !c->cl->destroying) {
         llhttp_reset(&c->parser);
         c->complete = false;
-        c->next_idle = c->cl->idle;
-        c->cl->idle = c;
+        if (c->writing)
+            c->idle_pending = true;
+        else
+            idle_push(c->cl, c);
     } else {
         conn_close(c);
     }
@@ -199,7 +214,18 @@ static void on_write(uv_write_t *w, int status)
     struct lg_conn *c = w->data;
     free(c->head);
     c->head = NULL;
-    if (status < 0 && status != UV_ECANCELED && c->call && !c->closing)
+    c->writing = false;
+    if (c->closing)
+        return;
+    if (c->idle_pending) {  /* the response came first (see the top of the file) */
+        c->idle_pending = false;
+        if (status < 0 || c->cl->destroying)
+            conn_close(c);
+        else
+            idle_push(c->cl, c);
+        return;
+    }
+    if (status < 0 && c->call)
         conn_fail(c, "write failed: %s", uv_strerror(status));
 }
 
@@ -223,11 +249,13 @@ static void conn_send(struct lg_conn *c)
     uv_buf_t bufs[2] = {uv_buf_init(c->head, (unsigned)len),
                         uv_buf_init((char *)call->body, (unsigned)call->body_len)};
     c->wreq.data = c;
+    c->writing = true;
     int err = uv_write(&c->wreq, (uv_stream_t *)&c->tcp, bufs, call->body_len ? 2 : 1,
                        on_write);
     if (err) {
         free(c->head);
         c->head = NULL;
+        c->writing = false;
         conn_fail(c, "write failed: %s", uv_strerror(err));
     }
 }

@@ -1,0 +1,135 @@
+/*
+ * loadgen_opts.c - bench/loadgen's command line (see loadgen_opts.h).
+ * Thread: main.
+ */
+#include "loadgen_opts.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: loadgen [options]\n"
+        "  --host H               server address (127.0.0.1)\n"
+        "  --port N               server port (8000)\n"
+        "  --base-url URL         http://host[:port][/prefix] instead of --host/--port\n"
+        "  --model NAME           model id (default: the first of GET /v1/models)\n"
+        "  --api-key KEY          sent as Authorization: Bearer KEY\n"
+        "  --num-prompts N        requests to send (1000)\n"
+        "  --request-rate R       Poisson arrivals at R req/s, or inf: all at once (inf)\n"
+        "  --max-concurrency C    at most C requests in flight (unlimited)\n"
+        "  --random-input-len I   prompt tokens per request (1024)\n"
+        "  --random-output-len O  generated tokens per request, EOS ignored (128)\n"
+        "  --random-vocab-size V  prompt ids drawn from [4, V) (512: valid for every\n"
+        "                         OPT model and dummy:tiny)\n"
+        "  --seed S               prompts and arrival times (0)\n"
+        "  --timeout S            per-request limit in seconds, connect included (600)\n"
+        "  --save-result FILE     the metrics and every request as JSON\n");
+}
+
+static int parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* --base-url http://host[:port][/prefix] */
+static int parse_base_url(struct lg_opts *o, const char *url)
+{
+    if (strncmp(url, "http://", 7) != 0)
+        return -1;
+    const char *h = url + 7, *slash = strchr(h, '/');
+    size_t hl = slash ? (size_t)(slash - h) : strlen(h);
+    char hp[256];
+    if (hl == 0 || hl >= sizeof hp)
+        return -1;
+    memcpy(hp, h, hl);
+    hp[hl] = '\0';
+    char *colon = strrchr(hp, ':');
+    if (colon && !strchr(hp, ']') == !strchr(colon, ']')) {
+        long long port;
+        if (parse_int(colon + 1, 1, 65535, &port))
+            return -1;
+        o->port = (int)port;
+        *colon = '\0';
+    }
+    if (hp[0] == '[') {  /* [::1] */
+        memmove(hp, hp + 1, strlen(hp));
+        hp[strcspn(hp, "]")] = '\0';
+    }
+    snprintf(o->host, sizeof o->host, "%s", hp);
+    snprintf(o->prefix, sizeof o->prefix, "%s", slash ? slash : "");
+    size_t pl = strlen(o->prefix);
+    while (pl && o->prefix[pl - 1] == '/')
+        o->prefix[--pl] = '\0';
+    if (pl >= 3 && strcmp(o->prefix + pl - 3, "/v1") == 0)  /* .../v1 as OpenAI's base */
+        o->prefix[pl - 3] = '\0';
+    return 0;
+}
+
+int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
+{
+    enum { O_HOST = 256, O_PORT, O_BASE, O_MODEL, O_KEY, O_NUM, O_RATE, O_CONC, O_IN,
+           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_HELP };
+    static const struct option longopts[] = {
+        {"host", 1, 0, O_HOST}, {"port", 1, 0, O_PORT}, {"base-url", 1, 0, O_BASE},
+        {"model", 1, 0, O_MODEL}, {"api-key", 1, 0, O_KEY}, {"num-prompts", 1, 0, O_NUM},
+        {"request-rate", 1, 0, O_RATE}, {"max-concurrency", 1, 0, O_CONC},
+        {"random-input-len", 1, 0, O_IN}, {"random-output-len", 1, 0, O_OUT},
+        {"random-vocab-size", 1, 0, O_VOCAB}, {"seed", 1, 0, O_SEED},
+        {"timeout", 1, 0, O_TIMEOUT}, {"save-result", 1, 0, O_SAVE}, {"help", 0, 0, O_HELP},
+        {0, 0, 0, 0}};
+    *o = (struct lg_opts){.host = "127.0.0.1", .port = 8000, .num_prompts = 1000,
+                          .request_rate = INFINITY, .input_len = 1024, .output_len = 128,
+                          .vocab = 512, .timeout_s = 600};
+    int c;
+    long long v = 0;
+    char *end;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        const char *a = optarg;
+        int bad = 0;
+        switch (c) {
+        case O_HOST: snprintf(o->host, sizeof o->host, "%s", a); break;
+        case O_PORT: bad = parse_int(a, 1, 65535, &v); o->port = (int)v; break;
+        case O_BASE: bad = parse_base_url(o, a); break;
+        case O_MODEL: o->model = a; break;
+        case O_KEY: o->api_key = a; break;
+        case O_NUM: bad = parse_int(a, 0, 100000000, &v); o->num_prompts = v; break;
+        case O_CONC: bad = parse_int(a, 1, 1000000, &v); o->max_concurrency = (int32_t)v; break;
+        case O_IN: bad = parse_int(a, 1, 1 << 20, &v); o->input_len = (int32_t)v; break;
+        case O_OUT: bad = parse_int(a, 1, 1 << 20, &v); o->output_len = (int32_t)v; break;
+        case O_VOCAB: bad = parse_int(a, 5, 1 << 30, &v); o->vocab = (int32_t)v; break;
+        case O_SEED: bad = parse_int(a, 0, INT64_MAX, &v); o->seed = (uint64_t)v; break;
+        case O_SAVE: o->save_result = a; break;
+        case O_RATE:
+            o->request_rate = strtod(a, &end);
+            bad = end == a || *end || !(o->request_rate > 0);
+            break;
+        case O_TIMEOUT:
+            o->timeout_s = strtod(a, &end);
+            bad = end == a || *end || !(o->timeout_s > 0) || o->timeout_s > 1e9;
+            break;
+        case O_HELP: usage(stdout); return 1;
+        default: usage(stderr); return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "loadgen: bad value for --%s: %s\n", longopts[c - O_HOST].name, a);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "loadgen: unexpected argument %s\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}

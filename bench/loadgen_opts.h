@@ -1,0 +1,31 @@
+/*
+ * loadgen_opts.h - bench/loadgen's command line (the flags of `vllm bench serve` it
+ * shares, plus --base-url's http://host[:port][/prefix]).
+ * Thread: main.
+ */
+#ifndef H2O_LOADGEN_OPTS_H
+#define H2O_LOADGEN_OPTS_H
+
+#include <stdint.h>
+
+struct lg_opts {
+    char host[256];
+    int port;
+    char prefix[256];        /* path prefix of --base-url, "" or "/something" */
+    const char *model;
+    const char *api_key;
+    int64_t num_prompts;
+    double request_rate;     /* requests/s; INFINITY = all at once */
+    int32_t max_concurrency; /* 0 = unlimited */
+    int32_t input_len, output_len;
+    int32_t vocab;           /* prompt ids drawn from [4, vocab) */
+    uint64_t seed;
+    double timeout_s;
+    const char *save_result;
+};
+
+/* Fill `o` from argv (defaults first). Returns 0; 1 after printing --help (exit 0);
+ * -1 after printing what is wrong to stderr (exit 2). Borrows argv's strings. */
+int lg_opts_parse(struct lg_opts *o, int argc, char **argv);
+
+#endif
