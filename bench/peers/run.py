@@ -196,7 +196,10 @@ def cpu_name():
 
 
 def fmt(x, spec):
-    return format(x, spec) if isinstance(x, (int, float)) else "-"
+    """x in format spec ("10.2f"), or a dash as wide when there is no number."""
+    if isinstance(x, (int, float)):
+        return format(x, spec)
+    return format("-", ">" + spec.split(".")[0])
 
 
 def report(a, rows):
