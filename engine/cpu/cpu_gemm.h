@@ -2,10 +2,12 @@
  * cpu_gemm.h - a linear layer (y = x W^T + b, optional ReLU) as one oneDNN matmul.
  *
  * Owns: the weights in oneDNN's preferred blocked layout (reordered once at load),
- * the bias, and a matmul primitive created once with a runtime M dimension, since
- * the token count changes every step and creating primitives in the hot loop costs
- * more than the small GEMMs of a decode step.
- * Thread: the engine thread; the GEMM itself runs on oneDNN's OpenMP threads.
+ * the bias, and the matmul primitives: fp32 has one with a runtime M dimension;
+ * bf16/fp16 have one per row count 1..CPU_LINEAR_CHUNK, each built on first use and
+ * kept, since oneDNN's fast half-precision kernel needs a fixed M and building
+ * primitives every step would cost more than the small GEMMs of a decode step.
+ * Thread: the thread that owns the layer (engine or rank thread); the GEMM itself
+ * runs on oneDNN's OpenMP threads.
  */
 #ifndef H2O_CPU_GEMM_H
 #define H2O_CPU_GEMM_H
@@ -25,13 +27,19 @@ struct cpu_dnnl {
 int cpu_dnnl_init(struct cpu_dnnl *d);
 void cpu_dnnl_deinit(struct cpu_dnnl *d);
 
+/* Rows per half-precision GEMM call: large enough to run near the 2048-row rate. */
+#define CPU_LINEAR_CHUNK 256
+
 struct cpu_linear {
-    int64_t k, n;          /* in and out features */
-    enum dtype src_dtype;  /* weights have this dtype too */
+    int64_t k, n;         /* in and out features */
+    enum dtype src_dtype; /* weights have this dtype too */
     enum dtype dst_dtype;
-    dnnl_primitive_t prim;
-    dnnl_memory_t weights; /* [k, n] in oneDNN's chosen layout */
-    dnnl_memory_t bias;    /* [1, n] fp32, or NULL */
+    dnnl_primitive_attr_t attr;    /* post-ops (ReLU) */
+    dnnl_memory_desc_t weights_md; /* the layout oneDNN chose */
+    dnnl_primitive_t prim;         /* fp32: runtime M */
+    dnnl_primitive_t *by_rows;     /* half precision: [CPU_LINEAR_CHUNK + 1], by M */
+    dnnl_memory_t weights;         /* [k, n] in oneDNN's chosen layout */
+    dnnl_memory_t bias;            /* [1, n] fp32, or NULL */
     void *weights_buf;
     float *bias_buf;
     size_t weights_bytes;
@@ -51,8 +59,9 @@ void cpu_linear_deinit(struct cpu_linear *l);
 
 /*
  * dst [m, n] = src [m, k] W^T (+ b) (ReLU). src has src_dtype, dst dst_dtype, both
- * row-major with rows of exactly k and n elements. m == 0 is a no-op.
- * Thread: engine.
+ * row-major with rows of exactly k and n elements. m == 0 is a no-op. Builds the
+ * primitive for a new chunk row count on first use (about 0.2 ms).
+ * Thread: the layer's owner thread only (the primitive table is filled here).
  */
 void cpu_linear_run(const struct cpu_linear *l, struct cpu_dnnl *d, const void *src,
                     int64_t m, void *dst);

@@ -1,0 +1,151 @@
+/*
+ * test_cpu_gemm.c - cpu_linear against a plain loop: every dtype path, bias and ReLU,
+ * row counts below, at and past CPU_LINEAR_CHUNK (the half-precision layers run in
+ * chunks on primitives built per row count), and rows that do not depend on how
+ * many other rows share the call.
+ */
+#include "cpu_gemm.h"
+#include "test.h"
+#include "util.h"
+
+#include <stdint.h>
+
+enum { K = 96, N = 80 };
+
+static float frand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* What the layer should compute, with inputs rounded to the compute dtype as the
+ * layer rounds them and fp32 sums. */
+static float reference(const float *w, const float *b, const float *x, int64_t row,
+                       int64_t j, enum dtype dt, bool relu)
+{
+    double acc = b ? b[j] : 0.0;
+    for (int64_t k = 0; k < K; k++) {
+        float xv = x[row * K + k], wv = w[j * K + k];
+        if (dt == DTYPE_BF16) {
+            xv = bf16_to_f32(f32_to_bf16(xv));
+            wv = bf16_to_f32(f32_to_bf16(wv));
+        }
+        acc += (double)xv * wv;
+    }
+    return relu && acc < 0 ? 0.0f : (float)acc;
+}
+
+/* Runs m rows through a layer of dtype dt (dst fp32) and checks every value. */
+static void check_rows(enum dtype dt, bool bias, bool relu, int64_t m)
+{
+    struct cpu_dnnl d;
+    EXPECT_EQ(cpu_dnnl_init(&d), 0);
+    uint64_t seed = 42 + (uint64_t)m;
+    float *w = xmalloc(N * K * sizeof *w), b[N];
+    for (int64_t i = 0; i < N * K; i++)
+        w[i] = frand(&seed);
+    for (int64_t i = 0; i < N; i++)
+        b[i] = frand(&seed);
+    float *x = xmalloc((size_t)(m * K) * sizeof *x),
+          *y = xmalloc((size_t)(m * N) * sizeof *y);
+    for (int64_t i = 0; i < m * K; i++)
+        x[i] = frand(&seed);
+    uint16_t *xh = xmalloc((size_t)(m * K) * sizeof *xh);
+    for (int64_t i = 0; i < m * K; i++)
+        xh[i] = f32_to_bf16(x[i]);
+
+    struct cpu_linear l;
+    EXPECT_EQ(cpu_linear_init(&l, &d, w, bias ? b : NULL, N, K, dt, DTYPE_F32, relu), 0);
+    const void *src = dt == DTYPE_F32 ? (const void *)x : (const void *)xh;
+    cpu_linear_run(&l, &d, src, m, y);
+    int bad = 0;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < N; j++) {
+            const float want = reference(w, bias ? b : NULL, x, r, j, dt, relu);
+            if (fabsf(y[r * N + j] - want) > 1e-4f * (1.0f + fabsf(want)) && bad++ < 3)
+                TEST_FAIL("m %lld: y[%lld][%lld] = %g, expected %g", (long long)m,
+                          (long long)r, (long long)j, y[r * N + j], want);
+        }
+
+    /* The first and the last row again, alone: the same bits. */
+    float one[N];
+    for (int64_t r = 0; r<m; r += m - 1> 0 ? m - 1 : 1) {
+        const size_t es = dt == DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+        cpu_linear_run(&l, &d, (const char *)src + (size_t)(r * K) * es, 1, one);
+        if (memcmp(one, y + r * N, sizeof one) != 0)
+            TEST_FAIL("m %lld: row %lld alone differs from the batched row", (long long)m,
+                      (long long)r);
+    }
+    cpu_linear_deinit(&l);
+    cpu_dnnl_deinit(&d);
+    free(w);
+    free(x);
+    free(xh);
+    free(y);
+}
+
+static const int64_t row_counts[] = {
+    1, 7, 37, CPU_LINEAR_CHUNK, CPU_LINEAR_CHUNK + 1, 2 * CPU_LINEAR_CHUNK + 45};
+
+TEST(bf16_rows_of_every_chunking_match_the_reference)
+{
+    for (size_t i = 0; i < ARRAY_LEN(row_counts); i++)
+        check_rows(DTYPE_BF16, true, false, row_counts[i]);
+}
+
+TEST(bf16_relu_without_bias)
+{
+    for (size_t i = 0; i < ARRAY_LEN(row_counts); i++)
+        check_rows(DTYPE_BF16, false, true, row_counts[i]);
+}
+
+TEST(fp32_runtime_rows_match_the_reference)
+{
+    for (size_t i = 0; i < ARRAY_LEN(row_counts); i++)
+        check_rows(DTYPE_F32, true, true, row_counts[i]);
+}
+
+TEST(bf16_output_is_the_rounded_fp32_output)
+{
+    struct cpu_dnnl d;
+    EXPECT_EQ(cpu_dnnl_init(&d), 0);
+    uint64_t seed = 7;
+    const int64_t m = CPU_LINEAR_CHUNK + 3;
+    float *w = xmalloc(N * K * sizeof *w), b[N];
+    for (int64_t i = 0; i < N * K; i++)
+        w[i] = frand(&seed);
+    for (int64_t i = 0; i < N; i++)
+        b[i] = frand(&seed);
+    uint16_t *xh = xmalloc((size_t)(m * K) * sizeof *xh),
+             *yh = xmalloc((size_t)(m * N) * 2);
+    float *y = xmalloc((size_t)(m * N) * sizeof *y);
+    for (int64_t i = 0; i < m * K; i++)
+        xh[i] = f32_to_bf16(frand(&seed));
+    struct cpu_linear l32, l16;
+    EXPECT_EQ(cpu_linear_init(&l32, &d, w, b, N, K, DTYPE_BF16, DTYPE_F32, false), 0);
+    EXPECT_EQ(cpu_linear_init(&l16, &d, w, b, N, K, DTYPE_BF16, DTYPE_BF16, false), 0);
+    cpu_linear_run(&l32, &d, xh, m, y);
+    cpu_linear_run(&l16, &d, xh, m, yh);
+    int bad = 0;
+    for (int64_t i = 0; i < m * N; i++)
+        if (fabsf(bf16_to_f32(yh[i]) - y[i]) > 1e-2f * (1.0f + fabsf(y[i])) && bad++ < 3)
+            TEST_FAIL("y[%lld] = %g in bf16, %g in fp32", (long long)i, bf16_to_f32(yh[i]),
+                      y[i]);
+    cpu_linear_deinit(&l32);
+    cpu_linear_deinit(&l16);
+    cpu_dnnl_deinit(&d);
+    free(w);
+    free(xh);
+    free(yh);
+    free(y);
+}
+
+int main(void)
+{
+    RUN(bf16_rows_of_every_chunking_match_the_reference);
+    RUN(bf16_relu_without_bias);
+    RUN(fp32_runtime_rows_match_the_reference);
+    RUN(bf16_output_is_the_rounded_fp32_output);
+    printf("1..%d\n", test_n_run);
+    return test_n_failed ? 1 : 0;
+}
