@@ -48,6 +48,9 @@ int opt_config_dummy(struct opt_config *cfg, const char *name);
 
 struct tokenizer;
 
+/* The model commands load when none is named. */
+#define MODEL_DEFAULT "dummy:opt-125m"
+
 struct model_opts {
     enum be_device device; /* default BE_DEVICE_CPU (the server's default is auto) */
     enum dtype dtype;    /* compute dtype of the CPU backend (CUDA computes in fp16) */

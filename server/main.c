@@ -6,6 +6,7 @@
  * `run-batch` and `bench` come with the server and benchmark issues.
  * Owns: the process; all configuration is parsed here and passed down.
  */
+#include "bench_quality.h"
 #include "cfg.h"
 #include "err.h"
 #include "generate.h"
@@ -22,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_MODEL "dummy:opt-125m"
 #define MAX_STOPS 4
 #define MAX_PROMPTS 4096
 
@@ -59,7 +59,7 @@ static void usage_generate(FILE *f)
             "  --h2o-recent-ratio X     recent window, same fraction (default 0.1)\n"
             "  --h2o-heavy N            heavy hitters as a token count (overrides the ratio)\n"
             "  --h2o-recent N           recent window as a token count (overrides the ratio)\n",
-            DEFAULT_MODEL);
+            MODEL_DEFAULT);
 }
 
 static int parse_int(const char *s, const char *flag, long lo, long hi, long *out)
@@ -155,7 +155,7 @@ static int cmd_generate(int argc, char **argv)
         {"gpu-memory-utilization", required_argument, 0, O_GMU},
         {0, 0, 0, 0},
     };
-    const char *model_name = DEFAULT_MODEL;
+    const char *model_name = MODEL_DEFAULT;
     const char *prompts_file = NULL;
     int64_t kv_bytes = 0;
     char *file_text = NULL;
@@ -400,7 +400,7 @@ static int cmd_tokenize(int argc, char **argv)
         {"decode", required_argument, 0, O_DECODE}, {"no-bos", no_argument, 0, O_NOBOS},
         {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0},
     };
-    const char *model_name = DEFAULT_MODEL, *text = NULL, *decode = NULL;
+    const char *model_name = MODEL_DEFAULT, *text = NULL, *decode = NULL;
     bool bos = true;
     int c;
     optind = 1;
@@ -495,6 +495,7 @@ static void usage(FILE *f)
                "  run-batch  an OpenAI Batch JSONL file in, its results out (-i, -o)\n"
                "  generate   complete prompts and print the text\n"
                "  tokenize   text -> token ids, or --decode ids -> text\n"
+               "  bench quality  perplexity of a text under KV policies (docs/quality.md)\n"
                "Run 'h2oserve COMMAND --help' for its options.\n");
 }
 
@@ -509,6 +510,13 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "run-batch") == 0) return run_batch_main(argc - 1, argv + 1);
     if (strcmp(cmd, "generate") == 0) return cmd_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) {
+        if (argc >= 3 && strcmp(argv[2], "quality") == 0)
+            return bench_quality_main(argc - 2, argv + 2);
+        fprintf(stderr, "h2oserve bench: the benchmark is 'quality' (throughput is "
+                        "build/bench/bench_throughput; docs/benchmarks.md)\n");
+        return 2;
+    }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;

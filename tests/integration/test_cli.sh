@@ -118,5 +118,29 @@ grep -q -- "--kv-cache-bytes" "$tmp/help" && grep -q -- "--api-key" "$tmp/help" 
 expect "serve bad flag" 2 "--no-such-flag" -- "$bin" serve --no-such-flag
 expect "serve bad value" 2 "--port" -- "$bin" serve --port 99999
 
+# bench quality: a sweep on dummy:tiny prints the table and a JSON line per
+# configuration (full, then h2o and local per fraction); bad input is a clean error.
+head -c 30000 "$data/../../README.md" >"$tmp/text.txt"
+"$bin" bench quality --model dummy:tiny --dtype fp32 --text "$tmp/text.txt" --prompt-len 16 \
+    --gen-len 48 --segments 4 --sweep 0.1,0.5 >"$tmp/out" 2>"$tmp/err"
+if [ $? -eq 0 ] && [ "$(grep -c '^{"bench": "quality"' "$tmp/out")" -eq 5 ] \
+    && grep -q '"policy": "local", "heavy": 0, "recent": 32, "prompt_len": 16, "gen_len": 48, "segments": 4, "tokens": 192' "$tmp/out" \
+    && grep -Eq '^full +0 +0 +[0-9.]+ +1.0000x' "$tmp/out"; then
+    ok "bench quality sweep"
+else
+    not_ok "bench quality sweep" "$(head -c 600 "$tmp/out")" "$(head -c 300 "$tmp/err")"
+fi
+expect "bench quality without --text" 2 "--text FILE is required" -- "$bin" bench quality --model dummy:tiny
+expect "bench quality missing text" 1 "nope.txt" -- "$bin" bench quality --model dummy:tiny --text "$tmp/nope.txt"
+expect "bench quality bad sweep" 2 "--sweep" -- "$bin" bench quality --text "$tmp/text.txt" --sweep 0.1,2
+echo "too short" >"$tmp/short.txt"
+expect "bench quality text too short" 1 "fewer than one segment" -- \
+    "$bin" bench quality --model dummy:tiny --text "$tmp/short.txt"
+expect "bench quality longer than the positions" 1 "positions" -- \
+    "$bin" bench quality --model "$data/golden/tiny-opt" --text "$tmp/text.txt" --prompt-len 100 --gen-len 100
+expect "bench quality plot without sweep" 2 "--plot" -- \
+    "$bin" bench quality --text "$tmp/text.txt" --plot "$tmp/x.png"
+expect "bench unknown" 2 "quality" -- "$bin" bench speed
+
 echo "1..$n"
 [ "$failed" -eq 0 ]

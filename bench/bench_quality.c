@@ -1,0 +1,325 @@
+/*
+ * bench_quality.c - `h2oserve bench quality` (see bench_quality.h).
+ *
+ * Usage: h2oserve bench quality --text FILE [--model DIR|NAME] [--prompt-len 64]
+ *          [--gen-len 448] [--segments N] [--batch 16] [--kv-policy full|h2o|local]
+ *          [--h2o-heavy-ratio X --h2o-recent-ratio X | --h2o-heavy N --h2o-recent N]
+ *          [--sweep 0.05,0.1,0.2,0.5] [--plot FILE.png] [--dtype fp32|bf16]
+ *          [--device cpu|cuda|auto] [--max-batched-tokens N] [--block-size N]
+ *
+ * The text is tokenized as one stream without BOS. `full` always runs first: every
+ * other row is reported as a ratio to it. --sweep f1,f2,... runs, for each total
+ * budget fraction f of P + G, h2o with f/2 heavy + f/2 recent and local with f
+ * recent.
+ */
+#include "bench_quality.h"
+
+#include "bench_args.h"
+#include "err.h"
+#include "model.h"
+#include "quality.h"
+#include "tokenizer.h"
+#include "util.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SWEEP 16
+
+struct opts {
+    const char *model, *text, *plot;
+    struct model_opts mo;
+    struct quality_spec q;
+    float sweep[MAX_SWEEP];
+    int n_sweep;
+};
+
+struct config {
+    struct kv_spec kv;
+    float fraction; /* of P + G, for the sweep's chart; 0 otherwise */
+    struct quality_result r;
+};
+
+static int usage(FILE *f, int rc)
+{
+    fprintf(
+        f, "usage: h2oserve bench quality --text FILE [--model DIR|NAME] [--prompt-len 64] "
+           "[--gen-len 448] [--segments N] [--batch 16] [--kv-policy full|h2o|local] "
+           "[--h2o-heavy-ratio X] [--h2o-recent-ratio X] [--h2o-heavy N] [--h2o-recent N] "
+           "[--sweep 0.05,0.1,0.2,0.5] [--plot FILE.png] [--dtype fp32|bf16] "
+           "[--device cpu|cuda|auto] [--max-batched-tokens N] [--block-size N]\n");
+    return rc;
+}
+
+/* "0.05,0.1": fractions in (0, 1]. Returns the count or -1. */
+static int parse_fractions(const char *s, float *out, int max)
+{
+    int n = 0;
+    while (*s) {
+        char *end;
+        const double v = strtod(s, &end);
+        if (end == s || !(v > 0.0 && v <= 1.0) || n == max || (*end && *end != ','))
+            return -1;
+        out[n++] = (float)v;
+        s = *end ? end + 1 : end;
+        if (*end && !*s) return -1; /* a trailing comma */
+    }
+    return n > 0 ? n : -1;
+}
+
+static int parse_int(const char *s, int32_t lo, int32_t *out)
+{
+    char *end;
+    const long v = strtol(s, &end, 10);
+    if (end == s || *end || v < lo || v > INT32_MAX) return -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int parse_ratio(const char *s, float *out)
+{
+    char *end;
+    const double v = strtod(s, &end);
+    if (end == s || *end || !(v >= 0.0 && v <= 1.0)) return -1;
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    enum {
+        O_TEXT = 256,
+        O_MODEL,
+        O_P,
+        O_G,
+        O_SEG,
+        O_BATCH,
+        O_POL,
+        O_HR,
+        O_RR,
+        O_HN,
+        O_RN,
+        O_SWEEP,
+        O_PLOT,
+        O_DTYPE,
+        O_DEV,
+        O_MBT,
+        O_BS,
+        O_HELP
+    };
+    static const struct option lo[] = {
+        {"text", required_argument, 0, O_TEXT},
+        {"model", required_argument, 0, O_MODEL},
+        {"prompt-len", required_argument, 0, O_P},
+        {"gen-len", required_argument, 0, O_G},
+        {"segments", required_argument, 0, O_SEG},
+        {"batch", required_argument, 0, O_BATCH},
+        {"kv-policy", required_argument, 0, O_POL},
+        {"h2o-heavy-ratio", required_argument, 0, O_HR},
+        {"h2o-recent-ratio", required_argument, 0, O_RR},
+        {"h2o-heavy", required_argument, 0, O_HN},
+        {"h2o-recent", required_argument, 0, O_RN},
+        {"sweep", required_argument, 0, O_SWEEP},
+        {"plot", required_argument, 0, O_PLOT},
+        {"dtype", required_argument, 0, O_DTYPE},
+        {"device", required_argument, 0, O_DEV},
+        {"max-batched-tokens", required_argument, 0, O_MBT},
+        {"block-size", required_argument, 0, O_BS},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    struct quality_spec *q = &o->q;
+    int ch, li = -1;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", lo, &li)) != -1) {
+        int bad = 0;
+        switch (ch) {
+        case O_TEXT: o->text = optarg; break;
+        case O_MODEL: o->model = optarg; break;
+        case O_P: bad = parse_int(optarg, 1, &q->prompt_len); break;
+        case O_G: bad = parse_int(optarg, 1, &q->gen_len); break;
+        case O_SEG: bad = parse_int(optarg, 1, &q->segments); break;
+        case O_BATCH: bad = parse_int(optarg, 1, &q->batch); break;
+        case O_POL: bad = kv_policy_parse(optarg, &q->kv.policy); break;
+        case O_HR: bad = parse_ratio(optarg, &q->kv.heavy_ratio); break;
+        case O_RR: bad = parse_ratio(optarg, &q->kv.recent_ratio); break;
+        case O_HN: bad = parse_int(optarg, 0, &q->kv.heavy); break;
+        case O_RN: bad = parse_int(optarg, 1, &q->kv.recent); break;
+        case O_SWEEP:
+            bad = (o->n_sweep = parse_fractions(optarg, o->sweep, MAX_SWEEP)) < 0;
+            break;
+        case O_PLOT: o->plot = optarg; break;
+        case O_DTYPE:
+            if (!strcmp(optarg, "fp32"))
+                o->mo.dtype = DTYPE_F32;
+            else if (!strcmp(optarg, "bf16"))
+                o->mo.dtype = DTYPE_BF16;
+            else
+                bad = 1;
+            break;
+        case O_DEV:
+            if (!strcmp(optarg, "cpu"))
+                o->mo.device = BE_DEVICE_CPU;
+            else if (!strcmp(optarg, "cuda"))
+                o->mo.device = BE_DEVICE_CUDA;
+            else if (!strcmp(optarg, "auto"))
+                o->mo.device = BE_DEVICE_AUTO;
+            else
+                bad = 1;
+            break;
+        case O_MBT: bad = parse_int(optarg, 1, &q->max_batched); break;
+        case O_BS: bad = parse_int(optarg, 1, &q->block_size); break;
+        case O_HELP: return usage(stdout, 0);
+        default: return usage(stderr, 2);
+        }
+        if (bad) {
+            fprintf(stderr, "h2oserve bench quality: bad value for --%s: '%s'\n",
+                    li >= 0 ? lo[li].name : "?", optarg);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "h2oserve bench quality: unexpected argument '%s'\n", argv[optind]);
+        return usage(stderr, 2);
+    }
+    if (!o->text) {
+        fprintf(stderr, "h2oserve bench quality: --text FILE is required\n");
+        return usage(stderr, 2);
+    }
+    if (o->plot && o->n_sweep == 0) {
+        fprintf(stderr, "h2oserve bench quality: --plot draws a --sweep\n");
+        return 2;
+    }
+    return -1;
+}
+
+/* The configurations to run: full, then the policy asked for or the sweep. */
+static int plan(const struct opts *o, struct config *c)
+{
+    int n = 0;
+    c[n++].kv = (struct kv_spec){.policy = KV_POLICY_FULL, .heavy = -1, .recent = -1};
+    if (o->n_sweep == 0) {
+        if (o->q.kv.policy != KV_POLICY_FULL) c[n++].kv = o->q.kv;
+        return n;
+    }
+    for (int i = 0; i < o->n_sweep; i++) {
+        const float f = o->sweep[i];
+        c[n].kv = (struct kv_spec){.policy = KV_POLICY_H2O,
+                                   .heavy_ratio = f / 2,
+                                   .recent_ratio = f / 2,
+                                   .heavy = -1,
+                                   .recent = -1};
+        c[n++].fraction = f;
+        c[n].kv = (struct kv_spec){
+            .policy = KV_POLICY_LOCAL, .recent_ratio = f, .heavy = -1, .recent = -1};
+        c[n++].fraction = f;
+    }
+    return n;
+}
+
+/* Perplexity vs budget fraction, one line per policy and full as a level. */
+static int draw(const char *png, const struct config *c, int n, const char *title)
+{
+    FILE *g = popen("gnuplot", "w");
+    if (!g) return err_set(ENG_EIO, "--plot: cannot run gnuplot (install gnuplot-nox)");
+    fprintf(g, "set terminal pngcairo size 800,500\nset output '%s'\n", png);
+    fprintf(g,
+            "set title \"%s\" noenhanced\nset xlabel 'KV budget (share of prompt + "
+            "generation)'\nset ylabel 'perplexity'\nset logscale x\nset key top right\n"
+            "set grid\n",
+            title);
+    fprintf(g,
+            "plot '-' with linespoints title 'h2o (half heavy, half recent)', "
+            "'-' with linespoints title 'local (recent only)', "
+            "%.6f with lines dashtype 2 title 'full'\n",
+            c[0].r.perplexity);
+    for (int pol = 0; pol < 2; pol++) {
+        const enum kv_policy want = pol == 0 ? KV_POLICY_H2O : KV_POLICY_LOCAL;
+        for (int i = 1; i < n; i++)
+            if (c[i].kv.policy == want)
+                fprintf(g, "%g %.6f\n", c[i].fraction, c[i].r.perplexity);
+        fprintf(g, "e\n");
+    }
+    const int rc = pclose(g);
+    if (rc != 0)
+        return err_set(ENG_EIO, "--plot: gnuplot failed (exit %d; is gnuplot installed?)",
+                       rc);
+    return 0;
+}
+
+int bench_quality_main(int argc, char **argv)
+{
+    struct opts o = {.model = MODEL_DEFAULT};
+    model_opts_default(&o.mo);
+    quality_spec_default(&o.q);
+    kv_spec_default(&o.q.kv);
+    o.q.kv.policy = KV_POLICY_FULL;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) return rc;
+
+    char *text = NULL;
+    size_t len = 0;
+    int32_t *ids = NULL, n_ids = 0;
+    struct model *m = NULL;
+    int err = util_read_file(o.text, &text, &len);
+    if (err) {
+        fprintf(stderr, "h2oserve bench quality: %s\n", err_msg());
+        return 1;
+    }
+    err = model_load(&m, o.model, &o.mo);
+    if (!err) err = tokenizer_encode(m->tok, text, len, false, &ids, &n_ids);
+    free(text);
+
+    struct config c[1 + 2 * MAX_SWEEP];
+    const int n = plan(&o, c);
+    if (!err) {
+        const int32_t L = o.q.prompt_len + o.q.gen_len;
+        int64_t segs = n_ids / L;
+        if (o.q.segments > 0) segs = MIN(segs, o.q.segments);
+        printf("model %s, backend %s (%s), text %s: %d tokens, %lld segments of %d + %d "
+               "tokens (%lld scored)\n",
+               m->cfg.name, m->be.ops->name, dtype_name(m->dtype), o.text, n_ids,
+               (long long)segs, o.q.prompt_len, o.q.gen_len, (long long)segs * o.q.gen_len);
+        printf("%-6s %6s %6s %11s %8s\n", "policy", "heavy", "recent", "perplexity",
+               "vs full");
+    }
+    for (int i = 0; !err && i < n; i++) {
+        struct quality_spec q = o.q;
+        q.kv = c[i].kv;
+        err = quality_run(m, ids, n_ids, &q, &c[i].r);
+        if (err) break;
+        const struct kv_budget *b = &c[i].r.budget;
+        const bool full = b->policy == KV_POLICY_FULL;
+        printf("%-6s %6d %6d %11.4f %7.4fx\n", kv_policy_name(b->policy),
+               full ? 0 : b->heavy, full ? 0 : b->recent, c[i].r.perplexity,
+               c[i].r.perplexity / c[0].r.perplexity);
+        fflush(stdout);
+    }
+    for (int i = 0; !err && i < n; i++) {
+        const struct kv_budget *b = &c[i].r.budget;
+        const bool full = b->policy == KV_POLICY_FULL;
+        printf(
+            "{\"bench\": \"quality\", \"model\": \"%s\", \"dtype\": \"%s\", \"policy\": "
+            "\"%s\", \"heavy\": %d, \"recent\": %d, \"prompt_len\": %d, \"gen_len\": %d, "
+            "\"segments\": %d, \"tokens\": %lld, \"perplexity\": %.6f, "
+            "\"ratio_to_full\": %.6f}\n",
+            m->cfg.name, dtype_name(m->dtype), kv_policy_name(b->policy),
+            full ? 0 : b->heavy, full ? 0 : b->recent, o.q.prompt_len, o.q.gen_len,
+            c[i].r.segments, (long long)c[i].r.tokens, c[i].r.perplexity,
+            c[i].r.perplexity / c[0].r.perplexity);
+    }
+    if (!err && o.plot) {
+        char title[256];
+        snprintf(title, sizeof title, "%s: perplexity vs KV budget, %d + %d tokens",
+                 m->cfg.name, o.q.prompt_len, o.q.gen_len);
+        err = draw(o.plot, c, n, title);
+        if (!err) printf("chart: %s\n", o.plot);
+    }
+    if (err) fprintf(stderr, "h2oserve bench quality: %s\n", err_msg());
+    free(ids);
+    model_destroy(m);
+    return err ? 1 : 0;
+}
