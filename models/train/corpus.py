@@ -69,8 +69,8 @@ def code_like(line):
     s = line.strip()
     if not s:
         return False
-    if s[0] in "|+$#>{}" or s.startswith(("//", "/*", "* ", "-->")):
-        return s[0] not in "*" or s.count("*") > 2
+    if s[0] in "|+$#>{}" or s.startswith(("//", "/*", "-->")):
+        return True  # table rows, shell prompts, C comments
     letters = sum(c.isalpha() or c == " " for c in s)
     symbols = sum(c in "{}[]();=<>/\\_@&%#$|" for c in s)
     return letters < 0.75 * len(s) or symbols > 0.08 * len(s) + 1
