@@ -277,12 +277,12 @@ int main(int argc, char **argv)
         const struct be_profile *p = &rows[i].r.decode_prof;
         const double ms = 1e3 / (o.w.gen_len - 1);
         if (p->n_forward == 0) continue;
-        printf(
-            "%-6s decode step %.2f ms = gemm %.2f + attention %.2f + other forward %.2f + "
-            "host %.2f (H2O victims, sampling, batching)\n",
-            kv_policy_name(rows[i].policy), rows[i].r.decode_s * ms, p->gemm_s * ms,
-            p->attn_s * ms, (p->forward_s - p->gemm_s - p->attn_s) * ms,
-            (rows[i].r.decode_s - p->forward_s) * ms);
+        const struct workload_result *r = &rows[i].r;
+        printf("%-6s decode step %.2f ms = gemm %.2f + attention %.2f + other forward %.2f + "
+               "H2O victims %.2f + sampling %.2f + batching %.2f\n",
+               kv_policy_name(rows[i].policy), r->decode_s * ms, p->gemm_s * ms, p->attn_s * ms,
+               (p->forward_s - p->gemm_s - p->attn_s) * ms, r->evict_s * ms, r->sample_s * ms,
+               (r->decode_s - p->forward_s - r->evict_s - r->sample_s) * ms);
     }
     for (int i = 0; !err && i < n_pol; i++)
         print_json(m, &o, &rows[i], block, weights);

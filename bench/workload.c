@@ -207,8 +207,12 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
                 .pos0 = p};
         err = batch_run(&b, &m->be, &pool, V, items, n);
         res->peak_blocks = MAX(res->peak_blocks, pool.n_blocks - pool.n_free);
+        double t1 = time_now();
         if (!err) err = pick(m, &b, items, n, rows, outs, picked);
+        double t2 = time_now();
         if (!err) kv_seq_after_decode_many(kv_ptr, at, n, &m->be, &m->cfg);
+        res->sample_s += t2 - t1;
+        res->evict_s += time_now() - t2;
         for (int32_t i = 0; !err && i < n; i++)
             toks[(size_t)i * (size_t)(prompt_len + gen_len) + p + 1] = picked[i];
     }

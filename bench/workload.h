@@ -35,9 +35,11 @@ struct workload_result {
     int32_t peak_blocks;  /* most pool blocks in use at once */
     uint64_t checksum;    /* of the generated tokens: the same run gives the same */
     /* The decode phase's backend time (zero when the backend keeps none): forwards,
-     * of which GEMMs and attention; decode_s - forward_s is the host's share
-     * (H2O victim choice, sampling, batch building). */
+     * of which GEMMs and attention; decode_s - forward_s is the host's share, of
+     * which H2O victim choice (evict_s) and greedy sampling (sample_s); the rest is
+     * building the batches. */
     struct be_profile decode_prof;
+    double evict_s, sample_s;
 };
 
 /*
