@@ -10,7 +10,9 @@
 #   GEN (tokens generated, default 32), LEN_BATCH (batch of the length sweep, 8),
 #   PEERS (a JSON-lines file of peer runs, default OUT_DIR/peers.jsonl if present:
 #   one object per run with "system", "batch", "prompt_len", "gen_len",
-#   "total_throughput").
+#   "total_throughput"), PEER_SYSTEMS (e.g. "hf" or "hf,ct2": run bench/peers/run.py
+#   at every point of both sweeps in the sweeps' dtype first, writing PEERS afresh;
+#   CTranslate2 has no bf16 on the CPU).
 # It installs gnuplot (Debian's gnuplot-nox) when it is missing. A sweep takes a few
 # minutes on two cores; nothing else should run meanwhile, or the numbers are noise.
 set -euo pipefail
@@ -58,6 +60,22 @@ for policy in full h2o local; do
 done
 
 peers=${PEERS:-$out/peers.jsonl}
+if [ -n "${PEER_SYSTEMS:-}" ]; then
+    peer_dtype=$(python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["dtype"])' "$runs")
+    : >"$peers"
+    peer() {
+        python3 bench/peers/run.py --build "$build" --model "$model" --peers "$PEER_SYSTEMS" \
+            --dtype "$peer_dtype" --jsonl "$peers" "$@" >&2
+    }
+    for b in $batches; do
+        echo "plots.sh: peers batch $b (512 + $gen)" >&2
+        peer --batch "$b" --prompt-len 512 --gen-len "$gen"
+    done
+    for p in $prompts; do
+        echo "plots.sh: peers prompt $p (batch $len_batch)" >&2
+        peer --batch "$len_batch" --prompt-len "$p" --gen-len "$gen"
+    done
+fi
 python3 bench/plots_data.py "$runs" "$out" "$peers"
 
 # One chart per sweep: a line per policy (and per peer system found).

@@ -258,6 +258,9 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--repeat", type=int, default=1, help="best of N runs for each system")
     p.add_argument("--peers", default="hf,ct2", help="comma-separated: hf, ct2")
+    p.add_argument("--jsonl", help="append one line per peer measured (system, version, "
+                   "batch, prompt_len, gen_len, dtype, total_throughput) to this file, "
+                   "the PEERS input of bench/plots.sh")
     p.add_argument("--cache", help="venv, exported model and conversions (BUILD/peers)")
     p.add_argument("--python", default="/usr/bin/python3",
                    help="the Python whose torch the venv uses")
@@ -279,6 +282,14 @@ def main():
     for peer in peers:
         rows.append(run_peer(a, py, peer, model_dir, logits))
     report(a, rows)
+    if a.jsonl:
+        with open(a.jsonl, "a") as f:
+            for r in rows[1:]:
+                if "total_throughput" in r:
+                    f.write(json.dumps({"system": r["system"], "version": r["version"],
+                                        "batch": a.batch, "prompt_len": a.prompt_len,
+                                        "gen_len": a.gen_len, "dtype": a.dtype,
+                                        "total_throughput": r["total_throughput"]}) + "\n")
 
 
 if __name__ == "__main__":
