@@ -152,24 +152,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
             bad = (o->n_sweep = parse_fractions(optarg, o->sweep, MAX_SWEEP)) < 0;
             break;
         case O_PLOT: o->plot = optarg; break;
-        case O_DTYPE:
-            if (!strcmp(optarg, "fp32"))
-                o->mo.dtype = DTYPE_F32;
-            else if (!strcmp(optarg, "bf16"))
-                o->mo.dtype = DTYPE_BF16;
-            else
-                bad = 1;
-            break;
-        case O_DEV:
-            if (!strcmp(optarg, "cpu"))
-                o->mo.device = BE_DEVICE_CPU;
-            else if (!strcmp(optarg, "cuda"))
-                o->mo.device = BE_DEVICE_CUDA;
-            else if (!strcmp(optarg, "auto"))
-                o->mo.device = BE_DEVICE_AUTO;
-            else
-                bad = 1;
-            break;
+        case O_DTYPE: bad = model_parse_dtype(optarg, &o->mo.dtype); break;
+        case O_DEV: bad = model_parse_device(optarg, &o->mo.device); break;
         case O_MBT: bad = parse_int(optarg, 1, &q->max_batched); break;
         case O_BS: bad = parse_int(optarg, 1, &q->block_size); break;
         case O_HELP: return usage(stdout, 0);

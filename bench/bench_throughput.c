@@ -169,21 +169,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
         switch (ch) {
         case 'm': o->model = optarg; break;
         case 'D':
-            if (!strcmp(optarg, "cpu"))
-                o->mo.device = BE_DEVICE_CPU;
-            else if (!strcmp(optarg, "cuda"))
-                o->mo.device = BE_DEVICE_CUDA;
-            else if (!strcmp(optarg, "auto"))
-                o->mo.device = BE_DEVICE_AUTO;
-            else
+            if (model_parse_device(optarg, &o->mo.device))
                 return fprintf(stderr, "--device wants cpu, cuda or auto\n"), 2;
             break;
         case 'd':
-            if (!strcmp(optarg, "fp32"))
-                o->mo.dtype = DTYPE_F32;
-            else if (!strcmp(optarg, "bf16"))
-                o->mo.dtype = DTYPE_BF16;
-            else
+            if (model_parse_dtype(optarg, &o->mo.dtype))
                 return fprintf(stderr, "--dtype wants fp32 or bf16\n"), 2;
             break;
         case 'p': o->mo.tensor_parallel = atoi(optarg); break;
@@ -278,11 +268,12 @@ int main(int argc, char **argv)
         const double ms = 1e3 / (o.w.gen_len - 1);
         if (p->n_forward == 0) continue;
         const struct workload_result *r = &rows[i].r;
-        printf("%-6s decode step %.2f ms = gemm %.2f + attention %.2f + other forward %.2f + "
-               "H2O victims %.2f + sampling %.2f + batching %.2f\n",
-               kv_policy_name(rows[i].policy), r->decode_s * ms, p->gemm_s * ms, p->attn_s * ms,
-               (p->forward_s - p->gemm_s - p->attn_s) * ms, r->evict_s * ms, r->sample_s * ms,
-               (r->decode_s - p->forward_s - r->evict_s - r->sample_s) * ms);
+        printf(
+            "%-6s decode step %.2f ms = gemm %.2f + attention %.2f + other forward %.2f + "
+            "H2O victims %.2f + sampling %.2f + batching %.2f\n",
+            kv_policy_name(rows[i].policy), r->decode_s * ms, p->gemm_s * ms,
+            p->attn_s * ms, (p->forward_s - p->gemm_s - p->attn_s) * ms, r->evict_s * ms,
+            r->sample_s * ms, (r->decode_s - p->forward_s - r->evict_s - r->sample_s) * ms);
     }
     for (int i = 0; !err && i < n_pol; i++)
         print_json(m, &o, &rows[i], block, weights);

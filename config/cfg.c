@@ -13,6 +13,7 @@
 #include "cfg_impl.h"
 
 #include "err.h"
+#include "model.h"
 #include "util.h"
 
 #include <ctype.h>
@@ -66,8 +67,9 @@ static const struct cfg_opt opt_table[] = {
      .group = "model",
      .type = CFG_T_STR,
      FIELD(model),
-     .metavar = "DIR|dummy:NAME",
-     .help = "checkpoint folder (config.json, weights, vocab.json + merges.txt) or a "
+     .metavar = "DIR|default|dummy:NAME",
+     .help = "checkpoint folder (config.json, weights, vocab.json + merges.txt), "
+             "'default' (the small built-in trained model, docs/quality.md) or a "
              "built-in dummy model with random weights: dummy:tiny, dummy:opt-125m ... "
              "dummy:opt-66b"},
     {.key = "served_model_name",
@@ -352,7 +354,7 @@ void cfg_defaults(struct cfg *c)
     memset(c, 0, sizeof *c);
     c->host = xstrdup("127.0.0.1");
     c->port = 8000;
-    c->model = xstrdup("dummy:opt-125m");
+    c->model = xstrdup(MODEL_DEFAULT);
     c->served_model_name = NULL;
     c->dtype = CFG_DTYPE_AUTO;
     c->threads = 0;

@@ -46,7 +46,7 @@ struct cfg {
     int32_t port; /* 0..65535, 0 = let the kernel pick a free port; default 8000 */
 
     /* model */
-    char *model; /* checkpoint folder or "dummy:NAME"; default "dummy:opt-125m" */
+    char *model; /* checkpoint folder, "default" or "dummy:NAME"; default MODEL_DEFAULT */
     char *served_model_name; /* the id clients use; NULL = the loaded model's name */
     enum be_device device;   /* default auto */
     double gpu_memory_utilization; /* default 0.9 */

@@ -78,7 +78,7 @@ struct engine {
 void engine_opts_default(struct engine_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->model = "dummy:opt-125m";
+    o->model = MODEL_DEFAULT;
     model_opts_default(&o->model_opts);
     o->block_size = 16;
     o->kv_cache_bytes = 0;

@@ -11,6 +11,7 @@
 #include "util.h"
 #include "weights.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +20,23 @@ void model_opts_default(struct model_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->dtype = backend_cpu_has_bf16() ? DTYPE_BF16 : DTYPE_F32;
+}
+
+int model_parse_device(const char *s, enum be_device *out)
+{
+    if (strcmp(s, "cpu") == 0) *out = BE_DEVICE_CPU;
+    else if (strcmp(s, "cuda") == 0) *out = BE_DEVICE_CUDA;
+    else if (strcmp(s, "auto") == 0) *out = BE_DEVICE_AUTO;
+    else return -1;
+    return 0;
+}
+
+int model_parse_dtype(const char *s, enum dtype *out)
+{
+    if (strcmp(s, "fp32") == 0) *out = DTYPE_F32;
+    else if (strcmp(s, "bf16") == 0) *out = DTYPE_BF16;
+    else return -1;
+    return 0;
 }
 
 static int file_exists(const char *dir, const char *name)
@@ -47,6 +65,27 @@ static int load_tokenizer(struct tokenizer **out, const struct opt_config *cfg,
     return 0;
 }
 
+int model_resolve(const char *name, char *buf, size_t cap, const char **out)
+{
+    *out = name;
+    if (strcmp(name, MODEL_DEFAULT) != 0) return 0;
+    const char *env = getenv("H2O_MODELS_DIR");
+    const char *dirs[] = {env && *env ? env : NULL, H2O_MODELS_INSTALL_DIR,
+                          H2O_MODELS_SOURCE_DIR};
+    for (size_t i = 0; i < ARRAY_LEN(dirs); i++) {
+        if (!dirs[i]) continue;
+        snprintf(buf, cap, "%s/%s", dirs[i], MODEL_DEFAULT);
+        if (file_exists(buf, "config.json")) {
+            *out = buf;
+            return 0;
+        }
+    }
+    return err_set(ENG_ENOTFOUND, "the built-in model '%s' is not installed (looked in %s%s%s "
+                                  "and %s; H2O_MODELS_DIR names another folder)",
+                   MODEL_DEFAULT, env && *env ? env : "", env && *env ? ", " : "",
+                   H2O_MODELS_INSTALL_DIR, H2O_MODELS_SOURCE_DIR);
+}
+
 static int load_config(struct opt_config *cfg, const char *name)
 {
     return strncmp(name, "dummy:", 6) == 0 ? opt_config_dummy(cfg, name)
@@ -55,8 +94,11 @@ static int load_config(struct opt_config *cfg, const char *name)
 
 int model_load_tokenizer(struct tokenizer **out, const char *name)
 {
+    char path[4096];
+    int err = model_resolve(name, path, sizeof path, &name);
+    if (err) return err;
     struct opt_config cfg;
-    int err = load_config(&cfg, name);
+    err = load_config(&cfg, name);
     if (err) return err;
     return load_tokenizer(out, &cfg, strncmp(name, "dummy:", 6) == 0 ? NULL : name);
 }
@@ -84,8 +126,10 @@ int model_load(struct model **out, const char *name, const struct model_opts *op
     struct model *m = xcalloc(1, sizeof *m);
     struct weights *w = NULL;
     double t0 = time_now();
+    char path[4096];
     const bool dummy = strncmp(name, "dummy:", 6) == 0;
-    int err = load_config(&m->cfg, name);
+    int err = model_resolve(name, path, sizeof path, &name);
+    if (!err) err = load_config(&m->cfg, name);
     if (err) goto fail;
     err = load_tokenizer(&m->tok, &m->cfg, dummy ? NULL : name);
     if (err) goto fail;

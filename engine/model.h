@@ -48,8 +48,9 @@ int opt_config_dummy(struct opt_config *cfg, const char *name);
 
 struct tokenizer;
 
-/* The model commands load when none is named. */
-#define MODEL_DEFAULT "dummy:opt-125m"
+/* The model commands load when none is named: the built-in trained model, the
+ * folder models/default (installed with the binary, or in the source tree). */
+#define MODEL_DEFAULT "default"
 
 struct model_opts {
     enum be_device device; /* default BE_DEVICE_CPU (the server's default is auto) */
@@ -75,6 +76,11 @@ struct model {
 /* Defaults: bf16 where the CPU has AVX512-BF16, else fp32; seed 0. Thread: any. */
 void model_opts_default(struct model_opts *o);
 
+/* The command-line words: "cpu", "cuda", "auto" -> device; "fp32", "bf16" -> the
+ * CPU compute dtype. Return 0, or -1 (out untouched) for anything else. Thread: any. */
+int model_parse_device(const char *s, enum be_device *out);
+int model_parse_dtype(const char *s, enum dtype *out);
+
 /*
  * Load `name`: a checkpoint folder (config.json, weights, and vocab.json +
  * merges.txt; without them a byte-level tokenizer is used and a warning logged), or
@@ -83,6 +89,15 @@ void model_opts_default(struct model_opts *o);
  * Owns: *out (model_destroy). Thread: the engine thread (it owns the backend).
  */
 int model_load(struct model **out, const char *name, const struct model_opts *opts);
+
+/*
+ * The folder model_load reads for `name`: MODEL_DEFAULT is the built-in model's
+ * folder ($H2O_MODELS_DIR/default, else the installed share/h2oserve/models/default,
+ * else the source tree's models/default; the first that has a config.json), any
+ * other name is itself. *out is name or buf (cap bytes). Returns 0, or
+ * ENG_ENOTFOUND naming the places looked in. Thread: any.
+ */
+int model_resolve(const char *name, char *buf, size_t cap, const char **out);
 
 /*
  * Only the tokenizer of model `name` (as model_load would make it), for commands

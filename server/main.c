@@ -109,13 +109,9 @@ static int parse_size(const char *s, const char *flag, int64_t *out)
 
 static int parse_dtype(const char *s, enum dtype *out)
 {
-    if (strcmp(s, "fp32") == 0) *out = DTYPE_F32;
-    else if (strcmp(s, "bf16") == 0) *out = DTYPE_BF16;
-    else {
-        fprintf(stderr, "h2oserve: --dtype wants fp32 or bf16, got '%s'\n", s);
-        return -1;
-    }
-    return 0;
+    if (model_parse_dtype(s, out) == 0) return 0;
+    fprintf(stderr, "h2oserve: --dtype wants fp32 or bf16, got '%s'\n", s);
+    return -1;
 }
 
 static int cmd_generate(int argc, char **argv)
@@ -222,10 +218,9 @@ static int cmd_generate(int argc, char **argv)
             mo.tensor_parallel = (int)v;
             break;
         case O_DEV:
-            if (!strcmp(optarg, "cpu")) mo.device = BE_DEVICE_CPU;
-            else if (!strcmp(optarg, "cuda")) mo.device = BE_DEVICE_CUDA;
-            else if (!strcmp(optarg, "auto")) mo.device = BE_DEVICE_AUTO;
-            else bad = fprintf(stderr, "h2oserve: --device wants cpu, cuda or auto, got '%s'\n", optarg) > 0;
+            if (model_parse_device(optarg, &mo.device))
+                bad = fprintf(stderr, "h2oserve: --device wants cpu, cuda or auto, got '%s'\n",
+                              optarg) > 0;
             break;
         case O_GMU:
             bad = parse_float(optarg, "--gpu-memory-utilization", 0.05f, 1, &mo.gpu_memory_utilization);

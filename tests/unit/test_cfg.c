@@ -88,7 +88,7 @@ TEST(defaults_are_documented_values)
     cfg_defaults(&c);
     EXPECT_STR(c.host, "127.0.0.1");
     EXPECT_EQ(c.port, 8000);
-    EXPECT_STR(c.model, "dummy:opt-125m");
+    EXPECT_STR(c.model, "default");
     EXPECT(c.served_model_name == NULL);
     EXPECT_EQ(c.dtype, CFG_DTYPE_AUTO);
     EXPECT_EQ(c.threads, 0);
