@@ -12,28 +12,12 @@ Exits 1 on a mismatch.
 """
 import json
 import os
-import struct
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_default  # noqa: E402
-
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, c = e["data_offsets"]
-        assert e["dtype"] == "F16", e
-        out[name] = torch.frombuffer(bytearray(data[b:c]), dtype=torch.float16).view(e["shape"])
-    return out
 
 
 def main():
@@ -43,7 +27,7 @@ def main():
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
     ours = train_default.OPT(cfg)
-    sd = {k[len("model."):]: v.float() for k, v in load_safetensors(
+    sd = {k[len("model."):]: v.float() for k, v in train_default.load_safetensors(
         os.path.join(d, "model.safetensors")).items()}
     ours.load_state_dict(sd)
     ours.eval()

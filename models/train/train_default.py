@@ -198,6 +198,23 @@ def save_safetensors(path, tensors):
             f.write(b)
 
 
+def load_safetensors(path):
+    """save_safetensors' files (F16 or F32) back, as fp32 tensors by name."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    dtypes = {"F16": torch.float16, "F32": torch.float32}
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = e["data_offsets"]
+        t = torch.frombuffer(bytearray(data[a:b]), dtype=dtypes[e["dtype"]])
+        out[name] = t.view(e["shape"]).float()
+    return out
+
+
 def hf_config(a, vocab_size):
     return {
         "_name_or_path": "h2oserve-default",
