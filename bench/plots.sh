@@ -13,6 +13,7 @@
 #   "total_throughput"), PEER_SYSTEMS (e.g. "hf" or "hf,ct2": run bench/peers/run.py
 #   at every point of both sweeps in the sweeps' dtype first, writing PEERS afresh;
 #   CTranslate2 has no bf16 on the CPU).
+# REPLOT=1 only redraws from the data an earlier run left in OUT_DIR.
 # It installs gnuplot (Debian's gnuplot-nox) when it is missing. A sweep takes a few
 # minutes on two cores; nothing else should run meanwhile, or the numbers are noise.
 set -euo pipefail
@@ -37,7 +38,7 @@ if ! command -v gnuplot >/dev/null; then
 fi
 mkdir -p "$out"
 runs="$out/throughput.jsonl"
-: >"$runs"
+[ -n "${REPLOT:-}" ] || : >"$runs"
 dtype=()
 [ -n "${DTYPE:-}" ] && dtype=(--dtype "$DTYPE")
 
@@ -49,6 +50,7 @@ run() {
         sed "s/^{/{\"sweep\": \"$sweep\", /" >>"$runs"
 }
 for policy in full h2o local; do
+    [ -n "${REPLOT:-}" ] && break
     for b in $batches; do
         echo "plots.sh: $policy batch $b (512 + $gen)" >&2
         run batch --kv-policy "$policy" --batch "$b" --prompt-len 512 --gen-len "$gen"
@@ -60,7 +62,7 @@ for policy in full h2o local; do
 done
 
 peers=${PEERS:-$out/peers.jsonl}
-if [ -n "${PEER_SYSTEMS:-}" ]; then
+if [ -n "${PEER_SYSTEMS:-}" ] && [ -z "${REPLOT:-}" ]; then
     peer_dtype=$(python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["dtype"])' "$runs")
     : >"$peers"
     peer() {
