@@ -18,6 +18,12 @@ static float frand(uint64_t *s)
     return (float)((*s >> 40) & 0xffff) / 32768.0f - 1.0f;
 }
 
+static void fill(float *a, int64_t n, uint64_t *seed)
+{
+    for (int64_t i = 0; i < n; i++)
+        a[i] = frand(seed);
+}
+
 /* What the layer should compute, with inputs rounded to the compute dtype as the
  * layer rounds them and fp32 sums. */
 static float reference(const float *w, const float *b, const float *x, int64_t row,
@@ -42,14 +48,11 @@ static void check_rows(enum dtype dt, bool bias, bool relu, int64_t m)
     EXPECT_EQ(cpu_dnnl_init(&d), 0);
     uint64_t seed = 42 + (uint64_t)m;
     float *w = xmalloc(N * K * sizeof *w), b[N];
-    for (int64_t i = 0; i < N * K; i++)
-        w[i] = frand(&seed);
-    for (int64_t i = 0; i < N; i++)
-        b[i] = frand(&seed);
+    fill(w, N * K, &seed);
+    fill(b, N, &seed);
     float *x = xmalloc((size_t)(m * K) * sizeof *x),
           *y = xmalloc((size_t)(m * N) * sizeof *y);
-    for (int64_t i = 0; i < m * K; i++)
-        x[i] = frand(&seed);
+    fill(x, m * K, &seed);
     uint16_t *xh = xmalloc((size_t)(m * K) * sizeof *xh);
     for (int64_t i = 0; i < m * K; i++)
         xh[i] = f32_to_bf16(x[i]);
@@ -112,10 +115,8 @@ TEST(bf16_output_is_the_rounded_fp32_output)
     uint64_t seed = 7;
     const int64_t m = CPU_LINEAR_CHUNK + 3;
     float *w = xmalloc(N * K * sizeof *w), b[N];
-    for (int64_t i = 0; i < N * K; i++)
-        w[i] = frand(&seed);
-    for (int64_t i = 0; i < N; i++)
-        b[i] = frand(&seed);
+    fill(w, N * K, &seed);
+    fill(b, N, &seed);
     uint16_t *xh = xmalloc((size_t)(m * K) * sizeof *xh),
              *yh = xmalloc((size_t)(m * N) * 2);
     float *y = xmalloc((size_t)(m * N) * sizeof *y);
