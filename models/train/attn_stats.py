@@ -74,7 +74,7 @@ def main():
     # Record every layer's attention probabilities [n_head, T, T].
     probs = []
 
-    def attend(self, x, mask):
+    def attend(self, x, mask, budget=None):
         B, T, H = x.shape
         q = (self.q_proj(x) * self.head_dim ** -0.5).view(B, T, self.n_head, -1).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_head, -1).transpose(1, 2)

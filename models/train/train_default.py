@@ -110,14 +110,52 @@ class OPTAttention(nn.Module):
         self.v_proj = nn.Linear(hidden, hidden)
         self.out_proj = nn.Linear(hidden, hidden)
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, budget=None):
         # x: [B, T, hidden]; q/k/v: [B, n_head, T, head_dim]; mask: [T, T] additive
         B, T, H = x.shape
         q = (self.q_proj(x) * self.head_dim ** -0.5).view(B, T, self.n_head, -1).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_head, -1).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.n_head, -1).transpose(1, 2)
-        att = torch.softmax(q @ k.transpose(-1, -2) + mask, dim=-1)  # [B, n_head, T, T]
+        scores = q @ k.transpose(-1, -2) + mask  # [B, n_head, T, T]
+        if budget is not None:
+            sel, masks = h2o_mask(scores.detach(), *budget)
+            scores = scores.index_add(0, sel, masks.to(scores.dtype))
+        att = torch.softmax(scores, dim=-1)
         return self.out_proj((att @ v).transpose(1, 2).reshape(B, T, H))
+
+
+def h2o_mask(scores, heavy, recent, block=16):
+    """The additive mask of the keys H2O keeps, for training under eviction.
+
+    scores: [B, n_head, T, T] causal attention logits; heavy, recent: [B] budgets per
+    window (heavy = 0: the full cache). Returns the windows under a budget, [n], and
+    their additive masks, [n, n_head, T, T]. Query t sees its `recent` newest keys and the
+    `heavy` older ones with the most attention accumulated under full attention by the
+    queries before its block of `block` queries: H2O's kept set without its eviction
+    history, chosen once a block (choosing it for every query costs a top-k over every
+    row, as much as the rest of the step).
+    """
+    B, n_head, T, _ = scores.shape
+    sel = (heavy > 0).nonzero().flatten()
+    if len(sel) == 0:
+        return sel, scores.new_zeros(0, n_head, T, T)
+    n, nblk = len(sel), (T + block - 1) // block
+    att = F.pad(torch.softmax(scores[sel].float(), dim=-1), (0, 0, 0, nblk * block - T))
+    # Key j's mass from each block of queries, then from all the blocks before each one.
+    mass = att.view(n, n_head, nblk, block, T).sum(dim=3).cumsum(dim=2)
+    prev = torch.cat([torch.zeros(n, n_head, 1, T), mass[:, :, :-1]], dim=2)
+    r = recent[sel].view(n, 1, 1, 1)
+    t = torch.arange(T)
+    last = torch.clamp(t[::block] + block - 1, max=T - 1)  # each block's last query
+    older_blk = (last.view(1, 1, nblk, 1) - t.view(1, 1, 1, T)) >= r  # [n, 1, nblk, T]
+    kmax = int(heavy.max())
+    idx = prev.masked_fill(~older_blk, -1.0).topk(min(kmax, T), dim=-1).indices
+    ranked = (torch.arange(idx.shape[-1]).view(1, -1) < heavy[sel].view(n, 1)).view(n, 1, 1, -1)
+    heavy_blk = torch.zeros(n, n_head, nblk, T, dtype=torch.bool).scatter(
+        -1, idx, ranked.expand_as(idx))
+    age = (t[:, None] - t[None, :]).view(1, 1, T, T)  # query t, key j
+    keep = ((age >= 0) & (age < r)) | (heavy_blk.repeat_interleave(block, dim=2)[:, :, :T] & (age >= r))
+    return sel, torch.zeros(()).masked_fill(~keep, float("-inf"))
 
 
 class OPTLayer(nn.Module):
@@ -129,8 +167,8 @@ class OPTLayer(nn.Module):
         self.fc2 = nn.Linear(ffn, hidden)
         self.final_layer_norm = nn.LayerNorm(hidden, eps=1e-5)
 
-    def forward(self, x, mask):
-        x = x + self.self_attn(self.self_attn_layer_norm(x), mask)
+    def forward(self, x, mask, budget=None):
+        x = x + self.self_attn(self.self_attn_layer_norm(x), mask, budget)
         return x + self.fc2(F.relu(self.fc1(self.final_layer_norm(x))))
 
 
@@ -164,15 +202,15 @@ class OPT(nn.Module):
                     "out_proj" in name or "fc2" in name) else 1.0
                 nn.init.normal_(p, std=std * scale)
 
-    def forward(self, ids):
-        # ids: [B, T] -> logits: [B, T, vocab]
+    def forward(self, ids, budget=None):
+        # ids: [B, T] -> logits: [B, T, vocab]; budget: (heavy [B], recent [B]) or None
         d = self.decoder
         T = ids.shape[1]
         pos = torch.arange(T, device=ids.device) + 2
         x = d.embed_tokens(ids) + d.embed_positions(pos)
         mask = torch.full((T, T), float("-inf")).triu(1)
         for layer in d.layers:
-            x = layer(x, mask)
+            x = layer(x, mask, budget)
         return d.final_layer_norm(x) @ d.embed_tokens.weight.t()  # tied lm_head
 
 
@@ -268,6 +306,18 @@ def heldout_perplexity(model, ids, seq, max_windows=0):
     return math.exp(nll / n), n
 
 
+def train_budget(a, gen):
+    """(heavy [batch], recent [batch]) for one step: a share --h2o-windows of the windows
+    keeps an H2O budget of f * seq tokens, half heavy and half recent, f uniform in
+    0.1..0.5; the rest see the full cache. The model learns to do without what H2O
+    evicts, as quantization-aware training teaches a model its rounding."""
+    evict = torch.rand(a.batch, generator=gen) < a.h2o_windows
+    half = torch.ceil((0.1 + 0.4 * torch.rand(a.batch, generator=gen)) * a.seq / 2).long()
+    heavy = torch.where(evict, half, torch.zeros_like(half))
+    recent = torch.where(evict, half, torch.full_like(half, a.seq))
+    return heavy, recent
+
+
 # ---- main ----
 
 
@@ -304,6 +354,9 @@ def main():
     ap.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
                     help="matmul precision while training (auto: bf16 where the CPU has "
                          "it); weights and optimizer state stay fp32")
+    ap.add_argument("--h2o-windows", type=float, default=0.5,
+                    help="share of training windows that see only H2O's kept set, with a "
+                         "total budget drawn from 10..50%% of the window (default 0.5)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--eval-windows", type=int, default=0, help="0: all of heldout.txt")
     a = ap.parse_args()
@@ -377,7 +430,7 @@ def main():
         starts = torch.randint(0, len(stream) - a.seq - 1, (a.batch,), generator=gen)
         batch = torch.stack([stream[s:s + a.seq + 1] for s in starts]).long()
         with autocast:
-            logits = model(batch[:, :-1])  # [batch, seq, vocab]
+            logits = model(batch[:, :-1], train_budget(a, gen))  # [batch, seq, vocab]
         loss = F.cross_entropy(logits.float().reshape(-1, vocab_size),
                                batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -423,6 +476,8 @@ def main():
         "model": {"parameters": n_params, "layers": a.layers, "hidden": a.hidden,
                   "heads": a.heads, "ffn": a.ffn, "max_position_embeddings": a.max_pos},
         "training": {"dtype": a.dtype, "seq": a.seq, "batch": a.batch, "lr": a.lr, "warmup_steps": a.warmup,
+                     "h2o_windows": a.h2o_windows,
+                     "h2o_budget": "heavy = recent = ceil(f * seq / 2), f uniform in 0.1..0.5",
                      "schedule": "linear warmup, cosine over the wall-clock budget to lr/10",
                      "optimizer": "AdamW betas (0.9, 0.95), weight decay 0.1 on matrices",
                      "steps": step, "tokens_seen": tokens, "minutes": round(train_s / 60, 2),

@@ -49,7 +49,8 @@ def main():
     layer_forward = td.OPTLayer.forward
     for li, layer in enumerate(model.decoder.layers):
         layer.index = li
-    td.OPTLayer.forward = lambda self, x, mask: layer_forward(self, x, masks[self.index])
+    td.OPTLayer.forward = lambda self, x, mask, budget=None: layer_forward(
+        self, x, masks[self.index])
 
     def perplexity():
         nll, n = 0.0, 0
