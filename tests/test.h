@@ -5,7 +5,7 @@
  * RUN(name). Each RUN prints "ok N - name" or "not ok N - name"; a failed
  * EXPECT* marks the current test failed and goes on, so one run shows every broken
  * expectation. meson reads the TAP stream (protocol: 'tap').
- * Tests find shared data through H2O_SHARED_DIR and H2O_TEST_DATA (set by meson).
+ * Tests find their data (tests/data) through H2O_TEST_DATA (set by meson).
  */
 #ifndef H2O_TEST_H
 #define H2O_TEST_H
@@ -68,15 +68,6 @@ static inline int test_done(void)
 {
     printf("1..%d\n", test_n_run);
     return test_n_failed ? 1 : 0;
-}
-
-/* A path under the shared data folder (../shared/data/...). Static buffer. */
-static inline const char *test_shared(const char *rel)
-{
-    static char buf[4096];
-    const char *dir = getenv("H2O_SHARED_DIR");
-    snprintf(buf, sizeof buf, "%s/%s", dir ? dir : "../shared", rel);
-    return buf;
 }
 
 /* A path under tests/data. Static buffer. */

@@ -93,7 +93,7 @@ TEST(cases_match_hugging_face)
 {
     char *buf;
     size_t len;
-    if (util_read_file(test_shared("data/opt-tokenizer/cases.json"), &buf, &len) != 0) {
+    if (util_read_file(test_data("opt-tokenizer/cases.json"), &buf, &len) != 0) {
         TEST_FAIL("%s", err_msg());
         return;
     }
