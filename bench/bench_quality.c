@@ -6,11 +6,13 @@
  *          [--h2o-heavy-ratio X --h2o-recent-ratio X | --h2o-heavy N --h2o-recent N]
  *          [--sweep 0.05,0.1,0.2,0.5] [--plot FILE.png] [--dtype fp32|bf16]
  *          [--device cpu|cuda|auto] [--max-batched-tokens N] [--block-size N]
+ *          [--kv-min-budget N]
  *
  * The text is tokenized as one stream without BOS. `full` always runs first: every
  * other row is reported as a ratio to it. --sweep f1,f2,... runs, for each total
  * budget fraction f of P + G, h2o with f/2 heavy + f/2 recent and local with f
- * recent.
+ * recent. Budgets are exactly what they say: the server's floor (kv_min_budget)
+ * applies only when --kv-min-budget asks for it, to every h2o and local row.
  */
 #include "bench_quality.h"
 
@@ -22,10 +24,12 @@
 #include "util.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_SWEEP 16
 
@@ -35,6 +39,7 @@ struct opts {
     struct quality_spec q;
     float sweep[MAX_SWEEP];
     int n_sweep;
+    int32_t min_budget; /* --kv-min-budget, for every h2o / local row */
 };
 
 struct config {
@@ -50,7 +55,8 @@ static int usage(FILE *f, int rc)
            "[--gen-len 448] [--segments N] [--batch 16] [--kv-policy full|h2o|local] "
            "[--h2o-heavy-ratio X] [--h2o-recent-ratio X] [--h2o-heavy N] [--h2o-recent N] "
            "[--sweep 0.05,0.1,0.2,0.5] [--plot FILE.png] [--dtype fp32|bf16] "
-           "[--device cpu|cuda|auto] [--max-batched-tokens N] [--block-size N]\n");
+           "[--device cpu|cuda|auto] [--max-batched-tokens N] [--block-size N] "
+           "[--kv-min-budget N]\n");
     return rc;
 }
 
@@ -108,6 +114,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         O_DEV,
         O_MBT,
         O_BS,
+        O_FLOOR,
         O_HELP
     };
     static const struct option lo[] = {
@@ -128,6 +135,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"device", required_argument, 0, O_DEV},
         {"max-batched-tokens", required_argument, 0, O_MBT},
         {"block-size", required_argument, 0, O_BS},
+        {"kv-min-budget", required_argument, 0, O_FLOOR},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -156,6 +164,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case O_DEV: bad = model_parse_device(optarg, &o->mo.device); break;
         case O_MBT: bad = parse_int(optarg, 1, &q->max_batched); break;
         case O_BS: bad = parse_int(optarg, 1, &q->block_size); break;
+        case O_FLOOR: bad = parse_int(optarg, 0, &o->min_budget); break;
         case O_HELP: return usage(stdout, 0);
         default: return usage(stderr, 2);
         }
@@ -185,10 +194,7 @@ static int plan(const struct opts *o, struct config *c)
 {
     int n = 0;
     c[n++].kv = (struct kv_spec){.policy = KV_POLICY_FULL, .heavy = -1, .recent = -1};
-    if (o->n_sweep == 0) {
-        if (o->q.kv.policy != KV_POLICY_FULL) c[n++].kv = o->q.kv;
-        return n;
-    }
+    if (o->n_sweep == 0 && o->q.kv.policy != KV_POLICY_FULL) c[n++].kv = o->q.kv;
     for (int i = 0; i < o->n_sweep; i++) {
         const float f = o->sweep[i];
         c[n].kv = (struct kv_spec){.policy = KV_POLICY_H2O,
@@ -201,7 +207,22 @@ static int plan(const struct opts *o, struct config *c)
             .policy = KV_POLICY_LOCAL, .recent_ratio = f, .heavy = -1, .recent = -1};
         c[n++].fraction = f;
     }
+    for (int i = 1; i < n; i++) c[i].kv.min_budget = o->min_budget;
     return n;
+}
+
+/* Whether `prog` is an executable file in a $PATH folder. */
+static bool on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    while (path && *path) {
+        const size_t n = strcspn(path, ":");
+        char buf[PATH_MAX];
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, path, prog);
+        if (n > 0 && access(buf, X_OK) == 0) return true;
+        path += n + (path[n] == ':');
+    }
+    return false;
 }
 
 /* Perplexity vs budget fraction, one line per policy and full as a level. */
@@ -243,6 +264,12 @@ int bench_quality_main(int argc, char **argv)
     o.q.kv.policy = KV_POLICY_FULL;
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
+    /* A sweep takes minutes; a missing gnuplot must not wait for its end. */
+    if (o.plot && !on_path("gnuplot")) {
+        fprintf(stderr, "h2oserve bench quality: --plot needs gnuplot, which is not on "
+                        "PATH (Debian: apt-get install gnuplot-nox)\n");
+        return 2;
+    }
 
     char *text = NULL;
     size_t len = 0;
@@ -287,11 +314,13 @@ int bench_quality_main(int argc, char **argv)
         const bool full = b->policy == KV_POLICY_FULL;
         printf(
             "{\"bench\": \"quality\", \"model\": \"%s\", \"dtype\": \"%s\", \"policy\": "
-            "\"%s\", \"heavy\": %d, \"recent\": %d, \"prompt_len\": %d, \"gen_len\": %d, "
+            "\"%s\", \"heavy\": %d, \"recent\": %d, \"min_budget\": %d, \"prompt_len\": %d, "
+            "\"gen_len\": %d, "
             "\"segments\": %d, \"tokens\": %lld, \"perplexity\": %.6f, "
             "\"ratio_to_full\": %.6f}\n",
             m->cfg.name, dtype_name(m->dtype), kv_policy_name(b->policy),
-            full ? 0 : b->heavy, full ? 0 : b->recent, o.q.prompt_len, o.q.gen_len,
+            full ? 0 : b->heavy, full ? 0 : b->recent, c[i].kv.min_budget, o.q.prompt_len,
+            o.q.gen_len,
             c[i].r.segments, (long long)c[i].r.tokens, c[i].r.perplexity,
             c[i].r.perplexity / c[0].r.perplexity);
     }

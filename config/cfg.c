@@ -214,6 +214,15 @@ static const struct cfg_opt opt_table[] = {
      .min = -1,
      .max = 1 << 20,
      .help = "recent window as a token count (>= 1); -1 uses h2o_recent_ratio"},
+    {.key = "kv_min_budget",
+     .group = group_kv,
+     .type = CFG_T_INT,
+     FIELD(kv_min_budget),
+     .min = 0,
+     .max = 1 << 20,
+     .help = "floor of the h2o and local budgets, in tokens per layer and head: a "
+             "smaller budget is raised to it, so a request whose prompt + max_tokens "
+             "fits under it is never evicted (0 = no floor; docs/kv-cache.md)"},
 
     /* server limits */
     {.key = "api_key",
@@ -373,6 +382,7 @@ void cfg_defaults(struct cfg *c)
     c->h2o_recent_ratio = 0.1;
     c->h2o_heavy = -1;
     c->h2o_recent = -1;
+    c->kv_min_budget = KV_MIN_BUDGET_DEFAULT;
     c->api_key = NULL;
     c->max_body_bytes = 32 * (int64_t)MIB;
     c->max_header_bytes = 16 * (int64_t)KIB;
@@ -715,6 +725,7 @@ void cfg_kv_spec(const struct cfg *c, struct kv_spec *s)
     s->recent_ratio = (float)c->h2o_recent_ratio;
     s->heavy = c->h2o_heavy;
     s->recent = c->h2o_recent;
+    s->min_budget = c->kv_min_budget;
 }
 
 void cfg_engine_opts(const struct cfg *c, struct engine_opts *o)

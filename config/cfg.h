@@ -69,6 +69,7 @@ struct cfg {
     double h2o_recent_ratio;  /* default 0.1 */
     int32_t h2o_heavy;        /* absolute count, -1 = use the ratio */
     int32_t h2o_recent;       /* absolute count >= 1, -1 = use the ratio */
+    int32_t kv_min_budget;    /* floor of B in tokens; default KV_MIN_BUDGET_DEFAULT */
 
     /* server limits */
     char *api_key;            /* NULL = no authentication */

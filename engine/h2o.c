@@ -20,6 +20,7 @@ void kv_spec_default(struct kv_spec *s)
     s->recent_ratio = 0.1f;
     s->heavy = -1;
     s->recent = -1;
+    s->min_budget = KV_MIN_BUDGET_DEFAULT;
 }
 
 int kv_policy_parse(const char *name, enum kv_policy *out)
@@ -52,17 +53,28 @@ int kv_budget_resolve(const struct kv_spec *s, int32_t prompt_len, int32_t max_t
     if (s->policy == KV_POLICY_FULL) return 0;
     if (!(s->heavy_ratio >= 0) || !(s->recent_ratio >= 0))
         return err_set(ENG_EINVAL, "KV budget ratios must be >= 0");
+    if (s->min_budget < 0) return err_set(ENG_EINVAL, "the KV budget floor must be >= 0");
     const int32_t L = (int32_t)MIN((int64_t)prompt_len + max_tokens, (int64_t)INT32_MAX / 4);
     int32_t H = s->heavy >= 0 ? s->heavy : ratio_count(s->heavy_ratio, L);
     int32_t R = s->recent >= 0 ? s->recent : MAX(1, ratio_count(s->recent_ratio, L));
     if (R < 1) return err_set(ENG_EINVAL, "the recent window must hold at least 1 token");
+    if (s->policy == KV_POLICY_LOCAL) H = 0;
     /* A sequence never caches L tokens (the last one sampled is not fed back), so any
      * H or R above L evicts nothing, exactly like L. Clamping keeps B = H + R and
      * ceil(B / block_size) far from int32 overflow whatever count a request sends
      * (the API takes any absolute count up to INT32_MAX). */
     H = MIN(H, MAX(L, 1));
     R = MIN(R, MAX(L, 1));
-    out->heavy = s->policy == KV_POLICY_LOCAL ? 0 : H;
+    /* The floor: a short request's 20% is a handful of tokens, which costs it quality
+     * and saves less than a block. Raising B to F keeps the split the spec asked for
+     * (H : R rounded to the nearest token, R >= 1). */
+    const int32_t F = MIN(s->min_budget, MAX(L, 1));
+    if (H + R < F) {
+        const int32_t h = (int32_t)(((int64_t)2 * F * H + (H + R)) / (2 * (int64_t)(H + R)));
+        H = MIN(h, F - 1);
+        R = F - H;
+    }
+    out->heavy = H;
     out->recent = R;
     return 0;
 }

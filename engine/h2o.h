@@ -25,7 +25,13 @@ struct kv_spec {
     float recent_ratio; /* of L; used when recent < 0 */
     int32_t heavy;      /* absolute heavy-hitter count, or -1 */
     int32_t recent;     /* absolute recent-window count (>= 1), or -1 */
+    int32_t min_budget; /* floor on H + R in tokens (0 = none); see kv_budget_resolve */
 };
+
+/* The floor of the default spec, in tokens per (layer, head): a request whose
+ * prompt + max_tokens fits under it is never evicted. Chosen by measurement on the
+ * built-in model (docs/kv-cache.md, "The floor"). */
+#define KV_MIN_BUDGET_DEFAULT 128
 
 /* A policy resolved for one sequence: B = heavy + recent slots per (layer, head). */
 struct kv_budget {
@@ -34,7 +40,8 @@ struct kv_budget {
     int32_t recent; /* R >= 1 */
 };
 
-/* The default spec: h2o with the paper's 20% (0.1 heavy + 0.1 recent). */
+/* The default spec: h2o with the paper's 20% (0.1 heavy + 0.1 recent), floored at
+ * KV_MIN_BUDGET_DEFAULT tokens. */
 void kv_spec_default(struct kv_spec *s);
 
 /* "full", "h2o" or "local" -> policy; returns 0 or -1 for an unknown name. */
@@ -45,9 +52,12 @@ const char *kv_policy_name(enum kv_policy p);
  * Resolve a spec for a sequence of prompt_len + max_tokens tokens:
  * H = ceil(heavy_ratio * L), R = max(1, ceil(recent_ratio * L)) unless absolute
  * counts are given; local forces H = 0. H and R are then clamped to L: a budget
- * that large never evicts either way, and B stays far from int32 overflow.
- * Returns 0, or ENG_EINVAL (message set) for negative ratios or a recent count
- * below 1.
+ * that large never evicts either way, and B stays far from int32 overflow. Last,
+ * a budget below the floor F = min(min_budget, L) is raised to F, keeping the
+ * heavy : recent split (local: R = F); so a sequence with L <= min_budget keeps
+ * every token, as `full` would.
+ * Returns 0, or ENG_EINVAL (message set) for negative ratios, a recent count below
+ * 1 or a negative floor.
  */
 int kv_budget_resolve(const struct kv_spec *s, int32_t prompt_len, int32_t max_tokens,
                       struct kv_budget *out);

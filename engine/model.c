@@ -86,10 +86,18 @@ int model_resolve(const char *name, char *buf, size_t cap, const char **out)
                    H2O_MODELS_INSTALL_DIR, H2O_MODELS_SOURCE_DIR);
 }
 
+/* The config of an already resolved name. */
 static int load_config(struct opt_config *cfg, const char *name)
 {
     return strncmp(name, "dummy:", 6) == 0 ? opt_config_dummy(cfg, name)
                                            : opt_config_load(cfg, name);
+}
+
+int model_load_config(struct opt_config *cfg, const char *name)
+{
+    char path[4096];
+    int err = model_resolve(name, path, sizeof path, &name);
+    return err ? err : load_config(cfg, name);
 }
 
 int model_load_tokenizer(struct tokenizer **out, const char *name)

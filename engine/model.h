@@ -100,6 +100,13 @@ int model_load(struct model **out, const char *name, const struct model_opts *op
 int model_resolve(const char *name, char *buf, size_t cap, const char **out);
 
 /*
+ * Only the config of model `name` (resolved as model_load resolves it: "default",
+ * "dummy:NAME" or a folder), for callers that need no weights. Returns 0 or an
+ * engine error (err_msg). Thread: any.
+ */
+int model_load_config(struct opt_config *cfg, const char *name);
+
+/*
  * Only the tokenizer of model `name` (as model_load would make it), for commands
  * that need no weights. Owns: *out (tokenizer_destroy). Thread: any.
  */

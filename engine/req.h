@@ -91,6 +91,8 @@ struct req_event {
     int32_t prompt_tokens;       /* usage, on finishing events */
     int32_t completion_tokens;
     int64_t kv_evicted;          /* tokens this sequence evicted (all layers, heads) */
+    int64_t kv_evicted_tokens;   /* kv_evicted / (n_layer * n_head): the tokens each
+                                    (layer, head) dropped, the same in every head */
     int32_t kv_blocks;           /* KV blocks the sequence holds after this step */
     double queue_s;              /* on a request's first token event: seconds from
                                     t_submit to admission (-1 elsewhere) */
@@ -100,6 +102,9 @@ struct req_event {
                                     these come before the request's first generated
                                     token. 0 otherwise. */
     int32_t kv_budget_blocks;    /* ceil(B / block_size), or 0 for the full policy */
+    struct kv_budget kv_budget;  /* the budget the request runs with (policy, H, R:
+                                    after ratios, clamps and the floor); zero on
+                                    error events */
     char *error;                 /* message when finish == REQ_FINISH_ERROR */
     int error_code;              /* ENG_* */
 };

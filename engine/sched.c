@@ -136,7 +136,17 @@ static struct req_event *event_new(const struct sreq *q, int32_t seq)
     ev->token = -1;
     ev->prompt_tokens = q->n_prompt;
     ev->queue_s = -1;
+    ev->kv_budget = q->budget;
     return ev;
+}
+
+/* Sequence sq's eviction counts on event ev: summed over layers and heads, and per
+ * (layer, head), which is exact because every head of a sequence evicts as many
+ * tokens as the others (the same budget, one victim per step once full). */
+static void event_evicted(const struct sched *s, const struct sseq *sq, struct req_event *ev)
+{
+    ev->kv_evicted = sq->kv.n_evicted;
+    ev->kv_evicted_tokens = sq->kv.n_evicted / ((int64_t)s->m->cfg.n_layer * s->m->cfg.n_head);
 }
 
 /* The one event of a request that cannot run. Frees the request. */
@@ -162,7 +172,7 @@ static void emit_finish(struct sched *s, struct sreq *q, int32_t i, enum req_fin
     if (q->seqs && q->seqs[i].live) {
         const struct sseq *sq = &q->seqs[i];
         ev->completion_tokens = sq->n_ids - q->n_prompt;
-        ev->kv_evicted = sq->kv.n_evicted;
+        event_evicted(s, sq, ev);
         ev->text_offset = detok_emitted_len(&sq->dt);
     }
     s->emit(s->emit_arg, ev);
@@ -483,7 +493,7 @@ static bool seq_emit(struct sched *s, struct sseq *sq, const struct sample_out *
     ev->text[ev->text_len] = '\0';
     ev->finish = fin;
     ev->completion_tokens = sq->n_ids - q->n_prompt;
-    ev->kv_evicted = sq->kv.n_evicted;
+    event_evicted(s, sq, ev);
     ev->kv_blocks = sq->kv.n_blocks;
     ev->kv_budget_blocks = q->budget.policy == KV_POLICY_FULL
                                ? 0

@@ -44,6 +44,7 @@ enum field {
     F_SUFFIX,
     F_IGNORE_EOS,
     F_KV_CACHE,
+    F_KV_MIN_BUDGET,
     F_COUNT
 };
 
@@ -69,6 +70,7 @@ static const char *const field_names[F_COUNT] = {
     [F_SUFFIX] = "suffix",
     [F_IGNORE_EOS] = "ignore_eos",
     [F_KV_CACHE] = "kv_cache",
+    [F_KV_MIN_BUDGET] = "kv_min_budget",
 };
 
 /* ---- error helpers: every client mistake is a 400 naming the param ---- */
@@ -498,6 +500,11 @@ static int parse_fields(const cJSON *const *f, const struct api_model *m,
     if (f[F_IGNORE_EOS] && read_bool(f[F_IGNORE_EOS], "ignore_eos", &p->ignore_eos, err))
         return -1;
     if (f[F_KV_CACHE] && parse_kv_cache(f[F_KV_CACHE], m, p, err)) return -1;
+    /* After kv_cache, which starts from the server's spec and its floor. */
+    if (f[F_KV_MIN_BUDGET]) {
+        if (read_int(f[F_KV_MIN_BUDGET], "kv_min_budget", 0, INT32_MAX, &v, err)) return -1;
+        p->kv.min_budget = (int32_t)v;
+    }
 
     /* Fields that depend on each other. */
     if (p->best_of < p->n)

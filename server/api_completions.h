@@ -2,8 +2,9 @@
  * api_completions.h - POST /v1/completions without the network: a request body in,
  * engine requests out; engine events in, response bytes out.
  *
- * The contract is OpenAI's legacy Completions API (REFERENCE.md section 1) plus three
- * extensions: top_k, ignore_eos and kv_cache. The HTTP layer calls, in order:
+ * The contract is OpenAI's legacy Completions API (REFERENCE.md section 1) plus four
+ * extensions: top_k, ignore_eos, kv_cache and kv_min_budget; usage.kv_cache says
+ * what the KV policy did. The HTTP layer calls, in order:
  *   cmpl_parse          body -> struct cmpl_params, or an api_error (400 / 404)
  *   cmpl_make_req       one struct req per prompt, submitted to the engine
  *   cmpl_resp_create    the response being assembled
@@ -88,7 +89,8 @@ struct cmpl_params {
     int64_t seed;
     char *user;        /* accepted and kept for logs; NULL when absent */
     bool ignore_eos;   /* extension */
-    struct kv_spec kv; /* kv_cache (extension), else the model's default */
+    struct kv_spec kv; /* kv_cache and kv_min_budget (extensions), else the
+                          server's default */
 };
 
 /*

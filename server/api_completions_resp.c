@@ -56,6 +56,7 @@ struct cmpl_seq {
     double sum_logprob; /* of those tokens, for best_of */
     enum req_finish finish;
     bool started; /* streaming: the first chunk (with any echo) went out */
+    int64_t kv_evicted; /* tokens each (layer, head) of this sequence dropped */
 };
 
 struct cmpl_echo {
@@ -77,6 +78,8 @@ struct cmpl_resp {
     struct cmpl_seq *seqs; /* [n_prompts * n_gen], prompt-major */
     int32_t n_done;
     struct cmpl_echo *echo; /* [n_prompts] */
+    struct kv_budget *kv;   /* [n_prompts] the budget each prompt ran with */
+    bool *kv_seen;          /* [n_prompts] whether an event has told it yet */
     struct api_error err;
 };
 
@@ -280,6 +283,36 @@ static cJSON *choice_object(const char *text, int64_t index, cJSON *logprobs,
     return c;
 }
 
+/*
+ * usage.kv_cache: what the KV policy did, so that a lossy budget is never silent.
+ * heavy and recent are the budget after ratios, clamps and the floor (the largest
+ * over the request's prompts: each prompt gets its own); evicted_tokens sums, over
+ * every sequence, the tokens each layer and head dropped. A prompt whose budget
+ * reached prompt + max_tokens evicts nothing, exactly as full would.
+ */
+static cJSON *kv_usage_object(const struct cmpl_resp *r)
+{
+    const struct cmpl_params *p = r->p;
+    int32_t heavy = 0, recent = 0;
+    for (int32_t i = 0; i < p->n_prompts; i++)
+        if (r->kv_seen[i]) {
+            heavy = MAX(heavy, r->kv[i].heavy);
+            recent = MAX(recent, r->kv[i].recent);
+        }
+    int64_t evicted = 0;
+    for (int64_t i = 0; i < (int64_t)p->n_prompts * r->n_gen; i++)
+        evicted += r->seqs[i].kv_evicted;
+    cJSON *k = cJSON_CreateObject();
+    cJSON_AddStringToObject(k, "policy", kv_policy_name(p->kv.policy));
+    if (p->kv.policy != KV_POLICY_FULL) {
+        cJSON_AddNumberToObject(k, "heavy", heavy);
+        cJSON_AddNumberToObject(k, "recent", recent);
+        cJSON_AddNumberToObject(k, "min_budget", p->kv.min_budget);
+    }
+    cJSON_AddNumberToObject(k, "evicted_tokens", (double)evicted);
+    return k;
+}
+
 static cJSON *usage_object(const struct cmpl_resp *r)
 {
     int64_t pt, ct;
@@ -288,6 +321,7 @@ static cJSON *usage_object(const struct cmpl_resp *r)
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)pt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)ct);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(pt + ct));
+    cJSON_AddItemToObject(u, "kv_cache", kv_usage_object(r));
     return u;
 }
 
@@ -304,6 +338,8 @@ struct cmpl_resp *cmpl_resp_create(const struct cmpl_params *p, const struct tok
     r->n_gen = cmpl_params_seqs(p);
     r->seqs = xcalloc((size_t)p->n_prompts * (size_t)r->n_gen, sizeof *r->seqs);
     r->echo = xcalloc((size_t)MAX(p->n_prompts, 1), sizeof *r->echo);
+    r->kv = xcalloc((size_t)MAX(p->n_prompts, 1), sizeof *r->kv);
+    r->kv_seen = xcalloc((size_t)MAX(p->n_prompts, 1), sizeof *r->kv_seen);
     return r;
 }
 
@@ -322,6 +358,8 @@ void cmpl_resp_destroy(struct cmpl_resp *r)
     }
     free(r->seqs);
     free(r->echo);
+    free(r->kv);
+    free(r->kv_seen);
     free(r->id);
     api_error_clear(&r->err);
     free(r);
@@ -418,6 +456,9 @@ char *cmpl_resp_event(struct cmpl_resp *r, int32_t prompt_index, const struct re
     }
     struct cmpl_seq *s = &base[ev->seq];
     if (s->finish != REQ_FINISH_NONE) return NULL;
+    r->kv[prompt_index] = ev->kv_budget;
+    r->kv_seen[prompt_index] = true;
+    s->kv_evicted = MAX(s->kv_evicted, ev->kv_evicted_tokens);
     if (ev->token >= 0) {
         s->n_tokens++;
         s->sum_logprob += ev->logprob;

@@ -58,8 +58,11 @@ static void usage_generate(FILE *f)
             "                           prompt + max_tokens (default 0.1)\n"
             "  --h2o-recent-ratio X     recent window, same fraction (default 0.1)\n"
             "  --h2o-heavy N            heavy hitters as a token count (overrides the ratio)\n"
-            "  --h2o-recent N           recent window as a token count (overrides the ratio)\n",
-            MODEL_DEFAULT);
+            "  --h2o-recent N           recent window as a token count (overrides the ratio)\n"
+            "  --kv-min-budget N        floor of the h2o / local budget in tokens per layer\n"
+            "                           and head; prompt + max_tokens under it is never\n"
+            "                           evicted (default %d, 0 = none)\n",
+            MODEL_DEFAULT, KV_MIN_BUDGET_DEFAULT);
 }
 
 static int parse_int(const char *s, const char *flag, long lo, long hi, long *out)
@@ -119,7 +122,7 @@ static int cmd_generate(int argc, char **argv)
     enum {
         O_MODEL = 256, O_PROMPT, O_MAXTOK, O_TEMP, O_TOPP, O_TOPK, O_PRES, O_FREQ, O_SEED,
         O_STOP, O_IGNEOS, O_DTYPE, O_THREADS, O_MBT, O_BS, O_HELP, O_PFILE, O_KVP, O_HR, O_RR,
-        O_HN, O_RN, O_MNS, O_KVB, O_TP, O_DEV, O_GMU,
+        O_HN, O_RN, O_MNS, O_KVB, O_TP, O_DEV, O_GMU, O_FLOOR,
     };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
@@ -144,6 +147,7 @@ static int cmd_generate(int argc, char **argv)
         {"h2o-recent-ratio", required_argument, 0, O_RR},
         {"h2o-heavy", required_argument, 0, O_HN},
         {"h2o-recent", required_argument, 0, O_RN},
+        {"kv-min-budget", required_argument, 0, O_FLOOR},
         {"max-num-seqs", required_argument, 0, O_MNS},
         {"kv-cache-bytes", required_argument, 0, O_KVB},
         {"tensor-parallel", required_argument, 0, O_TP},
@@ -253,6 +257,10 @@ static int cmd_generate(int argc, char **argv)
             bad = parse_int(optarg, "--h2o-recent", 1, 1 << 20, &v);
             proto.kv.recent = (int32_t)v;
             break;
+        case O_FLOOR:
+            bad = parse_int(optarg, "--kv-min-budget", 0, 1 << 20, &v);
+            proto.kv.min_budget = (int32_t)v;
+            break;
         case O_MNS:
             bad = parse_int(optarg, "--max-num-seqs", 1, 1 << 16, &v);
             go.max_num_seqs = (int32_t)v;
@@ -343,10 +351,12 @@ static int cmd_generate(int argc, char **argv)
                                 "per head, %d blocks\n",
                         i, r->prompt_tokens, r->n_tokens, r->kv_slots, r->kv_blocks_max);
             else
-                fprintf(stderr, "seq %d: %d prompt + %d generated tokens, kv %s H=%d R=%d: "
-                                "%d slots per head, %d blocks, %.1f tokens evicted per head\n",
+                fprintf(stderr, "seq %d: %d prompt + %d generated tokens, kv %s H=%d R=%d "
+                                "(floor %d): %d slots per head, %d blocks, %.1f tokens "
+                                "evicted per head\n",
                         i, r->prompt_tokens, r->n_tokens, kv_policy_name(r->budget.policy),
-                        r->budget.heavy, r->budget.recent, r->kv_slots, r->kv_blocks_max,
+                        r->budget.heavy, r->budget.recent, proto.kv.min_budget, r->kv_slots,
+                        r->kv_blocks_max,
                         (double)r->kv_evicted / (m->cfg.n_layer * m->cfg.n_head));
             gen_result_free(&res[i]);
         }

@@ -242,9 +242,7 @@ int srv_run(const struct cfg *cfg)
         free(s);
         return 1;
     }
-    int err = strncmp(cfg->model, "dummy:", 6) == 0 ? opt_config_dummy(&s->mcfg, cfg->model)
-                                                     : opt_config_load(&s->mcfg, cfg->model);
-    if (err) {
+    if (model_load_config(&s->mcfg, cfg->model)) {
         log_error("%s", err_msg());
         tokenizer_destroy(s->tok);
         free(s);

@@ -436,6 +436,7 @@ static inline struct kv_spec spec_ratio(enum kv_policy p, float heavy, float rec
     k.policy = p;
     k.heavy_ratio = heavy;
     k.recent_ratio = recent;
+    k.min_budget = 0; /* the budget asked for, not the server's floor */
     return k;
 }
 
@@ -446,6 +447,7 @@ static inline struct kv_spec spec_abs(enum kv_policy p, int32_t heavy, int32_t r
     k.policy = p;
     k.heavy = heavy;
     k.recent = recent;
+    k.min_budget = 0;
     return k;
 }
 

@@ -87,11 +87,67 @@ TEST(decode_eviction_matches_reference)
     }
 }
 
+TEST(floor_raises_small_budgets_and_keeps_the_split)
+{
+    struct kv_spec s;
+    struct kv_budget b;
+    kv_spec_default(&s); /* h2o 0.1 + 0.1, floor KV_MIN_BUDGET_DEFAULT */
+    const int32_t F = KV_MIN_BUDGET_DEFAULT;
+    EXPECT_EQ(s.min_budget, F);
+    /* 4 + 16 tokens: 20% would be 2 + 2; the floor covers the whole sequence, so
+     * nothing is ever evicted (B = L, exactly full's footprint). */
+    EXPECT_EQ(kv_budget_resolve(&s, 4, 16, &b), 0);
+    EXPECT_EQ(kv_budget_slots(&b), 20);
+    EXPECT_EQ(b.heavy, 10);
+    EXPECT_EQ(b.recent, 10);
+    EXPECT_EQ(kv_budget_peak_slots(&b, 4, 16), 20);
+    /* 512 + 32: 20% is 55 + 55 = 110 < F, raised to F, half and half. */
+    EXPECT_EQ(kv_budget_resolve(&s, 512, 32, &b), 0);
+    EXPECT_EQ(b.heavy, F / 2);
+    EXPECT_EQ(b.recent, F - F / 2);
+    /* 512 + 512: 206 > F, untouched. */
+    EXPECT_EQ(kv_budget_resolve(&s, 512, 512, &b), 0);
+    EXPECT_EQ(b.heavy, 103);
+    EXPECT_EQ(b.recent, 103);
+    /* Absolute counts keep their ratio: 7 : 2 of F. */
+    s.heavy = 7;
+    s.recent = 2;
+    EXPECT_EQ(kv_budget_resolve(&s, 1000, 1000, &b), 0);
+    EXPECT_EQ(b.heavy + b.recent, F);
+    EXPECT_EQ(b.heavy, (7 * F + 4) / 9); /* rounded to the nearest token */
+    /* All heavy, no recent: the window still holds the current token. */
+    s.heavy = 50;
+    s.recent = 1;
+    s.min_budget = 1000;
+    EXPECT_EQ(kv_budget_resolve(&s, 2000, 0, &b), 0);
+    EXPECT(b.recent >= 1);
+    EXPECT_EQ(b.heavy + b.recent, 1000);
+    /* local: the window grows to F. */
+    s.policy = KV_POLICY_LOCAL;
+    s.heavy = s.recent = -1;
+    s.min_budget = F;
+    EXPECT_EQ(kv_budget_resolve(&s, 600, 400, &b), 0);
+    EXPECT_EQ(b.heavy, 0);
+    EXPECT_EQ(b.recent, F);
+    /* 0 turns it off. */
+    s.policy = KV_POLICY_H2O;
+    s.min_budget = 0;
+    EXPECT_EQ(kv_budget_resolve(&s, 4, 16, &b), 0);
+    EXPECT_EQ(b.heavy, 2);
+    EXPECT_EQ(b.recent, 2);
+    /* full is full whatever the floor. */
+    s.policy = KV_POLICY_FULL;
+    s.min_budget = F;
+    EXPECT_EQ(kv_budget_resolve(&s, 4, 16, &b), 0);
+    EXPECT_EQ(kv_budget_slots(&b), INT32_MAX);
+}
+
 TEST(budgets_from_ratios_and_counts)
 {
     struct kv_spec s;
     struct kv_budget b;
     kv_spec_default(&s); /* h2o, 0.1 + 0.1 */
+    s.min_budget = 0;    /* the floor has its own test below */
     EXPECT_EQ(kv_budget_resolve(&s, 512, 512, &b), 0);
     EXPECT_EQ(b.heavy, 103); /* ceil(102.4) */
     EXPECT_EQ(b.recent, 103);
@@ -119,6 +175,9 @@ TEST(budgets_from_ratios_and_counts)
     s.policy = KV_POLICY_H2O;
     s.recent = 0;
     EXPECT(kv_budget_resolve(&s, 10, 10, &b) != 0);
+    s.recent = 2;
+    s.min_budget = -1;
+    EXPECT(kv_budget_resolve(&s, 10, 10, &b) != 0);
     enum kv_policy p;
     EXPECT_EQ(kv_policy_parse("local", &p), 0);
     EXPECT_EQ(p, KV_POLICY_LOCAL);
@@ -130,5 +189,6 @@ int main(void)
     RUN(prefill_selection_matches_reference);
     RUN(decode_eviction_matches_reference);
     RUN(budgets_from_ratios_and_counts);
+    RUN(floor_raises_small_budgets_and_keeps_the_split);
     return test_done();
 }

@@ -45,12 +45,32 @@ cmp -s "$tmp/a" "$tmp/b" && ok "same seed, same completion" || not_ok "same seed
 # --prompts-file and the KV flags: one completion per line, KV stats on stderr.
 printf 'first prompt\n\nsecond prompt\nthird\n' >"$tmp/prompts.txt"
 "$bin" generate --model dummy:tiny --prompts-file "$tmp/prompts.txt" --max-tokens 20 \
-    --temperature 0 --dtype fp32 --kv-policy h2o --h2o-heavy 2 --h2o-recent 3 \
+    --temperature 0 --dtype fp32 --kv-policy h2o --h2o-heavy 2 --h2o-recent 3 --kv-min-budget 0 \
     >"$tmp/out" 2>"$tmp/err"
 [ "$(wc -l <"$tmp/out")" -eq 3 ] && ok "prompts file, three completions" \
     || not_ok "prompts file, three completions" "$(cat "$tmp/out")"
-grep -q "kv h2o H=2 R=3: 5 slots per head, 1 blocks" "$tmp/err" && grep -q "tokens evicted" "$tmp/err" \
+grep -q "kv h2o H=2 R=3 (floor 0): 5 slots per head, 1 blocks" "$tmp/err" && grep -q "tokens evicted" "$tmp/err" \
     && ok "per-sequence KV stats" || not_ok "per-sequence KV stats" "$(cat "$tmp/err")"
+
+# The default floor: the README's short prompt under the default policy (h2o 20%,
+# floor 128) keeps every token, so its greedy text is exactly full's; without the
+# floor the 20% budget (a few tokens) is what made it repeat itself.
+"$bin" generate --prompt 'The Linux kernel' --max-tokens 24 --temperature 0 --dtype fp32 \
+    >"$tmp/dflt" 2>"$tmp/err"
+"$bin" generate --prompt 'The Linux kernel' --max-tokens 24 --temperature 0 --dtype fp32 \
+    --kv-policy full >"$tmp/full" 2>/dev/null
+if [ -s "$tmp/full" ] && cmp -s "$tmp/dflt" "$tmp/full" \
+    && grep -q "kv h2o H=14 R=14 (floor 128): 27 slots per head.*, 0.0 tokens evicted" "$tmp/err"; then
+    ok "a request under the floor gives full's greedy text"
+else
+    not_ok "a request under the floor gives full's greedy text" "$(cat "$tmp/dflt")" \
+        "$(cat "$tmp/full")" "$(cat "$tmp/err")"
+fi
+"$bin" generate --prompt 'The Linux kernel' --max-tokens 24 --temperature 0 --dtype fp32 \
+    --kv-min-budget 0 >"$tmp/nofloor" 2>"$tmp/err"
+grep -q "kv h2o H=3 R=3 (floor 0)" "$tmp/err" && ! cmp -s "$tmp/nofloor" "$tmp/full" \
+    && ok "--kv-min-budget 0 runs the bare 20% budget" \
+    || not_ok "--kv-min-budget 0 runs the bare 20% budget" "$(cat "$tmp/nofloor")" "$(cat "$tmp/err")"
 expect "local policy" 0 "kv local H=0" -- \
     "$bin" generate --model dummy:tiny --prompt "abc" --max-tokens 30 --kv-policy local --dtype fp32
 expect "full policy" 0 "kv full" -- \
@@ -153,7 +173,7 @@ head -c 30000 "$data/../../README.md" >"$tmp/text.txt"
 "$bin" bench quality --model dummy:tiny --dtype fp32 --text "$tmp/text.txt" --prompt-len 16 \
     --gen-len 48 --segments 4 --sweep 0.1,0.5 >"$tmp/out" 2>"$tmp/err"
 if [ $? -eq 0 ] && [ "$(grep -c '^{"bench": "quality"' "$tmp/out")" -eq 5 ] \
-    && grep -q '"policy": "local", "heavy": 0, "recent": 32, "prompt_len": 16, "gen_len": 48, "segments": 4, "tokens": 192' "$tmp/out" \
+    && grep -q '"policy": "local", "heavy": 0, "recent": 32, "min_budget": 0, "prompt_len": 16, "gen_len": 48, "segments": 4, "tokens": 192' "$tmp/out" \
     && grep -Eq '^full +0 +0 +[0-9.]+ +1.0000x' "$tmp/out"; then
     ok "bench quality sweep"
 else
