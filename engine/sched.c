@@ -279,8 +279,8 @@ void sched_add(struct sched *s, struct req *r)
     q->seqs = xcalloc((size_t)r->n, sizeof *q->seqs);
     /* Sequence 0 carries the prompt ids from now on; it starts at admission. */
     q->seqs[0].ids = ids;
-    if (r->max_tokens == 0) {
-        /* Nothing to generate: every sequence finishes at once (length). */
+    if (r->max_tokens == 0 && !r->prompt_logprobs) {
+        /* Nothing to generate or score: every sequence finishes at once (length). */
         for (int32_t i = 0; i < r->n; i++) emit_finish(s, q, i, REQ_FINISH_LENGTH);
         free(ids);
         q->seqs[0].ids = NULL;
@@ -809,6 +809,17 @@ int sched_step(struct sched *s)
         s->st.prompt_tokens += s->items[i].n_tok;
         if (sq->n_cached < q->n_prompt) continue; /* more prompt to go */
         finish_prompt(s, q);
+        if (q->r->max_tokens == 0) {
+            /* Only the prompt's scores were asked for (echo + logprobs): they went out
+             * with the chunks, and nothing is sampled. seq_finish frees q with the
+             * last sequence. */
+            const int32_t n = q->r->n;
+            for (int32_t j = 0; j < n; j++) {
+                emit_finish(s, q, j, REQ_FINISH_LENGTH);
+                seq_finish(s, &q->seqs[j]);
+            }
+            continue;
+        }
         /* Every sequence samples its first token from the prompt's last logits. */
         for (int32_t j = 0; j < q->r->n; j++) pend(s, &q->seqs[j], last_row);
     }

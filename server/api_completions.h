@@ -180,6 +180,17 @@ void cmpl_resp_usage(const struct cmpl_resp *r, int64_t *prompt_tokens,
                      int64_t *completion_tokens);
 
 /*
+ * What the KV policy did so far, as usage.kv_cache reports it: the request's policy;
+ * heavy and recent after ratios, clamps and the floor (the largest over the request's
+ * prompts: each prompt gets its own budget; 0 for full); evicted_tokens sums, over
+ * every sequence, the tokens each layer and head dropped. A prompt whose budget
+ * reached prompt + max_tokens evicts nothing, exactly as full would.
+ * Thread: the response's.
+ */
+void cmpl_resp_kv_usage(const struct cmpl_resp *r, struct kv_budget *budget,
+                        int64_t *evicted_tokens);
+
+/*
  * The non-streaming body once cmpl_resp_done (and no error): choices in prompt-major
  * order, index = prompt_index * n + j; with best_of > n each prompt returns its n
  * sequences with the highest mean token logprob, best first (ties: the lower

@@ -283,31 +283,34 @@ static cJSON *choice_object(const char *text, int64_t index, cJSON *logprobs,
     return c;
 }
 
-/*
- * usage.kv_cache: what the KV policy did, so that a lossy budget is never silent.
- * heavy and recent are the budget after ratios, clamps and the floor (the largest
- * over the request's prompts: each prompt gets its own); evicted_tokens sums, over
- * every sequence, the tokens each layer and head dropped. A prompt whose budget
- * reached prompt + max_tokens evicts nothing, exactly as full would.
- */
-static cJSON *kv_usage_object(const struct cmpl_resp *r)
+/* usage.kv_cache (see cmpl_resp_kv_usage): what the KV policy did, so that a lossy
+ * budget is never silent. */
+void cmpl_resp_kv_usage(const struct cmpl_resp *r, struct kv_budget *budget,
+                        int64_t *evicted_tokens)
 {
     const struct cmpl_params *p = r->p;
-    int32_t heavy = 0, recent = 0;
+    *budget = (struct kv_budget){.policy = p->kv.policy};
     for (int32_t i = 0; i < p->n_prompts; i++)
         if (r->kv_seen[i]) {
-            heavy = MAX(heavy, r->kv[i].heavy);
-            recent = MAX(recent, r->kv[i].recent);
+            budget->heavy = MAX(budget->heavy, r->kv[i].heavy);
+            budget->recent = MAX(budget->recent, r->kv[i].recent);
         }
-    int64_t evicted = 0;
+    *evicted_tokens = 0;
     for (int64_t i = 0; i < (int64_t)p->n_prompts * r->n_gen; i++)
-        evicted += r->seqs[i].kv_evicted;
+        *evicted_tokens += r->seqs[i].kv_evicted;
+}
+
+static cJSON *kv_usage_object(const struct cmpl_resp *r)
+{
+    struct kv_budget b;
+    int64_t evicted;
+    cmpl_resp_kv_usage(r, &b, &evicted);
     cJSON *k = cJSON_CreateObject();
-    cJSON_AddStringToObject(k, "policy", kv_policy_name(p->kv.policy));
-    if (p->kv.policy != KV_POLICY_FULL) {
-        cJSON_AddNumberToObject(k, "heavy", heavy);
-        cJSON_AddNumberToObject(k, "recent", recent);
-        cJSON_AddNumberToObject(k, "min_budget", p->kv.min_budget);
+    cJSON_AddStringToObject(k, "policy", kv_policy_name(b.policy));
+    if (b.policy != KV_POLICY_FULL) {
+        cJSON_AddNumberToObject(k, "heavy", b.heavy);
+        cJSON_AddNumberToObject(k, "recent", b.recent);
+        cJSON_AddNumberToObject(k, "min_budget", r->p->kv.min_budget);
     }
     cJSON_AddNumberToObject(k, "evicted_tokens", (double)evicted);
     return k;

@@ -40,7 +40,9 @@ struct wreq {
 static void exch_free(struct exch *x)
 {
     if (x->file_open) close(x->file_fd);
-    router_abort(x);
+    router_abort(x); /* notes what an unfinished completion did, for the log */
+    router_log(x);
+    free(x->log_note);
     http_request_free(x->req);
     free(x->out);
     free(x);

@@ -14,6 +14,7 @@
 
 #include "util.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +50,7 @@ static cJSON *model_object(const struct srv *s)
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", s->model_id);
     cJSON_AddStringToObject(m, "object", "model");
-    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddNumberToObject(m, "created", (double)s->started);
     cJSON_AddStringToObject(m, "owned_by", "h2oserve");
     cJSON_AddNumberToObject(m, "max_model_len", s->mcfg.max_pos);
     return m;
@@ -84,9 +85,6 @@ static void handle_models(struct exch *x, const char *id)
     reply_json(x, list);
 }
 
-static void put_hist(char **out, size_t *len, size_t *cap, const char *name, const char *help,
-                     const struct srv_hist *h);
-
 static void appendf(char **out, size_t *len, size_t *cap, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -106,20 +104,41 @@ static void appendf(char **out, size_t *len, size_t *cap, const char *fmt, ...)
     }
 }
 
-static void put_hist(char **out, size_t *len, size_t *cap, const char *name, const char *help,
-                     const struct srv_hist *h)
+/* `model_name="ID"` with the id escaped as the text format wants (backslash, double
+ * quote and newline), the label every series carries, as vLLM's do. Heap string. */
+static char *model_label(const char *id)
+{
+    const size_t n = strlen(id);
+    char *out = xmalloc(2 * n + sizeof "model_name=\"\""), *o = out;
+    o += sprintf(o, "model_name=\"");
+    for (const char *c = id; *c; c++) {
+        if (*c == '\\' || *c == '"') *o++ = '\\';
+        if (*c == '\n') {
+            *o++ = '\\';
+            *o++ = 'n';
+            continue;
+        }
+        *o++ = *c;
+    }
+    sprintf(o, "\"");
+    return out;
+}
+
+static void put_hist(char **out, size_t *len, size_t *cap, const char *label, const char *name,
+                     const char *help, const struct srv_hist *h)
 {
     appendf(out, len, cap, "# HELP h2oserve:%s %s\n# TYPE h2oserve:%s histogram\n", name, help,
             name);
     int64_t cum = 0;
     for (int i = 0; i < SRV_HIST_BUCKETS; i++) {
         cum += h->bucket[i];
-        appendf(out, len, cap, "h2oserve:%s_bucket{le=\"%g\"} %lld\n", name, srv_hist_bounds[i],
-                (long long)cum);
+        appendf(out, len, cap, "h2oserve:%s_bucket{le=\"%g\",%s} %lld\n", name,
+                srv_hist_bounds[i], label, (long long)cum);
     }
-    appendf(out, len, cap, "h2oserve:%s_bucket{le=\"+Inf\"} %lld\n", name, (long long)h->count);
-    appendf(out, len, cap, "h2oserve:%s_sum %.6f\nh2oserve:%s_count %lld\n", name, h->sum, name,
+    appendf(out, len, cap, "h2oserve:%s_bucket{le=\"+Inf\",%s} %lld\n", name, label,
             (long long)h->count);
+    appendf(out, len, cap, "h2oserve:%s_sum{%s} %.6f\nh2oserve:%s_count{%s} %lld\n", name, label,
+            h->sum, name, label, (long long)h->count);
 }
 
 static void handle_metrics(struct exch *x)
@@ -130,20 +149,21 @@ static void handle_metrics(struct exch *x)
     size_t len = 0, cap = 8192;
     char *out = xmalloc(cap);
     out[0] = '\0';
+    char *label = model_label(s->model_id);
 #define GAUGE(name, help, v)                                                                    \
     appendf(&out, &len, &cap, "# HELP h2oserve:" name " " help "\n# TYPE h2oserve:" name      \
-                              " gauge\nh2oserve:" name " %lld\n", (long long)(v))
+                              " gauge\nh2oserve:" name "{%s} %lld\n", label, (long long)(v))
 #define COUNTER(name, help, v)                                                                  \
     appendf(&out, &len, &cap, "# HELP h2oserve:" name " " help "\n# TYPE h2oserve:" name      \
-                              " counter\nh2oserve:" name " %lld\n", (long long)(v))
+                              " counter\nh2oserve:" name "{%s} %lld\n", label, (long long)(v))
     GAUGE("num_requests_running", "Engine requests admitted and not finished.", st.n_running);
     GAUGE("num_requests_waiting", "Engine requests waiting for admission.", st.n_waiting);
     GAUGE("kv_cache_blocks_used", "KV blocks held by sequences.", st.blocks_used);
     GAUGE("kv_cache_blocks_total", "KV blocks in the pool.", st.blocks_total);
     appendf(&out, &len, &cap,
             "# HELP h2oserve:kv_cache_usage_perc KV blocks in use, 0..1.\n"
-            "# TYPE h2oserve:kv_cache_usage_perc gauge\nh2oserve:kv_cache_usage_perc %.6f\n",
-            st.blocks_total ? (double)st.blocks_used / st.blocks_total : 0.0);
+            "# TYPE h2oserve:kv_cache_usage_perc gauge\nh2oserve:kv_cache_usage_perc{%s} %.6f\n",
+            label, st.blocks_total ? (double)st.blocks_used / st.blocks_total : 0.0);
     COUNTER("kv_tokens_evicted_total", "Tokens evicted by the KV policy, over layers and heads.",
             st.tokens_evicted);
     COUNTER("prompt_tokens_total", "Prompt tokens processed.", st.prompt_tokens);
@@ -152,8 +172,9 @@ static void handle_metrics(struct exch *x)
                               "reason.\n# TYPE h2oserve:request_success_total counter\n");
     static const char *const reasons[] = {"none", "stop", "length", "cancelled", "error"};
     for (int i = 1; i < 5; i++)
-        appendf(&out, &len, &cap, "h2oserve:request_success_total{finished_reason=\"%s\"} %lld\n",
-                reasons[i], (long long)s->m.finished[i]);
+        appendf(&out, &len, &cap,
+                "h2oserve:request_success_total{finished_reason=\"%s\",%s} %lld\n", reasons[i],
+                label, (long long)s->m.finished[i]);
     COUNTER("http_requests_total", "HTTP requests received.", s->m.requests_total);
     int32_t batches, batch_reqs;
     batchrun_stats(s->br, &batches, &batch_reqs);
@@ -161,12 +182,15 @@ static void handle_metrics(struct exch *x)
     GAUGE("batch_requests_in_flight", "Batch-job engine requests in flight.", batch_reqs);
 #undef GAUGE
 #undef COUNTER
-    put_hist(&out, &len, &cap, "time_to_first_token_seconds", "Time to the first token.",
+    put_hist(&out, &len, &cap, label, "time_to_first_token_seconds", "Time to the first token.",
              &s->m.ttft);
-    put_hist(&out, &len, &cap, "inter_token_latency_seconds", "Time between tokens.", &s->m.itl);
-    put_hist(&out, &len, &cap, "e2e_request_latency_seconds", "Request latency.", &s->m.e2e);
-    put_hist(&out, &len, &cap, "request_queue_time_seconds", "Time waiting for admission.",
-             &s->m.queue);
+    put_hist(&out, &len, &cap, label, "inter_token_latency_seconds", "Time between tokens.",
+             &s->m.itl);
+    put_hist(&out, &len, &cap, label, "e2e_request_latency_seconds", "Request latency.",
+             &s->m.e2e);
+    put_hist(&out, &len, &cap, label, "request_queue_time_seconds",
+             "Time waiting for admission.", &s->m.queue);
+    free(label);
     exch_respond(x, 200, "text/plain; version=0.0.4", out, len, NULL);
     free(out);
 }
@@ -219,9 +243,8 @@ static void handle_completions(struct exch *x)
         exch_error(x, &e);
         return;
     }
-    char id[64];
-    snprintf(id, sizeof id, "cmpl-%016llx", (unsigned long long)random_seed(s));
-    x->resp = cmpl_resp_create(x->params, s->tok, id, (int64_t)time(NULL));
+    snprintf(x->id, sizeof x->id, "cmpl-%016llx", (unsigned long long)random_seed(s));
+    x->resp = cmpl_resp_create(x->params, s->tok, x->id, (int64_t)time(NULL));
     x->n_prompts = x->params->n_prompts;
     x->base_id = s->next_id;
     s->next_id += (uint64_t)x->n_prompts;
@@ -249,12 +272,44 @@ static void release_ids(struct exch *x, bool cancel)
     }
 }
 
+/* The completion's part of its --log-requests line, from the response before it
+ * goes: "cmpl-... prompt_tokens=4 completion_tokens=16 kv=h2o(heavy=14,recent=14,
+ * evicted=0)". */
+static void note_completion(struct exch *x)
+{
+    if (!x->c->s->cfg->log_requests) return;
+    int64_t pt, ct, evicted;
+    struct kv_budget b;
+    cmpl_resp_usage(x->resp, &pt, &ct);
+    cmpl_resp_kv_usage(x->resp, &b, &evicted);
+    char kv[96] = "full";
+    if (b.policy != KV_POLICY_FULL)
+        snprintf(kv, sizeof kv, "%s(heavy=%d,recent=%d,evicted=%lld)", kv_policy_name(b.policy),
+                 b.heavy, b.recent, (long long)evicted);
+    char note[256];
+    snprintf(note, sizeof note, "%s prompt_tokens=%lld completion_tokens=%lld kv=%s", x->id,
+             (long long)pt, (long long)ct, kv);
+    free(x->log_note);
+    x->log_note = xstrdup(note);
+}
+
+void router_log(const struct exch *x)
+{
+    if (!x->c->s->cfg->log_requests || !x->req) return;
+    char status[8] = "-";
+    if (x->status) snprintf(status, sizeof status, "%d", x->status);
+    log_info("request %s %s %s%s%s %.1f ms", x->req->method, x->req->path, status,
+             x->log_note ? " " : "", x->log_note ? x->log_note : "",
+             (uv_hrtime() * 1e-9 - x->t_start) * 1e3);
+}
+
 /* Every prompt finished, or one failed: send what is left of the response. The
  * exchange may be freed by exch_finish (its connection moves on), so the response
  * state is released first and only local buffers are written after. */
 static void completion_done(struct exch *x)
 {
     struct srv *s = x->c->s;
+    note_completion(x);
     const struct api_error *err = cmpl_resp_error(x->resp);
     release_ids(x, err != NULL);
     srv_hist_add(&s->m.e2e, uv_hrtime() * 1e-9 - x->t_start);
@@ -311,6 +366,7 @@ void router_event(struct exch *x, struct req_event *ev)
 void router_abort(struct exch *x)
 {
     if (x->resp) {
+        note_completion(x); /* the client left: what it got so far */
         release_ids(x, true);
         cmpl_resp_destroy(x->resp);
         x->resp = NULL;
@@ -320,6 +376,33 @@ void router_abort(struct exch *x)
         free(x->params);
         x->params = NULL;
     }
+}
+
+/* Whether `v` is a list of header names ("x-stainless-os, Content-Type"): tokens
+ * (RFC 9110 5.6.2), commas and spaces, so that echoing it back can never inject
+ * anything into the response head. */
+static bool header_name_list(const char *v)
+{
+    if (!*v || strlen(v) > 2048) return false;
+    for (const unsigned char *c = (const unsigned char *)v; *c; c++)
+        if (!(isalnum(*c) || strchr("!#$%&'*+-.^_`|~, ", *c))) return false;
+    return true;
+}
+
+/* A CORS preflight: the methods the API uses, and the request headers the browser
+ * asks for (Access-Control-Request-Headers), whatever they are, as vLLM's
+ * allow_headers=["*"] does: client libraries send their own (the openai-node
+ * client's x-stainless-*), and the API key check does not depend on any of them. */
+static void cors_preflight(struct exch *x)
+{
+    const char *want = http_request_header(x->req, "access-control-request-headers");
+    char extra[2300];
+    snprintf(extra, sizeof extra,
+             "Access-Control-Allow-Methods: GET, POST, DELETE, OPTIONS\r\n"
+             "Access-Control-Allow-Headers: %s\r\n"
+             "Access-Control-Max-Age: 86400\r\n",
+             want && header_name_list(want) ? want : "Authorization, Content-Type");
+    exch_respond(x, 204, "text/plain", "", 0, extra);
 }
 
 void router_dispatch(struct exch *x)
@@ -335,11 +418,7 @@ void router_dispatch(struct exch *x)
     }
     const bool get = strcmp(r->method, "GET") == 0, post = strcmp(r->method, "POST") == 0;
     if (strcmp(r->method, "OPTIONS") == 0 && s->cfg->cors_allow_origin) {
-        /* CORS preflight: allow what the API uses. */
-        exch_respond(x, 204, "text/plain", "", 0,
-                     "Access-Control-Allow-Methods: GET, POST, DELETE, OPTIONS\r\n"
-                     "Access-Control-Allow-Headers: Authorization, Content-Type\r\n"
-                     "Access-Control-Max-Age: 86400\r\n");
+        cors_preflight(x);
         return;
     }
     const char *p = r->path;

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- registry: engine request id -> exchange ---- */
 
@@ -103,6 +104,13 @@ void srv_hist_add(struct srv_hist *h, double v)
 
 /* ---- the engine bridge ---- */
 
+static void close_cb_noop(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void start_drain(struct srv *s);
+
 static void on_wake(uv_async_t *a)
 {
     struct srv *s = a->data;
@@ -121,6 +129,15 @@ static void on_wake(uv_async_t *a)
     }
     /* Finished batch requests made room: hand the engine more. */
     batchrun_feed(s->br);
+    if (engine_state(s->eng) == ENGINE_FAILED && s->exit_code == 0) {
+        /* A server that cannot serve its model must not look alive: it exits
+         * non-zero with the reason, as vLLM does, so that systemd or Kubernetes see
+         * it. The drain lets the requests that waited for the model get their 503
+         * (the engine's error events) first. */
+        log_error("the model failed to load: %s", engine_error(s->eng));
+        s->exit_code = 1;
+        start_drain(s);
+    }
 }
 
 /* Called by the engine thread: the only cross-thread call into the loop. */
@@ -130,11 +147,6 @@ static void engine_notify(void *arg)
 }
 
 /* ---- shutdown ---- */
-
-static void close_cb_noop(uv_handle_t *h)
-{
-    (void)h;
-}
 
 static void stop_everything(struct srv *s)
 {
@@ -175,16 +187,37 @@ static void on_signal(uv_signal_t *h, int signum)
     start_drain(s);
 }
 
+/* Cancel every request the registry holds. Each cancelled sequence gets its finishing
+ * event, and router_event ends its response properly: a last chunk with a
+ * finish_reason and [DONE] for a stream, the whole body for the rest. */
+static void cancel_registered(struct srv *s)
+{
+    for (int32_t i = 0; i < s->reg_cap; i++)
+        if (s->reg[i].id) engine_cancel(s->eng, s->reg[i].id);
+}
+
 static void on_tick(uv_timer_t *t)
 {
     struct srv *s = t->data;
     conn_sweep(s);
     batchrun_tick(s->br);
     if (!s->draining) return;
+    /* Busy: an engine request is registered, an exchange is unanswered, or answered
+     * bytes are still on their way out (closing now would drop them). */
     bool busy = s->reg_n > 0;
-    for (struct conn *c = s->conns; c && !busy; c = c->next) busy = c->head != NULL;
-    if (!busy || uv_now(s->loop) >= s->drain_deadline) {
-        if (busy) log_warn("drain deadline: cancelling what is still running");
+    for (struct conn *c = s->conns; c && !busy; c = c->next)
+        busy = c->head != NULL || c->wq_bytes > 0;
+    const uint64_t now = uv_now(s->loop);
+    if (!busy) {
+        stop_everything(s);
+    } else if (now >= s->drain_deadline && !s->drain_cancelled) {
+        log_warn("drain deadline: cancelling the %d engine requests still running", s->reg_n);
+        cancel_registered(s);
+        s->drain_cancelled = true;
+        s->drain_deadline = now + SRV_DRAIN_FLUSH_MS;
+    } else if (now >= s->drain_deadline) {
+        log_warn("drain: connections still busy %d ms after the cancel; closing them",
+                 SRV_DRAIN_FLUSH_MS);
         stop_everything(s);
     }
 }
@@ -222,8 +255,7 @@ static int listen_on(struct srv *s)
     uv_tcp_getsockname(&s->listener, (struct sockaddr *)&name, &len);
     s->bound_port = ntohs(name.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&name)->sin6_port
                                                      : ((struct sockaddr_in *)&name)->sin_port);
-    fprintf(stderr, "listening on http://%s:%d\n", s->cfg->host, s->bound_port);
-    fflush(stderr);
+    log_info("listening on http://%s:%d", s->cfg->host, s->bound_port);
     return 0;
 }
 
@@ -232,6 +264,7 @@ int srv_run(const struct cfg *cfg)
     struct srv *s = xcalloc(1, sizeof *s);
     s->cfg = cfg;
     s->next_id = 1;
+    s->started = (int64_t)time(NULL);
     s->loop = uv_default_loop();
     signal(SIGPIPE, SIG_IGN); /* a client closing mid-write is an error code, not death */
 

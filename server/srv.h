@@ -44,10 +44,13 @@ struct exch {
     /* An engine-backed request (completions): */
     struct cmpl_params *params;
     struct cmpl_resp *resp;
+    char id[40];               /* the response id ("cmpl-..."), "" before */
     uint64_t base_id;          /* engine ids base_id .. base_id + n_prompts - 1 */
     int32_t n_prompts;
     int32_t n_live;            /* engine requests not finished yet */
     double t_start, t_first, t_last; /* for TTFT, ITL and e2e metrics */
+    char *log_note;            /* --log-requests: what the request line adds (the
+                                  completion's id, tokens and KV policy), or NULL */
     /* A body sent from a file (exch_respond_file): */
     bool file_open;            /* file_fd is ours and file_left bytes are unsent */
     int file_fd;
@@ -108,14 +111,21 @@ struct srv {
     struct srv_reg_slot *reg;  /* open addressing, linear probing, power of two */
     int32_t reg_cap, reg_n;
     uint64_t next_id;
+    int64_t started;           /* Unix time the server started: /v1/models' created */
     bool draining;
-    uint64_t drain_deadline;   /* uv_now() ms */
+    bool drain_cancelled;      /* the grace period ended: what ran was cancelled */
+    uint64_t drain_deadline;   /* uv_now() ms: the grace period's end, then the
+                                  flush's (SRV_DRAIN_FLUSH_MS after the cancel) */
     int bound_port;
     struct srv_metrics m;
     struct jobstore *js;       /* the Files + Batches store under --data-dir */
     struct batchrun *br;       /* the batch runner, feeding the engine from js */
     int exit_code;
 };
+
+/* After the grace period the running requests are cancelled, and their connections
+ * get this long to send the final chunk or body before they are closed. */
+#define SRV_DRAIN_FLUSH_MS 5000
 
 /* Engine request ids with this bit set belong to the batch runner (its own map);
  * the rest are the registry's. */
@@ -285,5 +295,10 @@ void router_event(struct exch *x, struct req_event *ev);
 /* The exchange is going away before the engine finished (client gone): cancel
  * its engine requests and free its completion state. Thread: loop. */
 void router_abort(struct exch *x);
+
+/* With --log-requests, one line for the exchange that is being freed: method, path,
+ * status (or "-" when the client left before the answer), its log_note and the
+ * latency. Thread: loop. */
+void router_log(const struct exch *x);
 
 #endif

@@ -56,11 +56,19 @@ char *xstrndup(const char *s, size_t n)
     return p;
 }
 
+/* "2026-12-01T16:03:16.123Z [info] message": an RFC 3339 UTC time to the
+ * millisecond, so lines from several replicas or from journald sort and join by
+ * time, then the level. One fprintf per line, so lines from threads never mix. */
 static void log_line(const char *level, const char *fmt, va_list ap)
 {
-    char buf[2048];
+    char buf[2048], when[32];
     vsnprintf(buf, sizeof buf, fmt, ap);
-    fprintf(stderr, "[%s] %s\n", level, buf);
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    fprintf(stderr, "%s.%03ldZ [%s] %s\n", when, ts.tv_nsec / 1000000, level, buf);
 }
 
 void log_info(const char *fmt, ...)

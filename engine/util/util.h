@@ -37,7 +37,8 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 
-/* Log a line to stderr with a level tag. Thread: any (one fprintf per line). */
+/* Log a line to stderr: "2026-12-01T16:03:16.123Z [info] text" (RFC 3339, UTC), then
+ * the level tag. Thread: any (one fprintf per line). */
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

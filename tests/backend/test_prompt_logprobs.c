@@ -5,7 +5,8 @@
  * The golden fixtures hold transformers' logits at every prompt position; the
  * logprob of prompt token p must be log_softmax(logits[p - 1])[token p] within 1e-4
  * and the top alternatives must be the largest of those, whether the prompt runs in
- * one chunk or many, and alone or beside other requests.
+ * one chunk or many, and alone or beside other requests; and with max_tokens 0 (the
+ * prompt scored, nothing generated), as OpenAI's echo + logprobs + max_tokens 0 asks.
  */
 #include "test.h"
 
@@ -21,6 +22,9 @@ struct seen {
     int32_t bad_order; /* prompt events after a generated token */
     bool generated;
     int32_t last_pos;
+    int32_t n_finished;       /* finishing events of request 1 */
+    enum req_finish finish;   /* the last one's reason */
+    int32_t completion_tokens; /* the last one's */
 };
 
 static void on_event(void *arg, struct req_event *ev)
@@ -46,10 +50,16 @@ static void on_event(void *arg, struct req_event *ev)
     } else if (ev->req_id == 1 && ev->token >= 0) {
         s->generated = true;
     }
+    if (ev->req_id == 1 && ev->finish != REQ_FINISH_NONE) {
+        s->n_finished++;
+        s->finish = ev->finish;
+        s->completion_tokens = ev->completion_tokens;
+    }
     req_event_free(ev);
 }
 
-static void check(int32_t max_batched, bool with_neighbour, bool device_state)
+static void check_n(int32_t max_batched, bool with_neighbour, bool device_state,
+                    int32_t max_tokens, int32_t n)
 {
     struct golden g;
     golden_load(&g, "tiny-opt");
@@ -80,7 +90,8 @@ static void check(int32_t max_batched, bool with_neighbour, bool device_state)
     r->prompt_ids = xmalloc((size_t)gp->n_tok * sizeof *r->prompt_ids);
     memcpy(r->prompt_ids, gp->tokens, (size_t)gp->n_tok * sizeof *r->prompt_ids);
     r->n_prompt_ids = gp->n_tok;
-    r->max_tokens = 2;
+    r->max_tokens = max_tokens;
+    r->n = n;
     r->sp.temperature = 0;
     r->sp.n_logprobs = 2;
     r->prompt_logprobs = true;
@@ -89,6 +100,10 @@ static void check(int32_t max_batched, bool with_neighbour, bool device_state)
     sched_destroy(sc);
     EXPECT_EQ(s.n_prompt_events, gp->n_tok - 1);
     EXPECT_EQ(s.bad_order, 0);
+    EXPECT_EQ(s.n_finished, n);
+    EXPECT_EQ(s.finish, REQ_FINISH_LENGTH);
+    EXPECT_EQ(s.completion_tokens, max_tokens);
+    if (max_tokens == 0) EXPECT(!s.generated);
     printf("# max_batched %d%s%s: %d prompt tokens scored, max |logprob - transformers| "
            "%.3g\n", max_batched, with_neighbour ? " beside another request" : "",
            device_state ? " (device sampling)" : "", s.n_prompt_events, s.worst);
@@ -99,7 +114,16 @@ static void check(int32_t max_batched, bool with_neighbour, bool device_state)
     golden_free(&g);
 }
 
+static void check(int32_t max_batched, bool with_neighbour, bool device_state)
+{
+    check_n(max_batched, with_neighbour, device_state, 2, 1);
+}
+
 TEST(one_chunk) { check(2048, false, false); }
+/* max_tokens 0: the prompt is prefilled and scored, then every sequence finishes
+ * (length) without sampling; its blocks go back (checked in check_n). */
+TEST(max_tokens_0_scores_the_prompt) { check_n(7, true, false, 0, 1); }
+TEST(max_tokens_0_with_n_2) { check_n(2048, false, false, 0, 2); }
 TEST(many_chunks) { check(7, false, false); }
 TEST(beside_another_request) { check(16, true, false); }
 /* With a backend that samples on its device, the steps that score a prompt keep
@@ -109,6 +133,8 @@ TEST(beside_another_request_device_sampling) { check(16, true, true); }
 int main(void)
 {
     RUN(one_chunk);
+    RUN(max_tokens_0_scores_the_prompt);
+    RUN(max_tokens_0_with_n_2);
     RUN(many_chunks);
     RUN(beside_another_request);
     RUN(beside_another_request_device_sampling);

@@ -106,7 +106,9 @@ class Server:
 
 def metric(srv, name):
     st, body, _ = srv.get("/metrics")
-    m = re.search(r"^h2oserve:" + re.escape(name) + r" ([0-9.e+-]+)$", body.decode(), re.M)
+    # Every series carries the served model's name, as vLLM's do.
+    m = re.search(r"^h2oserve:" + re.escape(name) + r'\{model_name="[^"]*"\} ([0-9.e+-]+)$',
+                  body.decode(), re.M)
     return float(m.group(1)) if m else None
 
 
