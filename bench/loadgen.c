@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 #include <uv.h>
 
+#include "loadgen_arrivals.h"
 #include "loadgen_http.h"
 #include "loadgen_opts.h"
 #include "loadgen_stats.h"
@@ -30,7 +31,7 @@ struct lg_req {
     struct lg_bench *b;
     char *body;
     size_t body_len;
-    double arrival_s;        /* Poisson release time from the start */
+    double arrival_s;        /* release time from the start (loadgen_arrivals.c) */
     uint64_t t_send, t_first, t_last;
     double *itl_ms;          /* [n_itl], grown as chunks come */
     int32_t n_itl, cap_itl, n_chunks;
@@ -58,20 +59,6 @@ struct lg_bench {
     bool probe_failed;
     int64_t connects;        /* connections the benchmark opened (keep-alive check) */
 };
-
-/* splitmix64: the arrival times and prompts are a function of --seed only. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(uint64_t *s)  /* [0, 1) */
-{
-    return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
-}
 
 static char *xstrdup(const char *msg)
 {
@@ -260,23 +247,28 @@ static void on_arrivals(uv_timer_t *t)
 }
 
 /* Build every request body before the clock starts, from --seed: prompts of
- * input_len random ids (OPT's specials 0-3 left out), Poisson arrival times. */
+ * input_len random ids (OPT's specials 0-3 left out) and the arrival schedule
+ * (loadgen_arrivals.c). The two draw from separate streams, so changing
+ * --request-rate or --burstiness keeps the prompts of a seed. */
 static int bench_prepare(struct lg_bench *b)
 {
     const struct lg_opts *o = &b->o;
-    uint64_t rng = o->seed;
+    uint64_t rng = o->seed, arrival_rng = o->seed ^ 0xa5a5a5a5a5a5a5a5ull;
     b->reqs = calloc((size_t)o->num_prompts, sizeof *b->reqs);
     int *ids = malloc(sizeof(int) * (size_t)o->input_len);
-    if (!b->reqs || !ids)
+    double *arrivals = malloc(sizeof(double) * (size_t)(o->num_prompts + 1));
+    if (!b->reqs || !ids || !arrivals) {
+        free(ids);
+        free(arrivals);
         return -1;
-    double t = 0;
-    for (int64_t i = 0; i < o->num_prompts; i++) {
+    }
+    lg_arrivals_fill(arrivals, o->num_prompts, o->request_rate, o->burstiness, &arrival_rng);
+    int err = 0;
+    for (int64_t i = 0; i < o->num_prompts && !err; i++) {
         struct lg_req *r = &b->reqs[i];
         for (int32_t k = 0; k < o->input_len; k++)
-            ids[k] = 4 + (int)(rng_next(&rng) % (uint64_t)(o->vocab - 4));
-        if (isfinite(o->request_rate))
-            t += -log(1.0 - rng_unit(&rng)) / o->request_rate;
-        r->arrival_s = isfinite(o->request_rate) ? t : 0;
+            ids[k] = 4 + (int)(lg_rng_next(&rng) % (uint64_t)(o->vocab - 4));
+        r->arrival_s = arrivals[i];
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "model", b->model);
         cJSON_AddItemToObject(j, "prompt", cJSON_CreateIntArray(ids, o->input_len));
@@ -288,8 +280,10 @@ static int bench_prepare(struct lg_bench *b)
         cJSON_AddBoolToObject(so, "include_usage", true);
         r->body = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
-        if (!r->body)
-            return -1;
+        if (!r->body) {
+            err = -1;
+            break;
+        }
         r->body_len = strlen(r->body);
         r->b = b;
         r->usage_prompt = r->usage_completion = -1;
@@ -299,7 +293,8 @@ static int bench_prepare(struct lg_bench *b)
             .on_done = req_on_done, .user = r};
     }
     free(ids);
-    return 0;
+    free(arrivals);
+    return err;
 }
 
 static void bench_start(struct lg_bench *b)
@@ -311,9 +306,13 @@ static void bench_start(struct lg_bench *b)
     char conc[32] = "unlimited";
     if (b->o.max_concurrency)
         snprintf(conc, sizeof conc, "%d", b->o.max_concurrency);
+    char rate[80] = "rate inf (all at once)";
+    if (isfinite(b->o.request_rate))
+        snprintf(rate, sizeof rate, "rate %g req/s, burstiness %g (%s)", b->o.request_rate,
+                 b->o.burstiness, b->o.burstiness == 1.0 ? "Poisson" : "gamma");
     fprintf(stderr, "loadgen: model %s, %lld prompts of %d tokens, %d output tokens, "
-            "rate %g req/s, max concurrency %s\n", b->model, (long long)b->o.num_prompts,
-            b->o.input_len, b->o.output_len, b->o.request_rate, conc);
+            "%s, max concurrency %s\n", b->model, (long long)b->o.num_prompts,
+            b->o.input_len, b->o.output_len, rate, conc);
     uv_timer_init(b->loop, &b->arrivals);
     b->arrivals.data = b;
     b->t_start = uv_hrtime();

@@ -21,7 +21,10 @@ static void usage(FILE *f)
         "  --model NAME           model id (default: the first of GET /v1/models)\n"
         "  --api-key KEY          sent as Authorization: Bearer KEY\n"
         "  --num-prompts N        requests to send (1000)\n"
-        "  --request-rate R       Poisson arrivals at R req/s, or inf: all at once (inf)\n"
+        "  --request-rate R       arrivals at R req/s on average, or inf: all at once (inf)\n"
+        "  --burstiness B         gaps ~ Gamma(shape B, mean 1/R): 1 = Poisson, < 1\n"
+        "                         burstier, > 1 (up to inf) more even; needs a finite\n"
+        "                         --request-rate (1)\n"
         "  --max-concurrency C    at most C requests in flight (unlimited)\n"
         "  --random-input-len I   prompt tokens per request (1024)\n"
         "  --random-output-len O  generated tokens per request, EOS ignored (128)\n"
@@ -80,17 +83,18 @@ static int parse_base_url(struct lg_opts *o, const char *url)
 int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
 {
     enum { O_HOST = 256, O_PORT, O_BASE, O_MODEL, O_KEY, O_NUM, O_RATE, O_CONC, O_IN,
-           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_HELP };
+           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_BURST, O_HELP };
     static const struct option longopts[] = {
         {"host", 1, 0, O_HOST}, {"port", 1, 0, O_PORT}, {"base-url", 1, 0, O_BASE},
         {"model", 1, 0, O_MODEL}, {"api-key", 1, 0, O_KEY}, {"num-prompts", 1, 0, O_NUM},
         {"request-rate", 1, 0, O_RATE}, {"max-concurrency", 1, 0, O_CONC},
         {"random-input-len", 1, 0, O_IN}, {"random-output-len", 1, 0, O_OUT},
         {"random-vocab-size", 1, 0, O_VOCAB}, {"seed", 1, 0, O_SEED},
-        {"timeout", 1, 0, O_TIMEOUT}, {"save-result", 1, 0, O_SAVE}, {"help", 0, 0, O_HELP},
+        {"timeout", 1, 0, O_TIMEOUT}, {"save-result", 1, 0, O_SAVE},
+        {"burstiness", 1, 0, O_BURST}, {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     *o = (struct lg_opts){.host = "127.0.0.1", .port = 8000, .num_prompts = 1000,
-                          .request_rate = INFINITY, .input_len = 1024, .output_len = 128,
+                          .request_rate = INFINITY, .burstiness = 1.0, .input_len = 1024, .output_len = 128,
                           .vocab = 512, .timeout_s = 600};
     int c;
     long long v = 0;
@@ -114,6 +118,10 @@ int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
         case O_RATE:
             o->request_rate = strtod(a, &end);
             bad = end == a || *end || !(o->request_rate > 0);
+            break;
+        case O_BURST:  /* vLLM asserts burstiness > 0; "inf" is its even spacing */
+            o->burstiness = strtod(a, &end);
+            bad = end == a || *end || !(o->burstiness > 0);
             break;
         case O_TIMEOUT:
             o->timeout_s = strtod(a, &end);

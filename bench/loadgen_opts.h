@@ -16,6 +16,7 @@ struct lg_opts {
     const char *api_key;
     int64_t num_prompts;
     double request_rate;     /* requests/s; INFINITY = all at once */
+    double burstiness;       /* gamma shape of the gaps: 1 = Poisson, INFINITY = even */
     int32_t max_concurrency; /* 0 = unlimited */
     int32_t input_len, output_len;
     int32_t vocab;           /* prompt ids drawn from [4, vocab) */
