@@ -1,12 +1,13 @@
 /*
  * loadgen.c - an HTTP load generator for a running server: random token-id prompts
- * sent to POST /v1/completions as streams, Poisson arrivals and/or a concurrency cap,
- * and the metrics and printed block of `vllm bench serve` (loadgen_stats.c).
+ * sent to POST /v1/completions (--endpoint) as streams, Poisson or gamma arrivals
+ * (loadgen_arrivals.c) and/or a concurrency cap, and the metrics and printed block of
+ * `vllm bench serve` (loadgen_stats.c).
  *
  * Owns: the requests (their bodies, SSE line buffers and ITL arrays) and the loop.
  * Flow: GET /v1/models (the model's name unless --model, and a check that the server
  * answers at all), then the benchmark: an arrival timer releases requests at their
- * precomputed Poisson times, and each release or completion dispatches as many
+ * precomputed times, and each release or completion dispatches as many
  * released requests as the concurrency cap allows, in order. The loop ends when the
  * last request is done; every request ends (complete, HTTP error, connection error
  * or --timeout), so the program never hangs and exits 1 if any failed.
@@ -52,7 +53,7 @@ struct lg_bench {
     int64_t n_released, n_sent, n_done, n_in_flight;
     uint64_t t_start, t_end;
     struct lg_call probe;
-    char probe_path[300], path[300];
+    char probe_path[300], path[520];
     char *probe_body;        /* GET /v1/models's answer */
     size_t probe_len, probe_cap;
     char *model;             /* owned */
@@ -424,7 +425,9 @@ int main(int argc, char **argv)
     if (b.o.model)
         b.model = xstrdup(b.o.model);
     snprintf(b.probe_path, sizeof b.probe_path, "%s/v1/models", b.o.prefix);
-    snprintf(b.path, sizeof b.path, "%s/v1/completions", b.o.prefix);
+    // vLLM's api_url is the base URL followed by --endpoint; the model list is always
+    // the base URL's /v1/models.
+    snprintf(b.path, sizeof b.path, "%s%s", b.o.prefix, b.o.endpoint);
     // The probe has a short limit of its own: a server that does not answer a model
     // list within it will not carry a benchmark either.
     double probe_s = b.o.timeout_s < 30 ? b.o.timeout_s : 30;

@@ -18,6 +18,9 @@ static void usage(FILE *f)
         "  --host H               server address (127.0.0.1)\n"
         "  --port N               server port (8000)\n"
         "  --base-url URL         http://host[:port][/prefix] instead of --host/--port\n"
+        "  --endpoint PATH        the API path after the base URL (/v1/completions)\n"
+        "  --backend B            openai or vllm: both stream /v1/completions (openai)\n"
+        "  --dataset-name D       random, the only one: random token-id prompts (random)\n"
         "  --model NAME           model id (default: the first of GET /v1/models)\n"
         "  --api-key KEY          sent as Authorization: Bearer KEY\n"
         "  --num-prompts N        requests to send (1000)\n"
@@ -80,10 +83,50 @@ static int parse_base_url(struct lg_opts *o, const char *url)
     return 0;
 }
 
+static const char *opt_name(const struct option *longopts, int val)
+{
+    for (; longopts->name; longopts++)
+        if (longopts->val == val)
+            return longopts->name;
+    return "?";
+}
+
+/* vLLM's completions client refuses an API URL that does not end in "completions"
+ * before it sends anything; so do we, and a path must be one. A path that passes
+ * but that the server does not route fails every request with its HTTP 404. */
+static int check_endpoint(const char *e)
+{
+    size_t n = strlen(e);
+    if (e[0] != '/' || n >= 256 || n < 11 || strcmp(e + n - 11, "completions") != 0) {
+        fprintf(stderr, "loadgen: bad value for --endpoint: %s (a path that starts with "
+                "'/' and ends in 'completions', as vLLM's completions client requires; "
+                "the server's is /v1/completions)\n", e);
+        return -1;
+    }
+    return 0;
+}
+
+/* vLLM's "openai" and "vllm" backends are one client, the streaming completions
+ * one we have. Its chat client would need /v1/chat/completions, which the server
+ * does not have yet (and text prompts, where ours are token ids). */
+static int check_backend(const char *b)
+{
+    if (strcmp(b, "openai") == 0 || strcmp(b, "vllm") == 0)
+        return 0;
+    if (strcmp(b, "openai-chat") == 0)
+        fprintf(stderr, "loadgen: --backend openai-chat is not supported: this server has "
+                "no /v1/chat/completions endpoint yet; use --backend openai or vllm (the "
+                "streaming /v1/completions client)\n");
+    else
+        fprintf(stderr, "loadgen: --backend %s is not supported: loadgen has only vLLM's "
+                "completions client, --backend openai or vllm\n", b);
+    return -1;
+}
+
 int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
 {
     enum { O_HOST = 256, O_PORT, O_BASE, O_MODEL, O_KEY, O_NUM, O_RATE, O_CONC, O_IN,
-           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_BURST, O_HELP };
+           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_BURST, O_ENDPOINT, O_BACKEND, O_DATASET, O_HELP };
     static const struct option longopts[] = {
         {"host", 1, 0, O_HOST}, {"port", 1, 0, O_PORT}, {"base-url", 1, 0, O_BASE},
         {"model", 1, 0, O_MODEL}, {"api-key", 1, 0, O_KEY}, {"num-prompts", 1, 0, O_NUM},
@@ -91,16 +134,19 @@ int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
         {"random-input-len", 1, 0, O_IN}, {"random-output-len", 1, 0, O_OUT},
         {"random-vocab-size", 1, 0, O_VOCAB}, {"seed", 1, 0, O_SEED},
         {"timeout", 1, 0, O_TIMEOUT}, {"save-result", 1, 0, O_SAVE},
-        {"burstiness", 1, 0, O_BURST}, {"help", 0, 0, O_HELP},
+        {"burstiness", 1, 0, O_BURST}, {"endpoint", 1, 0, O_ENDPOINT},
+        {"backend", 1, 0, O_BACKEND}, {"dataset-name", 1, 0, O_DATASET},
+        {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     *o = (struct lg_opts){.host = "127.0.0.1", .port = 8000, .num_prompts = 1000,
                           .request_rate = INFINITY, .burstiness = 1.0, .input_len = 1024, .output_len = 128,
-                          .vocab = 512, .timeout_s = 600};
+                          .vocab = 512, .timeout_s = 600,
+                          .endpoint = "/v1/completions", .backend = "openai"};
     int c;
     long long v = 0;
     char *end;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        const char *a = optarg;
+        const char *a = optarg, *hint = "";
         int bad = 0;
         switch (c) {
         case O_HOST: snprintf(o->host, sizeof o->host, "%s", a); break;
@@ -122,16 +168,36 @@ int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
         case O_BURST:  /* vLLM asserts burstiness > 0; "inf" is its even spacing */
             o->burstiness = strtod(a, &end);
             bad = end == a || *end || !(o->burstiness > 0);
+            hint = " (the gamma shape, > 0: 1 = Poisson, < 1 burstier, inf = even gaps)";
             break;
         case O_TIMEOUT:
             o->timeout_s = strtod(a, &end);
             bad = end == a || *end || !(o->timeout_s > 0) || o->timeout_s > 1e9;
             break;
+        case O_ENDPOINT:
+            o->endpoint = a;
+            if (check_endpoint(a) != 0)
+                return -1;
+            break;
+        case O_BACKEND:
+            o->backend = a;
+            if (check_backend(a) != 0)
+                return -1;
+            break;
+        case O_DATASET:
+            if (strcmp(a, "random") != 0) {
+                fprintf(stderr, "loadgen: --dataset-name %s is not supported: loadgen has "
+                        "only vLLM's 'random' dataset (random token ids, "
+                        "--random-input-len and --random-output-len of them)\n", a);
+                return -1;
+            }
+            break;
         case O_HELP: usage(stdout); return 1;
         default: usage(stderr); return -1;
         }
         if (bad) {
-            fprintf(stderr, "loadgen: bad value for --%s: %s\n", longopts[c - O_HOST].name, a);
+            fprintf(stderr, "loadgen: bad value for --%s: %s%s\n", opt_name(longopts, c), a,
+                    hint);
             return -1;
         }
     }

@@ -12,6 +12,8 @@ struct lg_opts {
     char host[256];
     int port;
     char prefix[256];        /* path prefix of --base-url, "" or "/something" */
+    const char *endpoint;    /* --endpoint, appended to the prefix: "/v1/completions" */
+    const char *backend;     /* "openai" or "vllm": both the streaming completions client */
     const char *model;
     const char *api_key;
     int64_t num_prompts;
