@@ -445,7 +445,9 @@ int main(int argc, char **argv)
         goto out;
     for (int64_t i = 0; i < b.o.num_prompts; i++)
         recs[i] = b.reqs[i].rec;
-    struct lg_summary s = {.max_concurrency = b.o.max_concurrency};
+    struct lg_summary s = {.max_concurrency = b.o.max_concurrency, .metrics = b.o.metrics,
+                           .n_pct = b.o.n_pct};
+    memcpy(s.pct, b.o.pct, sizeof s.pct);
     if (lg_summary_compute(&s, recs, b.o.num_prompts, (double)(b.t_end - b.t_start) / 1e9)) {
         free(recs);
         goto out;

@@ -35,6 +35,10 @@ static void usage(FILE *f)
         "                         OPT model and dummy:tiny)\n"
         "  --seed S               prompts and arrival times (0)\n"
         "  --timeout S            per-request limit in seconds, connect included (600)\n"
+        "  --percentile-metrics L the block's latency sections, a comma list of ttft,\n"
+        "                         tpot, itl, e2el (ttft,tpot,itl, as vLLM)\n"
+        "  --metric-percentiles L the P<p> lines of each section, a comma list of\n"
+        "                         percentiles in [0, 100], e.g. 50,90,99,99.9 (99)\n"
         "  --save-result FILE     the metrics and every request as JSON\n");
 }
 
@@ -123,10 +127,71 @@ static int check_backend(const char *b)
     return -1;
 }
 
+/* The next item of a comma list, spaces around it trimmed, into item[cap]; returns
+ * the rest after its comma, or NULL after the last item. */
+static const char *list_next(const char *s, char *item, size_t cap)
+{
+    const char *comma = strchr(s, ',');
+    size_t n = comma ? (size_t)(comma - s) : strlen(s);
+    while (n && *s == ' ')
+        s++, n--;
+    while (n && s[n - 1] == ' ')
+        n--;
+    if (n >= cap)
+        n = cap - 1;  /* too long for any valid item; it will not match */
+    memcpy(item, s, n);
+    item[n] = '\0';
+    return comma ? comma + 1 : NULL;
+}
+
+/* --percentile-metrics ttft,tpot,itl,e2el. vLLM ignores a name it does not know;
+ * we refuse it, since a misspelt name would silently drop its section. */
+static int parse_metrics(const char *list, unsigned *out)
+{
+    unsigned set = 0;
+    char item[64];
+    const char *rest = list;
+    do {
+        rest = list_next(rest, item, sizeof item);
+        int m = 0;
+        while (m < LG_N_METRICS && strcmp(item, lg_metric_key((enum lg_metric)m)) != 0)
+            m++;
+        if (m == LG_N_METRICS) {
+            fprintf(stderr, "loadgen: bad value for --percentile-metrics: %s ('%s' is not "
+                    "one of ttft, tpot, itl, e2el)\n", list, item);
+            return -1;
+        }
+        set |= 1u << m;
+    } while (rest);
+    *out = set;
+    return 0;
+}
+
+/* --metric-percentiles 50,90,99,99.9: each a number in [0, 100] (numpy's range). */
+static int parse_percentiles(const char *list, double *pct, int *n_pct)
+{
+    int n = 0;
+    char item[64], *end;
+    const char *rest = list;
+    do {
+        rest = list_next(rest, item, sizeof item);
+        double p = strtod(item, &end);
+        if (n == LG_MAX_PERCENTILES || end == item || *end || !(p >= 0 && p <= 100)) {
+            fprintf(stderr, "loadgen: bad value for --metric-percentiles: %s (%s)\n", list,
+                    n == LG_MAX_PERCENTILES ? "at most 16 percentiles"
+                                            : "each a number in [0, 100]");
+            return -1;
+        }
+        pct[n++] = p;
+    } while (rest);
+    *n_pct = n;
+    return 0;
+}
+
 int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
 {
     enum { O_HOST = 256, O_PORT, O_BASE, O_MODEL, O_KEY, O_NUM, O_RATE, O_CONC, O_IN,
-           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_BURST, O_ENDPOINT, O_BACKEND, O_DATASET, O_HELP };
+           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_BURST, O_ENDPOINT, O_BACKEND, O_DATASET, O_PMETRICS, O_PCTS, O_HELP };
     static const struct option longopts[] = {
         {"host", 1, 0, O_HOST}, {"port", 1, 0, O_PORT}, {"base-url", 1, 0, O_BASE},
         {"model", 1, 0, O_MODEL}, {"api-key", 1, 0, O_KEY}, {"num-prompts", 1, 0, O_NUM},
@@ -136,12 +201,15 @@ int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
         {"timeout", 1, 0, O_TIMEOUT}, {"save-result", 1, 0, O_SAVE},
         {"burstiness", 1, 0, O_BURST}, {"endpoint", 1, 0, O_ENDPOINT},
         {"backend", 1, 0, O_BACKEND}, {"dataset-name", 1, 0, O_DATASET},
+        {"percentile-metrics", 1, 0, O_PMETRICS}, {"metric-percentiles", 1, 0, O_PCTS},
         {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     *o = (struct lg_opts){.host = "127.0.0.1", .port = 8000, .num_prompts = 1000,
                           .request_rate = INFINITY, .burstiness = 1.0, .input_len = 1024, .output_len = 128,
                           .vocab = 512, .timeout_s = 600,
-                          .endpoint = "/v1/completions", .backend = "openai"};
+                          .endpoint = "/v1/completions", .backend = "openai",
+                          .metrics = 1u << LG_TTFT | 1u << LG_TPOT | 1u << LG_ITL,
+                          .n_pct = 1, .pct = {99}};
     int c;
     long long v = 0;
     char *end;
@@ -191,6 +259,14 @@ int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
                         "--random-input-len and --random-output-len of them)\n", a);
                 return -1;
             }
+            break;
+        case O_PMETRICS:
+            if (parse_metrics(a, &o->metrics) != 0)
+                return -1;
+            break;
+        case O_PCTS:
+            if (parse_percentiles(a, o->pct, &o->n_pct) != 0)
+                return -1;
             break;
         case O_HELP: usage(stdout); return 1;
         default: usage(stderr); return -1;

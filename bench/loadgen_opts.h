@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "loadgen_stats.h"
+
 struct lg_opts {
     char host[256];
     int port;
@@ -24,6 +26,9 @@ struct lg_opts {
     int32_t vocab;           /* prompt ids drawn from [4, vocab) */
     uint64_t seed;
     double timeout_s;
+    unsigned metrics;        /* --percentile-metrics: 1 << enum lg_metric (ttft,tpot,itl) */
+    int n_pct;               /* --metric-percentiles, in the given order (99) */
+    double pct[LG_MAX_PERCENTILES];
     const char *save_result;
 };
 
