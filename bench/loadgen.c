@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 #include <uv.h>
@@ -25,6 +26,7 @@
 #include "loadgen_arrivals.h"
 #include "loadgen_http.h"
 #include "loadgen_opts.h"
+#include "loadgen_result.h"
 #include "loadgen_stats.h"
 
 struct lg_req {
@@ -41,6 +43,8 @@ struct lg_req {
     char *line;              /* the SSE line (or error body) being assembled */
     size_t line_len, line_cap;
     char *error;
+    char *text;              /* the choices' text so far, for generated_texts */
+    size_t text_len, text_cap;
     struct lg_record rec;
 };
 
@@ -115,6 +119,10 @@ static void req_on_event(struct lg_req *r, const char *data, uint64_t t)
     }
     cJSON *ch = cJSON_GetObjectItem(j, "choices");
     if (cJSON_IsArray(ch) && cJSON_GetArraySize(ch) > 0) {
+        cJSON *text = cJSON_GetObjectItem(cJSON_GetArrayItem(ch, 0), "text");
+        if (cJSON_IsString(text))
+            append(&r->text, &r->text_len, &r->text_cap, text->valuestring,
+                   strlen(text->valuestring));
         if (r->n_chunks == 0) {
             r->t_first = t;
         } else {
@@ -202,8 +210,11 @@ static void req_on_done(struct lg_call *call)
     rec->ok = !r->error;
     rec->error = r->error;
     rec->start_s = (double)(r->t_send - b->t_start) / 1e9;
+    rec->prompt_tokens = b->o.input_len;
     if (rec->ok) {
-        rec->prompt_tokens = r->usage_prompt >= 0 ? r->usage_prompt : b->o.input_len;
+        rec->text = r->text;
+        if (r->usage_prompt >= 0)
+            rec->prompt_tokens = r->usage_prompt;
         rec->output_tokens = r->usage_completion >= 0 ? r->usage_completion : r->n_chunks;
         rec->ttft_ms = (double)(r->t_first - r->t_send) / 1e6;
         rec->e2el_ms = (double)(r->t_last - r->t_send) / 1e6;
@@ -366,28 +377,6 @@ static void probe_on_done(struct lg_call *call)
     bench_start(b);
 }
 
-static char *config_json(const struct lg_bench *b)
-{
-    const struct lg_opts *o = &b->o;
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "host", o->host);
-    cJSON_AddNumberToObject(j, "port", o->port);
-    cJSON_AddStringToObject(j, "model", b->model ? b->model : "");
-    cJSON_AddNumberToObject(j, "num_prompts", (double)o->num_prompts);
-    if (isfinite(o->request_rate))
-        cJSON_AddNumberToObject(j, "request_rate", o->request_rate);
-    else
-        cJSON_AddStringToObject(j, "request_rate", "inf");
-    cJSON_AddNumberToObject(j, "max_concurrency", o->max_concurrency);
-    cJSON_AddNumberToObject(j, "random_input_len", o->input_len);
-    cJSON_AddNumberToObject(j, "random_output_len", o->output_len);
-    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
-    cJSON_AddNumberToObject(j, "connections_opened", (double)b->connects);
-    char *s = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    return s;
-}
-
 /* Print the failures' distinct messages (at most 10) so a failed run says why. */
 static void print_errors(const struct lg_bench *b)
 {
@@ -405,6 +394,29 @@ static void print_errors(const struct lg_bench *b)
             fprintf(stderr, "loadgen: request %lld failed: %s\n", (long long)i, e);
         }
     }
+}
+
+/* --save-result: the file vLLM would write, where it would write it. */
+static int save_result(const struct lg_bench *b, const struct lg_summary *s,
+                       const struct lg_record *recs)
+{
+    char date[32], path[4096];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(date, sizeof date, "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
+    struct lg_result_run run = {.model = b->model, .date = date,
+                                .connections_opened = b->connects};
+    if (lg_result_path(path, sizeof path, &b->o, &run) != 0) {
+        fprintf(stderr, "loadgen: cannot make the result file's path in %s: %s\n",
+                b->o.result_dir ? b->o.result_dir : ".", strerror(errno));
+        return -1;
+    }
+    if (lg_result_save(path, &b->o, &run, s, recs, b->o.num_prompts) != 0) {
+        fprintf(stderr, "loadgen: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fprintf(stderr, "loadgen: saved %s\n", path);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -455,15 +467,8 @@ int main(int argc, char **argv)
     print_errors(&b);
     lg_summary_print(stdout, &s);
     rc = s.failed ? 1 : 0;
-    if (b.o.save_result) {
-        char *cfg = config_json(&b);
-        if (lg_save_json(b.o.save_result, &s, cfg, recs, b.o.num_prompts) != 0) {
-            fprintf(stderr, "loadgen: cannot write %s: %s\n", b.o.save_result,
-                    strerror(errno));
-            rc = 1;
-        }
-        free(cfg);
-    }
+    if (b.o.save_result && save_result(&b, &s, recs) != 0)
+        rc = 1;
     free(recs);
 out:
     for (int64_t i = 0; b.reqs && i < b.o.num_prompts; i++) {
@@ -471,6 +476,7 @@ out:
         free(b.reqs[i].error);
         free(b.reqs[i].body);
         free(b.reqs[i].line);
+        free(b.reqs[i].text);
     }
     free(b.reqs);
     free(b.model);

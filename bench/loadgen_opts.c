@@ -39,7 +39,15 @@ static void usage(FILE *f)
         "                         tpot, itl, e2el (ttft,tpot,itl, as vLLM)\n"
         "  --metric-percentiles L the P<p> lines of each section, a comma list of\n"
         "                         percentiles in [0, 100], e.g. 50,90,99,99.9 (99)\n"
-        "  --save-result FILE     the metrics and every request as JSON\n");
+        "  --save-result [FILE]   write the metrics and every request as JSON to FILE;\n"
+        "                         without FILE (vLLM's flag) to --result-filename, or\n"
+        "                         to vLLM's name LABEL-RATEqps[-concurrencyC]-MODEL-\n"
+        "                         DATE.json; the name is put in --result-dir\n"
+        "  --result-filename F    the file name of --save-result\n"
+        "  --result-dir D         the directory of --save-result's file (created)\n"
+        "  --label L              the file name's first part (the backend's name)\n"
+        "  --save-detailed        accepted for vLLM; the per-request arrays (ttfts,\n"
+        "                         itls, input_lens, ...) are always saved\n");
 }
 
 static int parse_int(const char *s, long long lo, long long hi, long long *out)
@@ -191,17 +199,19 @@ static int parse_percentiles(const char *list, double *pct, int *n_pct)
 int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
 {
     enum { O_HOST = 256, O_PORT, O_BASE, O_MODEL, O_KEY, O_NUM, O_RATE, O_CONC, O_IN,
-           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_BURST, O_ENDPOINT, O_BACKEND, O_DATASET, O_PMETRICS, O_PCTS, O_HELP };
+           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_BURST, O_ENDPOINT, O_BACKEND, O_DATASET, O_PMETRICS, O_PCTS, O_RFILE, O_RDIR, O_LABEL, O_DETAILED, O_HELP };
     static const struct option longopts[] = {
         {"host", 1, 0, O_HOST}, {"port", 1, 0, O_PORT}, {"base-url", 1, 0, O_BASE},
         {"model", 1, 0, O_MODEL}, {"api-key", 1, 0, O_KEY}, {"num-prompts", 1, 0, O_NUM},
         {"request-rate", 1, 0, O_RATE}, {"max-concurrency", 1, 0, O_CONC},
         {"random-input-len", 1, 0, O_IN}, {"random-output-len", 1, 0, O_OUT},
         {"random-vocab-size", 1, 0, O_VOCAB}, {"seed", 1, 0, O_SEED},
-        {"timeout", 1, 0, O_TIMEOUT}, {"save-result", 1, 0, O_SAVE},
+        {"timeout", 1, 0, O_TIMEOUT}, {"save-result", 2, 0, O_SAVE},
         {"burstiness", 1, 0, O_BURST}, {"endpoint", 1, 0, O_ENDPOINT},
         {"backend", 1, 0, O_BACKEND}, {"dataset-name", 1, 0, O_DATASET},
         {"percentile-metrics", 1, 0, O_PMETRICS}, {"metric-percentiles", 1, 0, O_PCTS},
+        {"result-filename", 1, 0, O_RFILE}, {"result-dir", 1, 0, O_RDIR},
+        {"label", 1, 0, O_LABEL}, {"save-detailed", 0, 0, O_DETAILED},
         {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     *o = (struct lg_opts){.host = "127.0.0.1", .port = 8000, .num_prompts = 1000,
@@ -213,7 +223,10 @@ int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
     int c;
     long long v = 0;
     char *end;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    const char *save_file = NULL;
+    // "+": stop at the first operand instead of moving it to the end, so that the
+    // word after --save-result is still there to be taken as its FILE.
+    while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
         const char *a = optarg, *hint = "";
         int bad = 0;
         switch (c) {
@@ -228,7 +241,22 @@ int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
         case O_OUT: bad = parse_int(a, 1, 1 << 20, &v); o->output_len = (int32_t)v; break;
         case O_VOCAB: bad = parse_int(a, 5, 1 << 30, &v); o->vocab = (int32_t)v; break;
         case O_SEED: bad = parse_int(a, 0, INT64_MAX, &v); o->seed = (uint64_t)v; break;
-        case O_SAVE: o->save_result = a; break;
+        case O_SAVE:
+            // vLLM's --save-result takes no value; ours takes FILE. A next word that is
+            // not an option is our FILE, so both `--save-result out.json` and
+            // `--save-result --result-filename out.json` mean what they say.
+            o->save_result = true;
+            if (!a && optind < argc && argv[optind][0] != '-')
+                a = argv[optind++];
+            if (a) {
+                save_file = a;
+                bad = !*a;
+            }
+            break;
+        case O_RFILE: o->result_filename = a; bad = !*a; break;
+        case O_RDIR: o->result_dir = a; bad = !*a; break;
+        case O_LABEL: o->label = a; break;
+        case O_DETAILED: break;
         case O_RATE:
             o->request_rate = strtod(a, &end);
             bad = end == a || *end || !(o->request_rate > 0);
@@ -281,5 +309,15 @@ int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
         fprintf(stderr, "loadgen: unexpected argument %s\n", argv[optind]);
         return -1;
     }
+    if (save_file && o->result_filename && strcmp(save_file, o->result_filename) != 0) {
+        fprintf(stderr, "loadgen: two result files: --save-result %s and --result-filename "
+                "%s (give one)\n", save_file, o->result_filename);
+        return -1;
+    }
+    if (save_file)
+        o->result_filename = save_file;
+    if (!o->save_result && (o->result_filename || o->result_dir))
+        fprintf(stderr, "loadgen: --result-filename and --result-dir name the file of "
+                "--save-result; without it nothing is saved (as in vLLM)\n");
     return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * loadgen_stats.c - the metrics, printed block and saved JSON of bench/loadgen (see
+ * loadgen_stats.c - the metrics and printed block of bench/loadgen (see
  * loadgen_stats.h). The definitions and print format follow `vllm bench serve`
  * (vllm/benchmarks/serve.py: calculate_metrics and the block after it) so the two
  * programs' numbers can sit in one table.
@@ -7,12 +7,10 @@
  */
 #include "loadgen_stats.h"
 
-#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <cjson/cJSON.h>
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -210,86 +208,4 @@ void lg_summary_print(FILE *f, const struct lg_summary *s)
             print_dist(f, s, (enum lg_metric)m);
     print_rule(f, "", '=');
     fflush(f);
-}
-
-/* vLLM's keys of one metric: mean_/median_/std_<key>_ms and p<word>_<key>_ms. */
-static void add_dist(cJSON *o, const struct lg_summary *s, enum lg_metric m)
-{
-    const struct lg_dist *d = &s->dist[m];
-    const char *name = lg_metric_key(m);
-    char key[80], word[40];
-    snprintf(key, sizeof key, "mean_%s_ms", name);
-    cJSON_AddNumberToObject(o, key, d->mean);
-    snprintf(key, sizeof key, "median_%s_ms", name);
-    cJSON_AddNumberToObject(o, key, d->median);
-    snprintf(key, sizeof key, "std_%s_ms", name);
-    cJSON_AddNumberToObject(o, key, d->std);
-    for (int k = 0; k < s->n_pct; k++) {
-        lg_percentile_word(word, sizeof word, s->pct[k]);
-        snprintf(key, sizeof key, "p%s_%s_ms", word, name);
-        cJSON_DeleteItemFromObject(o, key);  /* a repeated percentile: one key, as a dict */
-        cJSON_AddNumberToObject(o, key, d->pct[k]);
-    }
-}
-
-int lg_save_json(const char *path, const struct lg_summary *s, const char *config_json,
-                 const struct lg_record *rec, int64_t n)
-{
-    // Top-level keys are those of vLLM's --save-result file where one exists.
-    cJSON *o = cJSON_CreateObject();
-    if (config_json) {
-        cJSON *cfg = cJSON_Parse(config_json);
-        if (cfg)
-            cJSON_AddItemToObject(o, "config", cfg);
-    }
-    cJSON_AddNumberToObject(o, "duration", s->duration_s);
-    cJSON_AddNumberToObject(o, "completed", (double)s->completed);
-    cJSON_AddNumberToObject(o, "failed", (double)s->failed);
-    cJSON_AddNumberToObject(o, "total_input_tokens", (double)s->total_input);
-    cJSON_AddNumberToObject(o, "total_output_tokens", (double)s->total_output);
-    cJSON_AddNumberToObject(o, "request_throughput", s->request_throughput);
-    cJSON_AddNumberToObject(o, "output_throughput", s->output_throughput);
-    cJSON_AddNumberToObject(o, "total_token_throughput", s->total_token_throughput);
-    if (s->max_concurrency > 0)
-        cJSON_AddNumberToObject(o, "max_concurrency", s->max_concurrency);
-    // Every metric, selected or not: a superset of vLLM's file, whose keys cover only
-    // the --percentile-metrics.
-    for (int m = 0; m < LG_N_METRICS; m++)
-        add_dist(o, s, (enum lg_metric)m);
-    cJSON *arr = cJSON_AddArrayToObject(o, "requests");
-    for (int64_t i = 0; i < n; i++) {
-        const struct lg_record *r = &rec[i];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "index", (double)i);
-        cJSON_AddBoolToObject(e, "success", r->ok);
-        cJSON_AddNumberToObject(e, "start_s", r->start_s);
-        if (r->ok) {
-            cJSON_AddNumberToObject(e, "prompt_tokens", r->prompt_tokens);
-            cJSON_AddNumberToObject(e, "output_tokens", r->output_tokens);
-            cJSON_AddNumberToObject(e, "ttft_ms", r->ttft_ms);
-            cJSON_AddNumberToObject(e, "e2el_ms", r->e2el_ms);
-            cJSON *itl = cJSON_AddArrayToObject(e, "itl_ms");
-            for (int32_t j = 0; j < r->n_itl; j++)
-                cJSON_AddItemToArray(itl, cJSON_CreateNumber(r->itl_ms[j]));
-        } else {
-            cJSON_AddStringToObject(e, "error", r->error ? r->error : "unknown");
-        }
-        cJSON_AddItemToArray(arr, e);
-    }
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!text) {
-        errno = ENOMEM;
-        return -1;
-    }
-    FILE *f = fopen(path, "w");
-    int err = -1;
-    if (f) {
-        size_t len = strlen(text);
-        err = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF ? 0 : -1;
-        if (fclose(f) != 0)
-            err = -1;
-    }
-    free(text);
-    return err;
 }

@@ -1,6 +1,7 @@
 /*
  * loadgen_stats.h - the load generator's metrics, exactly as `vllm bench serve`
- * defines them (docs/REFERENCE section 3), its printed block and its saved JSON.
+ * defines them (docs/REFERENCE section 3), and its printed block (the saved JSON is
+ * loadgen_result.c's).
  *
  * Owns: nothing; the records and their ITL arrays belong to the caller.
  * Thread: any (pure functions over the records).
@@ -17,8 +18,9 @@
 struct lg_record {
     bool ok;
     const char *error;      /* NULL when ok */
+    const char *text;       /* the streamed choices' text, NULL for none */
     double start_s;         /* when it was sent, from the benchmark's start */
-    int32_t prompt_tokens;  /* the server's usage.prompt_tokens, else the prompt length */
+    int32_t prompt_tokens;  /* usage.prompt_tokens, else (and when failed) the prompt's */
     int32_t output_tokens;  /* usage.completion_tokens, else the chunks that carried text */
     double ttft_ms;         /* first chunk with a choice - send */
     double e2el_ms;         /* last chunk with a choice - send */
@@ -71,11 +73,6 @@ int lg_summary_compute(struct lg_summary *out, const struct lg_record *rec, int6
  * metrics' sections only, each with Mean, Median and a "P<p>" line per percentile.
  * Thread: any. */
 void lg_summary_print(FILE *f, const struct lg_summary *s);
-
-/* Write the summary, the run's settings (config_json: a JSON object text, or NULL)
- * and every record as JSON to `path`. Returns 0, or -1 with errno set. */
-int lg_save_json(const char *path, const struct lg_summary *s, const char *config_json,
-                 const struct lg_record *rec, int64_t n);
 
 /* numpy.percentile(x, p) with linear interpolation; sorts x in place; 0 when n == 0.
  * Thread: any. */
