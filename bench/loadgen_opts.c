@@ -224,6 +224,7 @@ int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
     long long v = 0;
     char *end;
     const char *save_file = NULL;
+    optind = 0;  /* GNU getopt's full reset: a parse does not depend on an earlier one */
     // "+": stop at the first operand instead of moving it to the end, so that the
     // word after --save-result is still there to be taken as its FILE.
     while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
