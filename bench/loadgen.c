@@ -321,7 +321,8 @@ static void bench_start(struct lg_bench *b)
     char rate[80] = "rate inf (all at once)";
     if (isfinite(b->o.request_rate))
         snprintf(rate, sizeof rate, "rate %g req/s, burstiness %g (%s)", b->o.request_rate,
-                 b->o.burstiness, b->o.burstiness == 1.0 ? "Poisson" : "gamma");
+                 b->o.burstiness, b->o.burstiness == 1.0 ? "Poisson"
+                                  : isinf(b->o.burstiness) ? "constant gaps" : "gamma");
     fprintf(stderr, "loadgen: model %s, %lld prompts of %d tokens, %d output tokens, "
             "%s, max concurrency %s\n", b->model, (long long)b->o.num_prompts,
             b->o.input_len, b->o.output_len, rate, conc);

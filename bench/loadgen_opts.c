@@ -24,10 +24,10 @@ static void usage(FILE *f)
         "  --model NAME           model id (default: the first of GET /v1/models)\n"
         "  --api-key KEY          sent as Authorization: Bearer KEY\n"
         "  --num-prompts N        requests to send (1000)\n"
-        "  --request-rate R       arrivals at R req/s on average, or inf: all at once (inf)\n"
+        "  --request-rate R       R requests/s on average, or inf: all at once (inf)\n"
         "  --burstiness B         gaps ~ Gamma(shape B, mean 1/R): 1 = Poisson, < 1\n"
-        "                         burstier, > 1 (up to inf) more even; needs a finite\n"
-        "                         --request-rate (1)\n"
+        "                         burstier, > 1 (up to inf) more even; no effect at\n"
+        "                         --request-rate inf (1)\n"
         "  --max-concurrency C    at most C requests in flight (unlimited)\n"
         "  --random-input-len I   prompt tokens per request (1024)\n"
         "  --random-output-len O  generated tokens per request, EOS ignored (128)\n"
@@ -199,7 +199,8 @@ static int parse_percentiles(const char *list, double *pct, int *n_pct)
 int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
 {
     enum { O_HOST = 256, O_PORT, O_BASE, O_MODEL, O_KEY, O_NUM, O_RATE, O_CONC, O_IN,
-           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_BURST, O_ENDPOINT, O_BACKEND, O_DATASET, O_PMETRICS, O_PCTS, O_RFILE, O_RDIR, O_LABEL, O_DETAILED, O_HELP };
+           O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_BURST, O_ENDPOINT, O_BACKEND,
+           O_DATASET, O_PMETRICS, O_PCTS, O_RFILE, O_RDIR, O_LABEL, O_DETAILED, O_HELP };
     static const struct option longopts[] = {
         {"host", 1, 0, O_HOST}, {"port", 1, 0, O_PORT}, {"base-url", 1, 0, O_BASE},
         {"model", 1, 0, O_MODEL}, {"api-key", 1, 0, O_KEY}, {"num-prompts", 1, 0, O_NUM},
@@ -215,8 +216,8 @@ int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
         {"help", 0, 0, O_HELP},
         {0, 0, 0, 0}};
     *o = (struct lg_opts){.host = "127.0.0.1", .port = 8000, .num_prompts = 1000,
-                          .request_rate = INFINITY, .burstiness = 1.0, .input_len = 1024, .output_len = 128,
-                          .vocab = 512, .timeout_s = 600,
+                          .request_rate = INFINITY, .burstiness = 1.0, .input_len = 1024,
+                          .output_len = 128, .vocab = 512, .timeout_s = 600,
                           .endpoint = "/v1/completions", .backend = "openai",
                           .metrics = 1u << LG_TTFT | 1u << LG_TPOT | 1u << LG_ITL,
                           .n_pct = 1, .pct = {99}};
