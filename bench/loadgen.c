@@ -404,7 +404,8 @@ static int save_result(const struct lg_bench *b, const struct lg_summary *s,
     char date[32], path[4096];
     time_t now = time(NULL);
     struct tm tm;
-    strftime(date, sizeof date, "%Y%m%d-%H%M%S", localtime_r(&now, &tm));
+    if (!localtime_r(&now, &tm) || !strftime(date, sizeof date, "%Y%m%d-%H%M%S", &tm))
+        snprintf(date, sizeof date, "00000000-000000");
     struct lg_result_run run = {.model = b->model, .date = date,
                                 .connections_opened = b->connects};
     if (lg_result_path(path, sizeof path, &b->o, &run) != 0) {
