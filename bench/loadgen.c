@@ -1,12 +1,13 @@
 /*
  * loadgen.c - an HTTP load generator for a running server: random token-id prompts
- * sent to POST /v1/completions as streams, Poisson arrivals and/or a concurrency cap,
- * and the metrics and printed block of `vllm bench serve` (loadgen_stats.c).
+ * sent to POST /v1/completions (--endpoint) as streams, Poisson or gamma arrivals
+ * (loadgen_arrivals.c) and/or a concurrency cap, and the metrics and printed block of
+ * `vllm bench serve` (loadgen_stats.c).
  *
  * Owns: the requests (their bodies, SSE line buffers and ITL arrays) and the loop.
  * Flow: GET /v1/models (the model's name unless --model, and a check that the server
  * answers at all), then the benchmark: an arrival timer releases requests at their
- * precomputed Poisson times, and each release or completion dispatches as many
+ * precomputed times, and each release or completion dispatches as many
  * released requests as the concurrency cap allows, in order. The loop ends when the
  * last request is done; every request ends (complete, HTTP error, connection error
  * or --timeout), so the program never hangs and exits 1 if any failed.
@@ -17,12 +18,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 #include <uv.h>
 
+#include "loadgen_arrivals.h"
 #include "loadgen_http.h"
 #include "loadgen_opts.h"
+#include "loadgen_result.h"
 #include "loadgen_stats.h"
 
 struct lg_req {
@@ -30,7 +34,7 @@ struct lg_req {
     struct lg_bench *b;
     char *body;
     size_t body_len;
-    double arrival_s;        /* Poisson release time from the start */
+    double arrival_s;        /* release time from the start (loadgen_arrivals.c) */
     uint64_t t_send, t_first, t_last;
     double *itl_ms;          /* [n_itl], grown as chunks come */
     int32_t n_itl, cap_itl, n_chunks;
@@ -39,6 +43,8 @@ struct lg_req {
     char *line;              /* the SSE line (or error body) being assembled */
     size_t line_len, line_cap;
     char *error;
+    char *text;              /* the choices' text so far, for generated_texts */
+    size_t text_len, text_cap;
     struct lg_record rec;
 };
 
@@ -51,27 +57,13 @@ struct lg_bench {
     int64_t n_released, n_sent, n_done, n_in_flight;
     uint64_t t_start, t_end;
     struct lg_call probe;
-    char probe_path[300], path[300];
+    char probe_path[300], path[520];
     char *probe_body;        /* GET /v1/models's answer */
     size_t probe_len, probe_cap;
     char *model;             /* owned */
     bool probe_failed;
     int64_t connects;        /* connections the benchmark opened (keep-alive check) */
 };
-
-/* splitmix64: the arrival times and prompts are a function of --seed only. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(uint64_t *s)  /* [0, 1) */
-{
-    return (double)(rng_next(s) >> 11) * (1.0 / 9007199254740992.0);
-}
 
 static char *xstrdup(const char *msg)
 {
@@ -127,6 +119,10 @@ static void req_on_event(struct lg_req *r, const char *data, uint64_t t)
     }
     cJSON *ch = cJSON_GetObjectItem(j, "choices");
     if (cJSON_IsArray(ch) && cJSON_GetArraySize(ch) > 0) {
+        cJSON *text = cJSON_GetObjectItem(cJSON_GetArrayItem(ch, 0), "text");
+        if (cJSON_IsString(text))
+            append(&r->text, &r->text_len, &r->text_cap, text->valuestring,
+                   strlen(text->valuestring));
         if (r->n_chunks == 0) {
             r->t_first = t;
         } else {
@@ -214,8 +210,11 @@ static void req_on_done(struct lg_call *call)
     rec->ok = !r->error;
     rec->error = r->error;
     rec->start_s = (double)(r->t_send - b->t_start) / 1e9;
+    rec->prompt_tokens = b->o.input_len;
     if (rec->ok) {
-        rec->prompt_tokens = r->usage_prompt >= 0 ? r->usage_prompt : b->o.input_len;
+        rec->text = r->text;
+        if (r->usage_prompt >= 0)
+            rec->prompt_tokens = r->usage_prompt;
         rec->output_tokens = r->usage_completion >= 0 ? r->usage_completion : r->n_chunks;
         rec->ttft_ms = (double)(r->t_first - r->t_send) / 1e6;
         rec->e2el_ms = (double)(r->t_last - r->t_send) / 1e6;
@@ -260,23 +259,28 @@ static void on_arrivals(uv_timer_t *t)
 }
 
 /* Build every request body before the clock starts, from --seed: prompts of
- * input_len random ids (OPT's specials 0-3 left out), Poisson arrival times. */
+ * input_len random ids (OPT's specials 0-3 left out) and the arrival schedule
+ * (loadgen_arrivals.c). The two draw from separate streams, so changing
+ * --request-rate or --burstiness keeps the prompts of a seed. */
 static int bench_prepare(struct lg_bench *b)
 {
     const struct lg_opts *o = &b->o;
-    uint64_t rng = o->seed;
+    uint64_t rng = o->seed, arrival_rng = o->seed ^ 0xa5a5a5a5a5a5a5a5ull;
     b->reqs = calloc((size_t)o->num_prompts, sizeof *b->reqs);
     int *ids = malloc(sizeof(int) * (size_t)o->input_len);
-    if (!b->reqs || !ids)
+    double *arrivals = malloc(sizeof(double) * (size_t)(o->num_prompts + 1));
+    if (!b->reqs || !ids || !arrivals) {
+        free(ids);
+        free(arrivals);
         return -1;
-    double t = 0;
-    for (int64_t i = 0; i < o->num_prompts; i++) {
+    }
+    lg_arrivals_fill(arrivals, o->num_prompts, o->request_rate, o->burstiness, &arrival_rng);
+    int err = 0;
+    for (int64_t i = 0; i < o->num_prompts && !err; i++) {
         struct lg_req *r = &b->reqs[i];
         for (int32_t k = 0; k < o->input_len; k++)
-            ids[k] = 4 + (int)(rng_next(&rng) % (uint64_t)(o->vocab - 4));
-        if (isfinite(o->request_rate))
-            t += -log(1.0 - rng_unit(&rng)) / o->request_rate;
-        r->arrival_s = isfinite(o->request_rate) ? t : 0;
+            ids[k] = 4 + (int)(lg_rng_next(&rng) % (uint64_t)(o->vocab - 4));
+        r->arrival_s = arrivals[i];
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "model", b->model);
         cJSON_AddItemToObject(j, "prompt", cJSON_CreateIntArray(ids, o->input_len));
@@ -288,8 +292,10 @@ static int bench_prepare(struct lg_bench *b)
         cJSON_AddBoolToObject(so, "include_usage", true);
         r->body = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
-        if (!r->body)
-            return -1;
+        if (!r->body) {
+            err = -1;
+            break;
+        }
         r->body_len = strlen(r->body);
         r->b = b;
         r->usage_prompt = r->usage_completion = -1;
@@ -299,7 +305,8 @@ static int bench_prepare(struct lg_bench *b)
             .on_done = req_on_done, .user = r};
     }
     free(ids);
-    return 0;
+    free(arrivals);
+    return err;
 }
 
 static void bench_start(struct lg_bench *b)
@@ -311,9 +318,14 @@ static void bench_start(struct lg_bench *b)
     char conc[32] = "unlimited";
     if (b->o.max_concurrency)
         snprintf(conc, sizeof conc, "%d", b->o.max_concurrency);
+    char rate[80] = "rate inf (all at once)";
+    if (isfinite(b->o.request_rate))
+        snprintf(rate, sizeof rate, "rate %g req/s, burstiness %g (%s)", b->o.request_rate,
+                 b->o.burstiness, b->o.burstiness == 1.0 ? "Poisson"
+                                  : isinf(b->o.burstiness) ? "constant gaps" : "gamma");
     fprintf(stderr, "loadgen: model %s, %lld prompts of %d tokens, %d output tokens, "
-            "rate %g req/s, max concurrency %s\n", b->model, (long long)b->o.num_prompts,
-            b->o.input_len, b->o.output_len, b->o.request_rate, conc);
+            "%s, max concurrency %s\n", b->model, (long long)b->o.num_prompts,
+            b->o.input_len, b->o.output_len, rate, conc);
     uv_timer_init(b->loop, &b->arrivals);
     b->arrivals.data = b;
     b->t_start = uv_hrtime();
@@ -366,28 +378,6 @@ static void probe_on_done(struct lg_call *call)
     bench_start(b);
 }
 
-static char *config_json(const struct lg_bench *b)
-{
-    const struct lg_opts *o = &b->o;
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "host", o->host);
-    cJSON_AddNumberToObject(j, "port", o->port);
-    cJSON_AddStringToObject(j, "model", b->model ? b->model : "");
-    cJSON_AddNumberToObject(j, "num_prompts", (double)o->num_prompts);
-    if (isfinite(o->request_rate))
-        cJSON_AddNumberToObject(j, "request_rate", o->request_rate);
-    else
-        cJSON_AddStringToObject(j, "request_rate", "inf");
-    cJSON_AddNumberToObject(j, "max_concurrency", o->max_concurrency);
-    cJSON_AddNumberToObject(j, "random_input_len", o->input_len);
-    cJSON_AddNumberToObject(j, "random_output_len", o->output_len);
-    cJSON_AddNumberToObject(j, "seed", (double)o->seed);
-    cJSON_AddNumberToObject(j, "connections_opened", (double)b->connects);
-    char *s = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    return s;
-}
-
 /* Print the failures' distinct messages (at most 10) so a failed run says why. */
 static void print_errors(const struct lg_bench *b)
 {
@@ -405,6 +395,30 @@ static void print_errors(const struct lg_bench *b)
             fprintf(stderr, "loadgen: request %lld failed: %s\n", (long long)i, e);
         }
     }
+}
+
+/* --save-result: the file vLLM would write, where it would write it. */
+static int save_result(const struct lg_bench *b, const struct lg_summary *s,
+                       const struct lg_record *recs)
+{
+    char date[32], path[4096];
+    time_t now = time(NULL);
+    struct tm tm;
+    if (!localtime_r(&now, &tm) || !strftime(date, sizeof date, "%Y%m%d-%H%M%S", &tm))
+        snprintf(date, sizeof date, "00000000-000000");
+    struct lg_result_run run = {.model = b->model, .date = date,
+                                .connections_opened = b->connects};
+    if (lg_result_path(path, sizeof path, &b->o, &run) != 0) {
+        fprintf(stderr, "loadgen: cannot make the result file's path in %s: %s\n",
+                b->o.result_dir ? b->o.result_dir : ".", strerror(errno));
+        return -1;
+    }
+    if (lg_result_save(path, &b->o, &run, s, recs, b->o.num_prompts) != 0) {
+        fprintf(stderr, "loadgen: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fprintf(stderr, "loadgen: saved %s\n", path);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -425,7 +439,9 @@ int main(int argc, char **argv)
     if (b.o.model)
         b.model = xstrdup(b.o.model);
     snprintf(b.probe_path, sizeof b.probe_path, "%s/v1/models", b.o.prefix);
-    snprintf(b.path, sizeof b.path, "%s/v1/completions", b.o.prefix);
+    // vLLM's api_url is the base URL followed by --endpoint; the model list is always
+    // the base URL's /v1/models.
+    snprintf(b.path, sizeof b.path, "%s%s", b.o.prefix, b.o.endpoint);
     // The probe has a short limit of its own: a server that does not answer a model
     // list within it will not carry a benchmark either.
     double probe_s = b.o.timeout_s < 30 ? b.o.timeout_s : 30;
@@ -443,7 +459,9 @@ int main(int argc, char **argv)
         goto out;
     for (int64_t i = 0; i < b.o.num_prompts; i++)
         recs[i] = b.reqs[i].rec;
-    struct lg_summary s = {.max_concurrency = b.o.max_concurrency};
+    struct lg_summary s = {.max_concurrency = b.o.max_concurrency, .metrics = b.o.metrics,
+                           .n_pct = b.o.n_pct};
+    memcpy(s.pct, b.o.pct, sizeof s.pct);
     if (lg_summary_compute(&s, recs, b.o.num_prompts, (double)(b.t_end - b.t_start) / 1e9)) {
         free(recs);
         goto out;
@@ -451,15 +469,8 @@ int main(int argc, char **argv)
     print_errors(&b);
     lg_summary_print(stdout, &s);
     rc = s.failed ? 1 : 0;
-    if (b.o.save_result) {
-        char *cfg = config_json(&b);
-        if (lg_save_json(b.o.save_result, &s, cfg, recs, b.o.num_prompts) != 0) {
-            fprintf(stderr, "loadgen: cannot write %s: %s\n", b.o.save_result,
-                    strerror(errno));
-            rc = 1;
-        }
-        free(cfg);
-    }
+    if (b.o.save_result && save_result(&b, &s, recs) != 0)
+        rc = 1;
     free(recs);
 out:
     for (int64_t i = 0; b.reqs && i < b.o.num_prompts; i++) {
@@ -467,6 +478,7 @@ out:
         free(b.reqs[i].error);
         free(b.reqs[i].body);
         free(b.reqs[i].line);
+        free(b.reqs[i].text);
     }
     free(b.reqs);
     free(b.model);

@@ -1,5 +1,5 @@
 /*
- * loadgen_stats.c - the metrics, printed block and saved JSON of bench/loadgen (see
+ * loadgen_stats.c - the metrics and printed block of bench/loadgen (see
  * loadgen_stats.h). The definitions and print format follow `vllm bench serve`
  * (vllm/benchmarks/serve.py: calculate_metrics and the block after it) so the two
  * programs' numbers can sit in one table.
@@ -7,11 +7,10 @@
  */
 #include "loadgen_stats.h"
 
-#include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <cjson/cJSON.h>
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -32,28 +31,81 @@ double lg_percentile(double *x, int64_t n, double p)
     return x[lo] + (x[lo + 1] - x[lo]) * frac;
 }
 
-/* mean, median and p99 of x[0..n); sorts x. vLLM reports 0 for an empty list
- * (np.mean(x or 0)). */
-static struct lg_dist dist_of(double *x, int64_t n)
+const char *lg_metric_key(enum lg_metric m)
 {
-    struct lg_dist d = {0, 0, 0};
+    static const char *const keys[LG_N_METRICS] = {"ttft", "tpot", "itl", "e2el"};
+    return m >= 0 && m < LG_N_METRICS ? keys[m] : "?";
+}
+
+const char *lg_metric_label(enum lg_metric m)
+{
+    static const char *const labels[LG_N_METRICS] = {"TTFT", "TPOT", "ITL", "E2EL"};
+    return m >= 0 && m < LG_N_METRICS ? labels[m] : "?";
+}
+
+/* The distribution of x[0..n) at the summary's percentiles; sorts x. */
+static struct lg_dist dist_of(double *x, int64_t n, const struct lg_summary *s)
+{
+    struct lg_dist d;
+    memset(&d, 0, sizeof d);
     if (n == 0)
         return d;
-    double sum = 0;
+    double sum = 0, dev2 = 0;
     for (int64_t i = 0; i < n; i++)
         sum += x[i];
     d.mean = sum / (double)n;
+    for (int64_t i = 0; i < n; i++)  /* two passes: no cancellation of big means */
+        dev2 += (x[i] - d.mean) * (x[i] - d.mean);
+    d.std = sqrt(dev2 / (double)n);
     d.median = lg_percentile(x, n, 50);
-    d.p99 = lg_percentile(x, n, 99);
+    for (int k = 0; k < s->n_pct; k++)
+        d.pct[k] = lg_percentile(x, n, s->pct[k]);
     return d;
+}
+
+void lg_py_float(char *buf, size_t len, double x)
+{
+    if (isnan(x) || isinf(x)) {
+        snprintf(buf, len, "%s", isnan(x) ? "nan" : x > 0 ? "inf" : "-inf");
+        return;
+    }
+    // repr's digits are the fewest that read back as x.
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(buf, len, "%.*e", prec - 1, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    char sci[40];
+    snprintf(sci, sizeof sci, "%.*e", prec - 1, x);
+    int exp10 = atoi(strchr(sci, 'e') + 1);
+    // repr writes exponents -4..15 in positional form, always with a fraction.
+    if (exp10 < -4 || exp10 >= 16) {
+        snprintf(buf, len, "%s", sci);
+    } else if (exp10 >= prec - 1) {
+        snprintf(buf, len, "%.0f.0", x);  /* an integer: all its digits before the point */
+    } else {
+        snprintf(buf, len, "%.*f", prec - 1 - exp10, x);
+    }
+}
+
+void lg_percentile_word(char *buf, size_t len, double p)
+{
+    if (p == floor(p) && fabs(p) < 1e15)
+        snprintf(buf, len, "%lld", (long long)p);
+    else
+        lg_py_float(buf, len, p);
 }
 
 int lg_summary_compute(struct lg_summary *out, const struct lg_record *rec, int64_t n,
                        double duration_s)
 {
-    int32_t max_conc = out->max_concurrency;
+    struct lg_summary in = *out;
     memset(out, 0, sizeof *out);
-    out->max_concurrency = max_conc;
+    out->max_concurrency = in.max_concurrency;
+    out->metrics = in.metrics;
+    out->n_pct = in.n_pct < LG_MAX_PERCENTILES ? in.n_pct : LG_MAX_PERCENTILES;
+    memcpy(out->pct, in.pct, sizeof out->pct);
     out->duration_s = duration_s;
     int64_t n_itl = 0;
     for (int64_t i = 0; i < n; i++)
@@ -91,10 +143,10 @@ int lg_summary_compute(struct lg_summary *out, const struct lg_record *rec, int6
         out->total_token_throughput =
             (double)(out->total_input + out->total_output) / duration_s;
     }
-    out->ttft = dist_of(ttft, n_ok);
-    out->tpot = dist_of(tpot, n_tpot);
-    out->itl = dist_of(itl, k);
-    out->e2el = dist_of(e2el, n_ok);
+    out->dist[LG_TTFT] = dist_of(ttft, n_ok, out);
+    out->dist[LG_TPOT] = dist_of(tpot, n_tpot, out);
+    out->dist[LG_ITL] = dist_of(itl, k, out);
+    out->dist[LG_E2EL] = dist_of(e2el, n_ok, out);
     err = 0;
 done:
     free(ttft);
@@ -116,17 +168,24 @@ static void print_rule(FILE *f, const char *title, char fill)
     fputc('\n', f);
 }
 
-static void print_dist(FILE *f, const char *title, const char *name,
-                       const struct lg_dist *d)
+static void print_dist(FILE *f, const struct lg_summary *s, enum lg_metric m)
 {
-    char label[64];
-    print_rule(f, title, '-');
+    static const char *const titles[LG_N_METRICS] = {
+        "Time to First Token", "Time per Output Token (excl. 1st token)",
+        "Inter-token Latency", "End-to-end Latency"};
+    const struct lg_dist *d = &s->dist[m];
+    const char *name = lg_metric_label(m);
+    char label[64], word[40];
+    print_rule(f, titles[m], '-');
     snprintf(label, sizeof label, "Mean %s (ms):", name);
     fprintf(f, "%-40s %-10.2f\n", label, d->mean);
     snprintf(label, sizeof label, "Median %s (ms):", name);
     fprintf(f, "%-40s %-10.2f\n", label, d->median);
-    snprintf(label, sizeof label, "P99 %s (ms):", name);
-    fprintf(f, "%-40s %-10.2f\n", label, d->p99);
+    for (int k = 0; k < s->n_pct; k++) {
+        lg_percentile_word(word, sizeof word, s->pct[k]);
+        snprintf(label, sizeof label, "P%s %s (ms):", word, name);
+        fprintf(f, "%-40s %-10.2f\n", label, d->pct[k]);
+    }
 }
 
 void lg_summary_print(FILE *f, const struct lg_summary *s)
@@ -143,83 +202,10 @@ void lg_summary_print(FILE *f, const struct lg_summary *s)
     fprintf(f, "%-40s %-10.2f\n", "Output token throughput (tok/s):", s->output_throughput);
     fprintf(f, "%-40s %-10.2f\n", "Total Token throughput (tok/s):",
             s->total_token_throughput);
-    print_dist(f, "Time to First Token", "TTFT", &s->ttft);
-    print_dist(f, "Time per Output Token (excl. 1st token)", "TPOT", &s->tpot);
-    print_dist(f, "Inter-token Latency", "ITL", &s->itl);
-    print_dist(f, "End-to-end Latency", "E2EL", &s->e2el);
+    // vLLM prints the sections in this order whatever the order of the selection.
+    for (int m = 0; m < LG_N_METRICS; m++)
+        if (s->metrics & (1u << m))
+            print_dist(f, s, (enum lg_metric)m);
     print_rule(f, "", '=');
     fflush(f);
-}
-
-static void add_dist(cJSON *o, const char *name, const struct lg_dist *d)
-{
-    char key[48];
-    snprintf(key, sizeof key, "mean_%s_ms", name);
-    cJSON_AddNumberToObject(o, key, d->mean);
-    snprintf(key, sizeof key, "median_%s_ms", name);
-    cJSON_AddNumberToObject(o, key, d->median);
-    snprintf(key, sizeof key, "p99_%s_ms", name);
-    cJSON_AddNumberToObject(o, key, d->p99);
-}
-
-int lg_save_json(const char *path, const struct lg_summary *s, const char *config_json,
-                 const struct lg_record *rec, int64_t n)
-{
-    // Top-level keys are those of vLLM's --save-result file where one exists.
-    cJSON *o = cJSON_CreateObject();
-    if (config_json) {
-        cJSON *cfg = cJSON_Parse(config_json);
-        if (cfg)
-            cJSON_AddItemToObject(o, "config", cfg);
-    }
-    cJSON_AddNumberToObject(o, "duration", s->duration_s);
-    cJSON_AddNumberToObject(o, "completed", (double)s->completed);
-    cJSON_AddNumberToObject(o, "failed", (double)s->failed);
-    cJSON_AddNumberToObject(o, "total_input_tokens", (double)s->total_input);
-    cJSON_AddNumberToObject(o, "total_output_tokens", (double)s->total_output);
-    cJSON_AddNumberToObject(o, "request_throughput", s->request_throughput);
-    cJSON_AddNumberToObject(o, "output_throughput", s->output_throughput);
-    cJSON_AddNumberToObject(o, "total_token_throughput", s->total_token_throughput);
-    if (s->max_concurrency > 0)
-        cJSON_AddNumberToObject(o, "max_concurrency", s->max_concurrency);
-    add_dist(o, "ttft", &s->ttft);
-    add_dist(o, "tpot", &s->tpot);
-    add_dist(o, "itl", &s->itl);
-    add_dist(o, "e2el", &s->e2el);
-    cJSON *arr = cJSON_AddArrayToObject(o, "requests");
-    for (int64_t i = 0; i < n; i++) {
-        const struct lg_record *r = &rec[i];
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "index", (double)i);
-        cJSON_AddBoolToObject(e, "success", r->ok);
-        cJSON_AddNumberToObject(e, "start_s", r->start_s);
-        if (r->ok) {
-            cJSON_AddNumberToObject(e, "prompt_tokens", r->prompt_tokens);
-            cJSON_AddNumberToObject(e, "output_tokens", r->output_tokens);
-            cJSON_AddNumberToObject(e, "ttft_ms", r->ttft_ms);
-            cJSON_AddNumberToObject(e, "e2el_ms", r->e2el_ms);
-            cJSON *itl = cJSON_AddArrayToObject(e, "itl_ms");
-            for (int32_t j = 0; j < r->n_itl; j++)
-                cJSON_AddItemToArray(itl, cJSON_CreateNumber(r->itl_ms[j]));
-        } else {
-            cJSON_AddStringToObject(e, "error", r->error ? r->error : "unknown");
-        }
-        cJSON_AddItemToArray(arr, e);
-    }
-    char *text = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!text) {
-        errno = ENOMEM;
-        return -1;
-    }
-    FILE *f = fopen(path, "w");
-    int err = -1;
-    if (f) {
-        size_t len = strlen(text);
-        err = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF ? 0 : -1;
-        if (fclose(f) != 0)
-            err = -1;
-    }
-    free(text);
-    return err;
 }

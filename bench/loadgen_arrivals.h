@@ -1,0 +1,39 @@
+/*
+ * loadgen_arrivals.h - when bench/loadgen releases each request: `vllm bench serve`'s
+ * arrival process (gamma-distributed gaps whose shape is --burstiness, 1 = Poisson),
+ * and the seeded generator that the prompts share.
+ *
+ * Owns: nothing; the caller owns the generator state and the arrival array.
+ * Thread: any (pure functions of their arguments and the generator state).
+ */
+#ifndef H2O_LOADGEN_ARRIVALS_H
+#define H2O_LOADGEN_ARRIVALS_H
+
+#include <stdint.h>
+
+/* splitmix64: the next 64 random bits of the stream whose state is *s. Every random
+ * choice of a run comes from --seed through it, so a run is a function of its flags.
+ * Thread: any. */
+uint64_t lg_rng_next(uint64_t *s);
+
+/* Uniform in [0, 1), 53 bits. Thread: any. */
+double lg_rng_unit(uint64_t *s);
+
+/* One draw of Gamma(shape, scale) (mean shape * scale, variance shape * scale^2) by
+ * Marsaglia and Tsang's method; shape < 1 is boosted to shape + 1 and scaled by
+ * U^(1/shape). Returns NAN unless shape > 0 and scale > 0. Thread: any. */
+double lg_rng_gamma(uint64_t *s, double shape, double scale);
+
+/*
+ * Fill t[0..n) with the release times in seconds from the benchmark's start, as vLLM
+ * computes them: every gap is Gamma(burstiness, 1 / (rate * burstiness)) (mean
+ * 1 / rate; burstiness INFINITY gives the constant gap 1 / rate), the times are the
+ * running sums (the first request waits one gap too), and the whole schedule is then
+ * stretched so the last release falls at exactly n / rate, which keeps the achieved
+ * rate from drifting with the seed. rate INFINITY releases everything at 0.
+ * Expects rate > 0 and burstiness > 0 (loadgen_opts.c refuses anything else).
+ * Thread: any.
+ */
+void lg_arrivals_fill(double *t, int64_t n, double rate, double burstiness, uint64_t *rng);
+
+#endif
