@@ -12,7 +12,7 @@ shift || true
 
 pkgs=(build-essential pkg-config meson ninja-build
       libuv1-dev libcjson-dev node-llhttp libdnnl-dev libpcre2-dev libsqlite3-dev
-      python3 python3-venv)
+      python3 python3-venv curl)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -243,8 +243,13 @@ def main():
     outs = []
     for kv in ({"policy": "full"}, "local", {"policy": "h2o", "heavy": 2, "recent": 2},
                {"policy": "h2o", "heavy_ratio": 0.05, "recent_ratio": 0.05}):
-        st, r, _ = completion(srv, max_tokens=30, temperature=0, ignore_eos=True, kv_cache=kv)
-        outs.append((st, r["choices"][0]["text"] if st == 200 else r))
+        # kv_min_budget 0: the budgets exactly as asked (the default floor would cover
+        # these short requests whole).
+        st, r, _ = completion(srv, max_tokens=30, temperature=0, ignore_eos=True, kv_cache=kv,
+                              kv_min_budget=0)
+        want = kv if isinstance(kv, str) else kv["policy"]
+        ran = r["usage"]["kv_cache"]["policy"] if st == 200 else None
+        outs.append((st if ran == want else -1, r["choices"][0]["text"] if st == 200 else r))
     before = metric(srv, "kv_tokens_evicted_total")
     tap(all(o[0] == 200 for o in outs) and before and before > 0,
         "kv_cache policies per request; evictions counted", (outs, before))
