@@ -145,6 +145,24 @@ expect "serve bad value" 2 "--port" -- "$bin" serve --port 99999
 root="$data/../.."
 expect "generate with the default model" 0 "generated tokens" -- \
     "$bin" generate --prompt "The Linux kernel" --max-tokens 8 --temperature 0 --dtype fp32
+# The README's tokenize example, as it is written there, on default.
+ex_text=$(grep -o -- '--text "[^"]*"` gives `\[[0-9, ]*\]`' "$root/README.md" | head -1)
+ex_ids=$(printf '%s' "$ex_text" | grep -o '\[[0-9, ]*\]')
+ex_text=$(printf '%s' "$ex_text" | sed 's/^--text "\([^"]*\)".*/\1/')
+ex_dec=$(grep -o -- '--decode "\[[0-9, ]*\]"' "$root/README.md" | head -1 | grep -o '\[[0-9, ]*\]')
+out=$("$bin" tokenize --text "$ex_text" 2>&1)
+dec=$("$bin" tokenize --decode "$ex_dec" 2>&1)
+if [ -n "$ex_ids" ] && [ "$out" = "$ex_ids" ] && [ "$ex_dec" = "$ex_ids" ] && [ "$dec" = "$ex_text" ]; then
+    ok "the README's tokenize example on default"
+else
+    not_ok "the README's tokenize example on default" "text '$ex_text' ids '$ex_ids' decode '$ex_dec'" \
+        "got '$out' and '$dec'"
+fi
+out=$("$bin" tokenize --decode "[2, 31414]" 2>&1)
+rc=$?
+[ $rc -ne 0 ] && printf '%s' "$out" | grep -q "31414 is outside 0..8191" \
+    && ok "tokenize --decode of an id outside default's vocabulary is a clear error" \
+    || not_ok "tokenize --decode of an id outside default's vocabulary is a clear error" "rc $rc: $out"
 a=$("$bin" tokenize --text "The scheduler runs" 2>/dev/null)
 b=$("$bin" tokenize --model "$root/models/default" --text "The scheduler runs" 2>/dev/null)
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "tokenize defaults to models/default" \
@@ -189,6 +207,14 @@ expect "bench quality longer than the positions" 1 "positions" -- \
     "$bin" bench quality --model "$data/golden/tiny-opt" --text "$tmp/text.txt" --prompt-len 100 --gen-len 100
 expect "bench quality plot without sweep" 2 "--plot" -- \
     "$bin" bench quality --text "$tmp/text.txt" --plot "$tmp/x.png"
+# --plot without gnuplot says so before the run, not after it (an empty PATH: no
+# gnuplot, whatever this machine has installed).
+mkdir -p "$tmp/empty-path"
+expect "bench quality --plot without gnuplot fails at the start" 2 "needs gnuplot.*gnuplot-nox" -- \
+    env PATH="$tmp/empty-path" "$bin" bench quality --text "$root/models/default/heldout.txt" \
+    --sweep 0.1,0.2 --plot "$tmp/x.png"
+[ ! -s "$tmp/out" ] && [ ! -e "$tmp/x.png" ] \
+    && ok "... and runs nothing" || not_ok "... and runs nothing" "$(head -c 300 "$tmp/out")"
 expect "bench unknown" 2 "quality" -- "$bin" bench speed
 
 echo "1..$n"
