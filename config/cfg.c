@@ -24,6 +24,9 @@
 
 /* Enums are stored and read as int through the table. */
 _Static_assert(sizeof(enum cfg_dtype) == sizeof(int), "enum cfg_dtype is int-sized");
+_Static_assert(CFG_DTYPE_AUTO == 0 && CFG_DTYPE_FP32 == 1 && CFG_DTYPE_BF16 == 2 &&
+                   CFG_DTYPE_FP16 == 3,
+               "dtype_names[] is indexed by enum cfg_dtype");
 _Static_assert(sizeof(enum kv_policy) == sizeof(int), "enum kv_policy is int-sized");
 _Static_assert(sizeof(enum be_device) == sizeof(int), "enum be_device is int-sized");
 _Static_assert(BE_DEVICE_CPU == 0 && BE_DEVICE_CUDA == 1 && BE_DEVICE_AUTO == 2,
@@ -39,7 +42,12 @@ _Static_assert(KV_POLICY_FULL == 0 && KV_POLICY_H2O == 1 && KV_POLICY_LOCAL == 2
 
 #define FIELD(f) .offset = offsetof(struct cfg, f), .size = sizeof(((struct cfg *)0)->f)
 
-static const char *const dtype_names[] = {"auto", "fp32", "bf16", NULL};
+static const char *const dtype_names[] = {"auto", "fp32", "bf16", "fp16", NULL};
+/* vLLM's --dtype names (torch's), stored as ours. */
+static const struct cfg_enum_alias dtype_aliases[] = {
+    {"float32", CFG_DTYPE_FP32}, {"float", CFG_DTYPE_FP32}, {"bfloat16", CFG_DTYPE_BF16},
+    {"float16", CFG_DTYPE_FP16}, {"half", CFG_DTYPE_FP16},  {NULL, 0},
+};
 static const char *const policy_names[] = {"full", "h2o", "local", NULL};
 static const char *const device_names[] = {"cpu", "cuda", "auto", NULL};
 
@@ -68,6 +76,7 @@ static const struct cfg_opt opt_table[] = {
      .type = CFG_T_STR,
      FIELD(model),
      .metavar = "DIR|default|dummy:NAME",
+     .flags = CFG_F_POSITIONAL,
      .help = "checkpoint folder (config.json, weights, vocab.json + merges.txt), "
              "'default' (the small built-in trained model, docs/quality.md) or a "
              "built-in dummy model with random weights: dummy:tiny, dummy:opt-125m ... "
@@ -101,8 +110,11 @@ static const struct cfg_opt opt_table[] = {
      .type = CFG_T_ENUM,
      FIELD(dtype),
      .values = dtype_names,
-     .help = "weights, activations and KV cache of the CPU backend; auto is bf16 where "
-             "the CPU has AVX512-BF16, else fp32 (the CUDA backend computes in fp16)"},
+     .value_aliases = dtype_aliases,
+     .help = "weights, activations and KV cache; auto is bf16 on a CPU with "
+             "AVX512-BF16, else fp32, and fp16 on CUDA. The CPU computes in fp32 or bf16 "
+             "(fp16 runs as bf16, as vLLM does, or fp32 without AVX512-BF16), CUDA in "
+             "fp16 only: a substitution is logged at startup"},
     {.key = "threads",
      .group = "model",
      .type = CFG_T_INT,
@@ -111,6 +123,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 4096,
      .help = "OpenMP threads of the CPU backend; 0 uses every core"},
     {.key = "tensor_parallel",
+     .alias = "tensor_parallel_size",
      .group = "model",
      .type = CFG_T_INT,
      FIELD(tensor_parallel),
@@ -127,6 +140,16 @@ static const struct cfg_opt opt_table[] = {
      .min = 0,
      .max = MAX_EXACT,
      .help = "seed of the deterministic dummy:* weights"},
+    {.key = "max_model_len",
+     .group = "model",
+     .type = CFG_T_INT,
+     FIELD(max_model_len),
+     .min = 0,
+     .max = 1 << 20,
+     .help = "context length: prompt + max_tokens of a request must fit in it (longer "
+             "gets 400 context_length_exceeded), and /v1/models reports it; at most the "
+             "model's max_position_embeddings (a larger value is a startup error, as in "
+             "vLLM: positions beyond the table have no embedding); 0 = the model's"},
 
     /* engine */
     {.key = "block_size",
@@ -144,7 +167,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 1024 * GIB * 1024,
      .help = "KV pool size (K, V and the H2O state of all layers), e.g. 512M or 4G; 0 "
              "means min(4G, 25% of RAM), never more than max_num_seqs sequences of the "
-             "full context length can use"},
+             "full context length (max_model_len) can use"},
     {.key = "kv_cache_blocks",
      .group = "engine",
      .type = CFG_T_INT,
@@ -160,6 +183,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 65536,
      .help = "sequences decoding or prefilling at once"},
     {.key = "max_batched_tokens",
+     .alias = "max_num_batched_tokens",
      .group = "engine",
      .type = CFG_T_INT,
      FIELD(max_batched_tokens),
@@ -371,6 +395,7 @@ void cfg_defaults(struct cfg *c)
     c->gpu_memory_utilization = 0.9;
     c->tensor_parallel = 1;
     c->dummy_seed = 0;
+    c->max_model_len = 0;
     c->block_size = 16;
     c->kv_cache_bytes = 0;
     c->kv_cache_blocks = 0;
@@ -412,7 +437,7 @@ const struct cfg_opt *cfg_opts(size_t *n)
 /* "--max-n" or "max_n" (len bytes of name) names option key "max_n". */
 static bool name_is(const char *key, const char *name, size_t len, bool flag)
 {
-    if (strlen(key) != len) return false;
+    if (!key || strlen(key) != len) return false;
     for (size_t i = 0; i < len; i++) {
         char k = key[i] == '_' && flag ? '-' : key[i];
         if (k != name[i]) return false;
@@ -423,7 +448,9 @@ static bool name_is(const char *key, const char *name, size_t len, bool flag)
 const struct cfg_opt *cfg_find_n(const char *name, size_t len, bool flag)
 {
     for (size_t i = 0; i < ARRAY_LEN(opt_table); i++)
-        if (name_is(opt_table[i].key, name, len, flag)) return &opt_table[i];
+        if (name_is(opt_table[i].key, name, len, flag) ||
+            name_is(opt_table[i].alias, name, len, flag))
+            return &opt_table[i];
     return NULL;
 }
 
@@ -548,10 +575,18 @@ int cfg_enum_parse(const struct cfg_opt *o, const char *s, const char *who, int6
 {
     for (int i = 0; o->values[i]; i++)
         if (strcmp(o->values[i], s) == 0) return *out = i, 0;
-    char all[128] = "";
+    /* An alias is normalised here, so the struct only ever holds canonical values. */
+    for (const struct cfg_enum_alias *a = o->value_aliases; a && a->name; a++)
+        if (strcmp(a->name, s) == 0) return *out = a->value, 0;
+    char all[256] = "";
     for (int i = 0; o->values[i]; i++) {
         if (i) strncat(all, "|", sizeof all - strlen(all) - 1);
         strncat(all, o->values[i], sizeof all - strlen(all) - 1);
+    }
+    for (const struct cfg_enum_alias *a = o->value_aliases; a && a->name; a++) {
+        strncat(all, a == o->value_aliases ? " (or " : ", ", sizeof all - strlen(all) - 1);
+        strncat(all, a->name, sizeof all - strlen(all) - 1);
+        if (!a[1].name) strncat(all, ")", sizeof all - strlen(all) - 1);
     }
     return err_set(ENG_EINVAL, "%s wants one of %s, got '%.64s'", who, all, s);
 }
@@ -732,11 +767,15 @@ void cfg_engine_opts(const struct cfg *c, struct engine_opts *o)
 {
     engine_opts_default(o);
     o->model = c->model;
-    /* auto keeps model_opts_default's choice (bf16 where the CPU has it). */
+    /* auto keeps model_opts_default's choice (bf16 where the CPU has it); a dtype
+     * asked for is marked, so that a backend that cannot compute in it says so. */
     if (c->dtype == CFG_DTYPE_FP32)
         o->model_opts.dtype = DTYPE_F32;
     else if (c->dtype == CFG_DTYPE_BF16)
         o->model_opts.dtype = DTYPE_BF16;
+    else if (c->dtype == CFG_DTYPE_FP16)
+        o->model_opts.dtype = DTYPE_F16;
+    o->model_opts.dtype_set = c->dtype != CFG_DTYPE_AUTO;
     o->model_opts.n_threads = c->threads;
     o->model_opts.tensor_parallel = c->tensor_parallel;
     o->model_opts.device = c->device;
@@ -748,5 +787,6 @@ void cfg_engine_opts(const struct cfg *c, struct engine_opts *o)
     o->sched.max_num_seqs = c->max_num_seqs;
     o->sched.max_batched_tokens = c->max_batched_tokens;
     o->sched.batch_prompt_tokens = c->batch_prompt_tokens;
+    o->sched.max_model_len = c->max_model_len;
     cfg_kv_spec(c, &o->kv_default);
 }

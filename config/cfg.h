@@ -9,6 +9,13 @@
  * so they cannot drift apart; the unit test walks the table and checks that every
  * option can be set both ways.
  *
+ * vLLM's spellings are part of the table too, so that a vLLM command line works:
+ * a descriptor may carry one alias name (.alias = "tensor_parallel_size": the flag
+ * --tensor-parallel-size and the file key "tensor_parallel_size" set the same field
+ * as "tensor_parallel"), an enum may accept alias values (--dtype bfloat16 is
+ * stored as bf16; help and JSON dumps show the canonical names only), and one
+ * option may be the command's positional argument (`h2oserve serve MODEL`).
+ *
  * The file is one flat JSON object whose keys are the option names (see
  * config/example.json, config/README.md). Keys that start with '_' are comments and
  * are ignored; any other unknown key is an error that names the key and the file. A
@@ -33,11 +40,15 @@
 #include <stdio.h>
 
 /* The compute dtype as the user asks for it; auto = bf16 where the CPU has
- * AVX512-BF16, else fp32 (model_opts_default decides). */
+ * AVX512-BF16, else fp32 (model_opts_default decides), and fp16 on CUDA. The CPU
+ * backend computes in fp32 or bf16 and the CUDA backend in fp16 only: fp16 on the
+ * CPU runs bf16 (fp32 without AVX512-BF16), fp32 or bf16 on CUDA runs fp16, each
+ * with a warning at load (model.c create_backend). */
 enum cfg_dtype {
     CFG_DTYPE_AUTO = 0,
     CFG_DTYPE_FP32 = 1,
     CFG_DTYPE_BF16 = 2,
+    CFG_DTYPE_FP16 = 3,
 };
 
 struct cfg {
@@ -54,6 +65,7 @@ struct cfg {
     int32_t threads;         /* OpenMP threads; 0 = all cores */
     int32_t tensor_parallel; /* ranks the layers are sharded over; default 1 */
     int64_t dummy_seed;      /* seed of dummy:* weights; default 0 */
+    int32_t max_model_len;   /* context length; 0 = max_position_embeddings (the most) */
 
     /* engine */
     int32_t block_size;         /* KV slots per block; default 16 */
@@ -106,17 +118,32 @@ enum cfg_type {
 enum cfg_opt_flags {
     CFG_F_NULLABLE = 1, /* a string that may be unset: JSON null or "" gives NULL */
     CFG_F_SECRET = 2,   /* never printed by cfg_to_json(.., redact = true) */
+    /* The command's one positional argument sets it (`serve MODEL` is --model MODEL);
+     * at most one option has it, and its metavar names the argument in --help. */
+    CFG_F_POSITIONAL = 4,
+};
+
+/* An alias value of an enum: `name` is stored as values[value] ("bfloat16" as bf16).
+ * Lists end with {NULL, 0}. */
+struct cfg_enum_alias {
+    const char *name;
+    int value;
 };
 
 /* One option. The table is static and lives as long as the program. */
 struct cfg_opt {
     const char *key;   /* JSON key; the flag is "--" + key with '_' -> '-' */
+    /* Another name of the same option, or NULL, spelled as a key
+     * ("tensor_parallel_size"): accepted as a flag (--tensor-parallel-size) and as
+     * a file key, shown in --help; never written by cfg_to_json. */
+    const char *alias;
     const char *group; /* heading in --help */
     enum cfg_type type;
     size_t offset;             /* of the field in struct cfg */
     size_t size;               /* of the field (CFG_T_INT: 4 or 8) */
     double min, max;           /* inclusive range (numbers and sizes) */
     const char *const *values; /* CFG_T_ENUM: names, NULL-terminated, index = value */
+    const struct cfg_enum_alias *value_aliases; /* CFG_T_ENUM: more names, or NULL */
     const char *metavar;   /* placeholder in --help ("DIR|dummy:NAME"); NULL = by type */
     const char *help;      /* one sentence, why and what */
     const char *dflt_note; /* shown instead of the default value in --help, or NULL */
@@ -137,11 +164,12 @@ void cfg_defaults(struct cfg *c);
 void cfg_free(struct cfg *c);
 
 /*
- * Apply the JSON file at `path` on top of *c: one object, flat keys as in the table.
- * All or nothing: on error *c is unchanged. Returns 0, ENG_EIO (unreadable, or
- * larger than 1 MiB), ENG_EFORMAT (not JSON, not an object, a duplicate or unknown
- * key) or ENG_EINVAL (a value of the wrong type or out of range), with a one-line
- * message naming the file and the key (err_msg).
+ * Apply the JSON file at `path` on top of *c: one object, flat keys as in the table
+ * (an option's alias is a key too). All or nothing: on error *c is unchanged.
+ * Returns 0, ENG_EIO (unreadable, or larger than 1 MiB), ENG_EFORMAT (not JSON, not
+ * an object, an unknown key, or one option given twice: the same key twice, or a
+ * key and its alias) or ENG_EINVAL (a value of the wrong type or out of range), with
+ * a one-line message naming the file and the key (err_msg).
  * Thread: any.
  */
 int cfg_load_file(struct cfg *c, const char *path);
@@ -152,11 +180,15 @@ int cfg_load_string(struct cfg *c, const char *json, const char *name);
 /*
  * Apply command-line flags on top of *c. argv[0] is the command's name and is
  * skipped. Every --config FILE (or --config=FILE) is applied first, in order, then
- * every other flag in order, so flags override files wherever --config stands.
+ * every other flag in order, so flags override files wherever --config stands; a
+ * flag given twice, or a flag and its alias, is "last wins" like any later flag.
  * Flags: --name VALUE, --name=VALUE; bools also --name, --no-name, --name=true|false.
- * Parsing stops at the first argument that is not a flag (or just after "--"); its
- * index is stored in *next (argc when every argument was a flag), and the caller
- * decides whether positional arguments are welcome.
+ * Arguments that are not flags (and every argument after "--") are positional: the
+ * first one sets the table's CFG_F_POSITIONAL option (the model) wherever it
+ * stands, and parsing goes on after it; parsing stops at the next one, whose index
+ * is stored in *next (argc when none), and the caller decides whether more
+ * positional arguments are welcome. The positional and its own flag both given
+ * with different values is an error (ENG_EINVAL, naming both).
  * All or nothing: on error *c is unchanged. Returns 0, CFG_HELP when --help or -h
  * appears (nothing else is applied), or a negative engine error whose message names
  * the flag (or the file and key).
@@ -166,9 +198,10 @@ int cfg_parse_args(struct cfg *c, int argc, char **argv, int *next);
 
 /*
  * Set one option from text, as a flag would: `name` is a key ("max_n") or a flag
- * ("--max-n"), `value` as on the command line ("512M", "true", "h2o"). Checks the
- * type and range; returns 0, ENG_ENOTFOUND for an unknown name, or ENG_EINVAL,
- * with a message naming the option. On error *c is unchanged. Thread: any.
+ * ("--max-n"), an alias in either spelling too, `value` as on the command line
+ * ("512M", "true", "h2o", "bfloat16"). Checks the type and range; returns 0,
+ * ENG_ENOTFOUND for an unknown name, or ENG_EINVAL, with a message naming the
+ * option. On error *c is unchanged. Thread: any.
  */
 int cfg_set(struct cfg *c, const char *name, const char *value);
 
@@ -182,15 +215,16 @@ int cfg_set(struct cfg *c, const char *name, const char *value);
 int cfg_validate(const struct cfg *c);
 
 /*
- * Print "usage: h2oserve CMD [options]" and every flag with its placeholder, help
- * and built-in default, grouped as in the table. Thread: any.
+ * Print "usage: h2oserve CMD [MODEL] [options]" and every flag with its placeholder,
+ * alias, help and built-in default, grouped as in the table. Thread: any.
  */
 void cfg_usage(FILE *f, const char *cmd);
 
 /*
- * The engine options for *c: model, dtype (auto -> model_opts_default's choice),
- * threads, dummy seed, block size, KV pool size, scheduler limits and the default
- * KV spec. o->model points into c: it must outlive o until engine_create (which
+ * The engine options for *c: model, dtype (auto -> model_opts_default's choice;
+ * model_opts.dtype_set says whether one was asked for), threads, dummy seed, block
+ * size, KV pool size, scheduler limits (max_model_len too) and the default KV
+ * spec. o->model points into c: it must outlive o until engine_create (which
  * copies it). Thread: any.
  */
 void cfg_engine_opts(const struct cfg *c, struct engine_opts *o);
@@ -208,7 +242,8 @@ char *cfg_to_json(const struct cfg *c, bool redact);
 /* The option table and its length. Thread: any. */
 const struct cfg_opt *cfg_opts(size_t *n);
 
-/* The option named by key ("max_n") or flag ("--max-n"), or NULL. Thread: any. */
+/* The option named by key ("max_n") or flag ("--max-n"), its alias's included, or
+ * NULL. Thread: any. */
 const struct cfg_opt *cfg_find(const char *name);
 
 /*

@@ -15,6 +15,7 @@
 #include "util.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -115,12 +116,14 @@ static int set_json(struct cfg *c, const struct cfg_opt *o, const cJSON *v, cons
     return cfg_opt_set(c, o, &val, who);
 }
 
-/* Apply every key of root to c; keys starting with '_' are comments. */
+/* Apply every key of root to c; keys starting with '_' are comments. An option is
+ * set once per file, by its key or by its alias: "tensor_parallel" and
+ * "tensor_parallel_size" in one file are two things said about one setting. */
 static int apply_object(struct cfg *c, const cJSON *root, const char *name)
 {
     size_t n_opts;
     const struct cfg_opt *table = cfg_opts(&n_opts);
-    bool seen[64] = {false};
+    const char *seen[64] = {NULL}; /* [option] the key that set it in this file */
     CHECK(n_opts <= ARRAY_LEN(seen));
     const cJSON *v;
     cJSON_ArrayForEach(v, root)
@@ -138,11 +141,16 @@ static int apply_object(struct cfg *c, const cJSON *root, const char *name)
             return err_set(ENG_EFORMAT, "%.200s: unknown key \"%.64s\"", name, key);
         }
         size_t idx = (size_t)(o - table);
+        if (seen[idx] && strcmp(seen[idx], key) == 0)
+            return err_set(ENG_EFORMAT, "%.200s: key \"%s\" appears twice", name, key);
         if (seen[idx])
-            return err_set(ENG_EFORMAT, "%.200s: key \"%s\" appears twice", name, o->key);
-        seen[idx] = true;
+            return err_set(ENG_EFORMAT,
+                           "%.200s: keys \"%s\" and \"%s\" both set %s (one is an alias "
+                           "of the other); keep one",
+                           name, seen[idx], key, o->key);
+        seen[idx] = key;
         char who[300];
-        snprintf(who, sizeof who, "%.200s: key \"%s\"", name, o->key);
+        snprintf(who, sizeof who, "%.200s: key \"%.64s\"", name, key);
         int err = set_json(c, o, v, who);
         if (err) return err;
     }
@@ -213,34 +221,60 @@ int cfg_load_file(struct cfg *c, const char *path)
 struct flag_item {
     const struct cfg_opt *o;
     const char *value;
-    bool negated; /* --no-NAME */
+    const char *name; /* as typed, without "--" and without "no-" (len bytes) */
+    size_t len;
+    bool negated;    /* --no-NAME */
+    bool positional; /* the table's positional option, not a flag */
 };
 
-static void flag_name(const struct cfg_opt *o, bool negated, char *buf, size_t len)
+/* "--NAME" or "--no-NAME" as the user typed it (an alias stays an alias), for
+ * messages. */
+static void item_who(const struct flag_item *it, char *buf, size_t len)
 {
-    snprintf(buf, len, "--%s%s", negated ? "no-" : "", o->key);
-    for (char *p = buf; *p; p++)
-        if (*p == '_') *p = '-';
+    if (it->positional)
+        snprintf(buf, len, "the positional %s",
+                 it->o->metavar ? it->o->metavar : "argument");
+    else
+        snprintf(buf, len, "--%s%.*s", it->negated ? "no-" : "", (int)MIN(it->len, 64),
+                 it->name);
 }
 
-/* Split argv into items; stops at the first positional argument. */
+/* The option that the command's positional argument sets, or NULL. */
+static const struct cfg_opt *positional_opt(void)
+{
+    size_t n;
+    const struct cfg_opt *t = cfg_opts(&n);
+    for (size_t i = 0; i < n; i++)
+        if (t[i].flags & CFG_F_POSITIONAL) return &t[i];
+    return NULL;
+}
+
+/* Split argv into items. The first positional argument becomes an item of the
+ * positional option; scanning stops at a second one (*next). */
 static int scan_args(int argc, char **argv, struct flag_item *items, int *n_items,
                      int *next)
 {
+    const struct cfg_opt *pos = positional_opt();
+    bool flags_done = false, have_pos = false;
     int i, n = 0;
     for (i = MIN(1, argc); i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "--") == 0) {
-            i++;
-            break;
+        if (!flags_done && strcmp(a, "--") == 0) {
+            flags_done = true; /* what follows is positional, even "--x" */
+            continue;
         }
-        if (a[0] != '-' || a[1] == '\0') break; /* a positional ("-" included) */
+        if (flags_done || a[0] != '-' || a[1] == '\0') { /* a positional ("-" too) */
+            if (!pos || have_pos) break;
+            items[n++] = (struct flag_item){.o = pos, .value = a, .positional = true};
+            have_pos = true;
+            continue;
+        }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return CFG_HELP;
         if (a[1] != '-') return err_set(ENG_EINVAL, "unknown option '%.64s'", a);
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         struct flag_item *it = &items[n];
-        *it = (struct flag_item){.value = eq ? eq + 1 : NULL};
+        *it = (struct flag_item){.value = eq ? eq + 1 : NULL, .name = name, .len = len};
         if (len == 6 && strncmp(name, "config", 6) == 0) {
             it->o = NULL;
         } else if ((it->o = cfg_find_n(name, len, true))) {
@@ -251,6 +285,8 @@ static int scan_args(int argc, char **argv, struct flag_item *items, int *n_item
             if (it->value)
                 return err_set(ENG_EINVAL, "--%.*s takes no value", (int)len, name);
             it->negated = true;
+            it->name = name + 3;
+            it->len = len - 3;
             it->value = "false";
         } else {
             return err_set(ENG_EINVAL, "unknown option '--%.*s'", (int)MIN(len, 64), name);
@@ -267,12 +303,37 @@ static int scan_args(int argc, char **argv, struct flag_item *items, int *n_item
     return 0;
 }
 
+/* `serve A --model B`: two different answers to one question. vLLM lets the
+ * positional win without a word (ServeSubcommand.cmd: args.model = args.model_tag),
+ * which hides a mistake in a launch script, so here it is an error. The same value
+ * twice is fine. */
+static int check_positional(const struct flag_item *items, int n)
+{
+    const struct flag_item *pos = NULL;
+    for (int k = 0; k < n; k++)
+        if (items[k].positional) pos = &items[k];
+    if (!pos) return 0;
+    for (int k = 0; k < n; k++) {
+        const struct flag_item *it = &items[k];
+        if (it->positional || it->o != pos->o || strcmp(it->value, pos->value) == 0)
+            continue;
+        char who[80];
+        item_who(it, who, sizeof who);
+        return err_set(ENG_EINVAL,
+                       "%s is given twice, as the positional argument '%.200s' and as %s "
+                       "'%.200s'; give one",
+                       pos->o->key, pos->value, who, it->value);
+    }
+    return 0;
+}
+
 int cfg_parse_args(struct cfg *c, int argc, char **argv, int *next)
 {
     struct flag_item *items = xcalloc((size_t)MAX(argc, 1), sizeof *items);
     int n = 0, first = argc;
     int err = scan_args(argc, argv, items, &n, &first);
     if (next) *next = first;
+    if (!err) err = check_positional(items, n);
     if (err) {
         free(items);
         return err;
@@ -290,7 +351,7 @@ int cfg_parse_args(struct cfg *c, int argc, char **argv, int *next)
     for (int k = 0; k < n && !err; k++) {
         if (!items[k].o) continue;
         char who[80];
-        flag_name(items[k].o, items[k].negated, who, sizeof who);
+        item_who(&items[k], who, sizeof who);
         err = cfg_opt_set_text(&tmp, items[k].o, items[k].value, who);
     }
     free(items);
@@ -339,20 +400,51 @@ static void print_entry(FILE *f, const char *left, const char *text, const char 
     fputc('\n', f);
 }
 
+/* "--max-num-seqs" for key "max_num_seqs". */
+static void flag_of_key(const char *key, char *buf, size_t len)
+{
+    snprintf(buf, len, "--%s", key);
+    for (char *p = buf; *p; p++)
+        if (*p == '_') *p = '-';
+}
+
+/* "MODEL" for key "model": the positional argument's name in --help. */
+static void upper_of_key(const char *key, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s", key);
+    for (char *p = buf; *p; p++)
+        *p = (char)toupper((unsigned char)*p);
+}
+
 void cfg_usage(FILE *f, const char *cmd)
 {
     size_t n;
     const struct cfg_opt *table = cfg_opts(&n);
+    const struct cfg_opt *pos = positional_opt();
     struct cfg d;
     cfg_defaults(&d);
-    fprintf(
-        f,
-        "usage: h2oserve %s [options]\n\n"
-        "Every option is also a key of the JSON file given with --config: the flag\n"
-        "without its \"--\", with '_' for '-' (--max-num-seqs is \"max_num_seqs\").\n"
-        "Flags override the file wherever --config stands; config/example.json shows\n"
-        "every key with a comment. SIZE takes bytes or K, M, G, T (powers of 1024).\n\n",
-        cmd);
+    char pos_name[64] = "", pos_usage[80] = "";
+    if (pos) {
+        upper_of_key(pos->key, pos_name, sizeof pos_name);
+        snprintf(pos_usage, sizeof pos_usage, " [%s]", pos_name);
+    }
+    fprintf(f,
+            "usage: h2oserve %s%s [options]\n\n"
+            "Every option is also a key of the JSON file given with --config: the flag\n"
+            "without its \"--\", with '_' for '-' (--max-num-seqs is \"max_num_seqs\").\n"
+            "Flags override the file wherever --config stands; config/example.json shows\n"
+            "every key with a comment. SIZE takes bytes or K, M, G, T (powers of 1024).\n"
+            "vLLM's flag names are accepted as aliases (shown beside each flag).\n\n",
+            cmd, pos_usage);
+    if (pos) {
+        char flag[80], text[200];
+        flag_of_key(pos->key, flag, sizeof flag);
+        snprintf(text, sizeof text,
+                 "the same as %s %s, anywhere on the line (as in 'vllm serve %s'); both "
+                 "given must agree",
+                 flag, pos_name, pos_name);
+        print_entry(f, pos_name, text, NULL);
+    }
     print_entry(f, "--config FILE",
                 "read options from a JSON file (repeatable; later files override earlier "
                 "ones)",
@@ -365,28 +457,42 @@ void cfg_usage(FILE *f, const char *cmd)
             group = o->group;
             fprintf(f, "\n%s:\n", group);
         }
-        char flag[80], left[256], val[128], tail[160];
-        flag_name(o, false, flag, sizeof flag);
+        char flag[80], alias[96] = "", left[256], val[128], tail[160], help[1024];
+        flag_of_key(o->key, flag, sizeof flag);
+        if (o->alias) {
+            char af[80];
+            flag_of_key(o->alias, af, sizeof af);
+            snprintf(alias, sizeof alias, " (alias %s%s)",
+                     o->type == CFG_T_BOOL ? "--[no-]" : "--", af + 2);
+        }
         if (o->type == CFG_T_BOOL) {
-            snprintf(left, sizeof left, "--[no-]%s", flag + 2);
+            snprintf(left, sizeof left, "--[no-]%s%s", flag + 2, alias);
         } else if (o->type == CFG_T_ENUM) {
             char all[96] = "";
             for (int k = 0; o->values[k]; k++) {
                 if (k) strncat(all, "|", sizeof all - strlen(all) - 1);
                 strncat(all, o->values[k], sizeof all - strlen(all) - 1);
             }
-            snprintf(left, sizeof left, "%s %s", flag, all);
+            snprintf(left, sizeof left, "%s %s%s", flag, all, alias);
         } else {
             const char *mv = o->metavar               ? o->metavar
                              : o->type == CFG_T_INT   ? "N"
                              : o->type == CFG_T_SIZE  ? "SIZE"
                              : o->type == CFG_T_FLOAT ? "X"
                                                       : "STR";
-            snprintf(left, sizeof left, "%s %s", flag, mv);
+            snprintf(left, sizeof left, "%s %s%s", flag, mv, alias);
+        }
+        /* Alias values follow the help: "also accepted: float32=fp32, ...". */
+        snprintf(help, sizeof help, "%s", o->help);
+        for (const struct cfg_enum_alias *a = o->value_aliases; a && a->name; a++) {
+            size_t at = strlen(help);
+            snprintf(help + at, sizeof help - at, "%s%s=%s",
+                     a == o->value_aliases ? "; also accepted: " : ", ", a->name,
+                     o->values[a->value]);
         }
         snprintf(tail, sizeof tail, "(default: %s)",
                  o->dflt_note ? o->dflt_note : cfg_format_value(&d, o, val, sizeof val));
-        print_entry(f, left, o->help, tail);
+        print_entry(f, left, help, tail);
     }
     cfg_free(&d);
 }

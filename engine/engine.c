@@ -194,11 +194,15 @@ static int pool_blocks(struct engine *e, int32_t *out)
         n = bytes / (int64_t)bb;
     } else {
         /* The default: no more than max_num_seqs full-context sequences can use, out
-         * of the memory the pool lives in. A device backend's pool is in device
+         * of the memory the pool lives in. The context is max_model_len where it is
+         * set: no request may be longer. A device backend's pool is in device
          * memory, which host RAM says nothing about; its kv_capacity is what is left
          * there after the weights and workspace. */
+        int32_t ctx_len;
+        int err = sched_context_len(e->o.sched.max_model_len, cfg, &ctx_len);
+        if (err) return err;
         const int64_t useful = (int64_t)MAX(e->o.sched.max_num_seqs, 1) *
-                               CEIL_DIV((int64_t)cfg->max_pos, bs);
+                               CEIL_DIV((int64_t)ctx_len, bs);
         const struct be_ops *ops = e->m->be.ops;
         bytes = ops->kv_capacity
                     ? (int64_t)MIN(ops->kv_capacity(e->m->be.ctx), (size_t)INT64_MAX)

@@ -42,7 +42,8 @@ struct engine_opts {
      * KV pool size in bytes (K, V and the H2O slot state, all layers). 0 = the
      * default: min(4 GiB, 25% of physical memory) - vLLM's CPU backend also reserves
      * 4 GiB - and never more blocks than max_num_seqs sequences at the full context
-     * length could use, so a tiny model does not pin gigabytes it can never fill.
+     * length (sched.max_model_len, else the model's) could use, so a tiny model does
+     * not pin gigabytes it can never fill.
      * A backend with be_ops.kv_capacity (a device) replaces the first term by it.
      */
     int64_t kv_cache_bytes;

@@ -111,7 +111,18 @@ int model_load_tokenizer(struct tokenizer **out, const char *name)
     return load_tokenizer(out, &cfg, strncmp(name, "dummy:", 6) == 0 ? NULL : name);
 }
 
-/* The backend of opts->device (auto: CUDA when a GPU is there, else CPU). */
+/* The dtype the CPU backend computes in for `want`: fp16 has no CPU kernels, so it
+ * runs bf16 (what vLLM's CPU backend does with float16: "float16 is not supported on
+ * CPU, casting to bfloat16"), or fp32 on a CPU without AVX512-BF16, where bf16 has
+ * no kernels either. */
+static enum dtype cpu_dtype(enum dtype want)
+{
+    if (want != DTYPE_F16) return want;
+    return backend_cpu_has_bf16() ? DTYPE_BF16 : DTYPE_F32;
+}
+
+/* The backend of opts->device (auto: CUDA when a GPU is there, else CPU). A dtype
+ * the backend cannot compute in is replaced, never silently: the user asked for it. */
 static int create_backend(struct model *m, const struct model_opts *opts)
 {
     enum be_device dev = opts->device;
@@ -119,13 +130,22 @@ static int create_backend(struct model *m, const struct model_opts *opts)
     if (dev == BE_DEVICE_CUDA) {
         struct be_cuda_opts co = {.tensor_parallel = opts->tensor_parallel,
                                   .gpu_memory_utilization = opts->gpu_memory_utilization};
+        if (opts->dtype_set && opts->dtype != DTYPE_F16)
+            log_warn("dtype %s is not supported by the CUDA backend, which computes in "
+                     "fp16: running fp16",
+                     dtype_name(opts->dtype));
         m->dtype = DTYPE_F16;
         return backend_cuda_create(&m->be, &co);
     }
-    struct be_cpu_opts bo = {.dtype = opts->dtype, .n_threads = opts->n_threads,
+    const enum dtype dt = cpu_dtype(opts->dtype);
+    if (dt != opts->dtype)
+        log_warn("dtype fp16 is not supported by the CPU backend (as in vLLM, float16 "
+                 "runs as bfloat16 on CPUs): running %s%s",
+                 dtype_name(dt), dt == DTYPE_F32 ? " (this CPU has no AVX512-BF16)" : "");
+    struct be_cpu_opts bo = {.dtype = dt, .n_threads = opts->n_threads,
                              .tensor_parallel = opts->tensor_parallel,
                              .device_state = opts->device_state};
-    m->dtype = opts->dtype;
+    m->dtype = dt;
     return backend_cpu_create(&m->be, &bo);
 }
 

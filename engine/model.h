@@ -54,7 +54,12 @@ struct tokenizer;
 
 struct model_opts {
     enum be_device device; /* default BE_DEVICE_CPU (the server's default is auto) */
-    enum dtype dtype;    /* compute dtype of the CPU backend (CUDA computes in fp16) */
+    /* The compute dtype asked for. The CPU backend computes in fp32 or bf16: fp16 runs
+     * bf16 there (fp32 without AVX512-BF16), as vLLM runs float16 as bfloat16 on
+     * CPUs. The CUDA backend computes in fp16 whatever this says. Both log a warning
+     * when they substitute a dtype that dtype_set says was asked for. */
+    enum dtype dtype;
+    bool dtype_set;      /* the user chose dtype (not "auto"): substitutions are logged */
     int n_threads;       /* 0 = OpenMP's default */
     int tensor_parallel; /* ranks the layers are sharded over; 0 or 1 = none */
     float gpu_memory_utilization; /* CUDA: share of each GPU to use; 0 = 0.9 */
@@ -73,7 +78,8 @@ struct model {
     double load_seconds;
 };
 
-/* Defaults: bf16 where the CPU has AVX512-BF16, else fp32; seed 0. Thread: any. */
+/* Defaults: bf16 where the CPU has AVX512-BF16, else fp32 (dtype_set false); seed 0.
+ * Thread: any. */
 void model_opts_default(struct model_opts *o);
 
 /* The command-line words: "cpu", "cuda", "auto" -> device; "fp32", "bf16" -> the

@@ -100,9 +100,23 @@ struct sched {
     struct sched_stats st;
 };
 
+int sched_context_len(int32_t max_model_len, const struct opt_config *cfg, int32_t *out)
+{
+    if (max_model_len < 0 || max_model_len > cfg->max_pos)
+        return err_set(ENG_EINVAL,
+                       "max_model_len %d is more than %s supports: its context length "
+                       "(max_position_embeddings) is %d tokens; use at most %d, or 0 for the "
+                       "model's own",
+                       max_model_len, cfg->name, cfg->max_pos, cfg->max_pos);
+    *out = max_model_len > 0 ? max_model_len : cfg->max_pos;
+    return 0;
+}
+
 struct sched *sched_create(struct model *m, struct kv_pool *pool, const struct sched_opts *o,
                            sched_emit_fn emit, void *emit_arg)
 {
+    int32_t ctx_len;
+    if (sched_context_len(o->max_model_len, &m->cfg, &ctx_len)) return NULL;
     if (o->max_num_seqs < 1 || o->max_batched_tokens <= o->max_num_seqs) {
         err_set(ENG_EINVAL, "max_batched_tokens (%d) must exceed max_num_seqs (%d) >= 1, so "
                             "every step has room for prompt tokens",
@@ -117,6 +131,7 @@ struct sched *sched_create(struct model *m, struct kv_pool *pool, const struct s
     s->m = m;
     s->pool = pool;
     s->o = *o;
+    s->o.max_model_len = ctx_len; /* resolved: the limit sched_add checks */
     if (s->o.batch_prompt_tokens == 0 || s->o.batch_prompt_tokens > o->max_batched_tokens)
         s->o.batch_prompt_tokens = o->max_batched_tokens; /* no cap of its own */
     s->emit = emit;
@@ -245,11 +260,11 @@ void sched_add(struct sched *s, struct req *r)
     } else if (r->n < 1 || r->max_tokens < 0) {
         err = ENG_EINVAL;
         snprintf(msg, sizeof msg, "n must be >= 1 and max_tokens >= 0");
-    } else if ((int64_t)n + r->max_tokens > cfg->max_pos) {
+    } else if ((int64_t)n + r->max_tokens > s->o.max_model_len) {
         err = ENG_EINVAL;
         snprintf(msg, sizeof msg, "this model's maximum context length is %d tokens, but the "
-                                  "prompt (%d) plus max_tokens (%d) needs %d", cfg->max_pos, n,
-                 r->max_tokens, n + r->max_tokens);
+                                  "prompt (%d) plus max_tokens (%d) needs %d",
+                 s->o.max_model_len, n, r->max_tokens, n + r->max_tokens);
     } else if ((err = kv_budget_resolve(&r->kv, n, r->max_tokens, &budget))) {
         snprintf(msg, sizeof msg, "%s", err_msg());
     }

@@ -48,6 +48,7 @@
 #include <stdint.h>
 
 struct model;
+struct opt_config;
 struct kv_pool;
 struct sched;
 
@@ -58,6 +59,9 @@ struct sched_opts {
                                     forward; 0: no cap but max_batched_tokens. A
                                     server that takes interactive requests beside
                                     batch jobs wants about max_batched_tokens / 8. */
+    int32_t max_model_len;       /* context length: prompt + max_tokens beyond it is
+                                    refused; 0 = the model's max_pos, and more than
+                                    max_pos is an error (sched_context_len) */
 };
 
 /* Events go to the caller through this callback, which takes ownership. */
@@ -76,7 +80,17 @@ struct sched_stats {
     int64_t steps;
 };
 
-/* Returns NULL for invalid options (message set). Thread: owner. */
+/*
+ * The context length that max_model_len allows for a model of config cfg:
+ * max_model_len, or cfg->max_pos when it is 0. Returns 0 with it in *out, or
+ * ENG_EINVAL with a message when max_model_len exceeds max_pos (a position past the
+ * table has no embedding, so the model cannot run such a sequence; vLLM refuses
+ * this too). The server checks with it before it starts; sched_create, the engine's
+ * pool sizing and run-batch use the same rule. Thread: any.
+ */
+int sched_context_len(int32_t max_model_len, const struct opt_config *cfg, int32_t *out);
+
+/* Returns NULL for invalid options, max_model_len too (message set). Thread: owner. */
 struct sched *sched_create(struct model *m, struct kv_pool *pool, const struct sched_opts *o,
                            sched_emit_fn emit, void *emit_arg);
 

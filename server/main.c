@@ -468,7 +468,8 @@ static int cmd_tokenize(int argc, char **argv)
     return rc;
 }
 
-/* `h2oserve serve`: the OpenAI-compatible HTTP server (flags: config/cfg.c). */
+/* `h2oserve serve [MODEL]`: the OpenAI-compatible HTTP server (flags and the
+ * positional model: config/cfg.c's table). */
 static int cmd_serve(int argc, char **argv)
 {
     struct cfg c;
@@ -480,7 +481,9 @@ static int cmd_serve(int argc, char **argv)
         cfg_free(&c);
         return 0;
     }
-    if (!err && next < argc) err = err_set(ENG_EINVAL, "unexpected argument '%s'", argv[next]);
+    if (!err && next < argc)
+        err = err_set(ENG_EINVAL, "unexpected argument '%s' (the one positional argument "
+                                  "is the model: serve MODEL)", argv[next]);
     if (!err) err = cfg_validate(&c);
     if (err) {
         fprintf(stderr, "h2oserve: %s\n", err_msg());

@@ -52,7 +52,7 @@ static cJSON *model_object(const struct srv *s)
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)s->started);
     cJSON_AddStringToObject(m, "owned_by", "h2oserve");
-    cJSON_AddNumberToObject(m, "max_model_len", s->mcfg.max_pos);
+    cJSON_AddNumberToObject(m, "max_model_len", s->max_model_len);
     return m;
 }
 
@@ -201,7 +201,7 @@ void router_api_model(const struct srv *s, struct api_model *m)
 {
     memset(m, 0, sizeof *m);
     m->id = s->model_id;
-    m->max_model_len = s->mcfg.max_pos;
+    m->max_model_len = s->max_model_len;
     m->vocab_size = s->mcfg.vocab_size;
     m->tok = s->tok;
     cfg_kv_spec(s->cfg, &m->kv_default);

@@ -280,7 +280,9 @@ int run_batch_main(int argc, char **argv)
         cfg_free(&c);
         return 0;
     }
-    if (!err && next < argc) err = err_set(ENG_EINVAL, "unexpected argument '%s'", argv[next]);
+    if (!err && next < argc)
+        err = err_set(ENG_EINVAL, "unexpected argument '%s' (the one positional argument "
+                                  "is the model)", argv[next]);
     if (!err && (!in_path || !out_path))
         err = err_set(ENG_EINVAL, "run-batch needs -i IN.jsonl and -o OUT.jsonl");
     if (!err) err = cfg_validate(&c);
@@ -306,7 +308,10 @@ int run_batch_main(int argc, char **argv)
         goto done;
     }
     b.am.id = c.served_model_name ? c.served_model_name : c.model;
-    b.am.max_model_len = b.m->cfg.max_pos;
+    if (sched_context_len(c.max_model_len, &b.m->cfg, &b.am.max_model_len)) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        goto done;
+    }
     b.am.vocab_size = b.m->cfg.vocab_size;
     b.am.tok = b.m->tok;
     b.am.kv_default = eo.kv_default;

@@ -13,6 +13,7 @@
 #include "err.h"
 #include "jobstore.h"
 #include "model.h"
+#include "sched.h"
 #include "tokenizer.h"
 #include "util.h"
 
@@ -275,12 +276,18 @@ int srv_run(const struct cfg *cfg)
         free(s);
         return 1;
     }
-    if (model_load_config(&s->mcfg, cfg->model)) {
+    /* A --max-model-len the model cannot run is refused here, before anything
+     * listens (the engine would refuse it too, later and only in its log). */
+    if (model_load_config(&s->mcfg, cfg->model) ||
+        sched_context_len(cfg->max_model_len, &s->mcfg, &s->max_model_len)) {
         log_error("%s", err_msg());
         tokenizer_destroy(s->tok);
         free(s);
         return 1;
     }
+    if (cfg->max_model_len > 0)
+        log_info("max_model_len %d (the model's context is %d tokens)", s->max_model_len,
+                 s->mcfg.max_pos);
     s->model_id = xstrdup(cfg->served_model_name ? cfg->served_model_name : cfg->model);
     /* The job store first: it recovers interrupted batches, and a data dir another
      * server holds is a reason not to start at all. */

@@ -105,6 +105,7 @@ struct srv {
     struct engine *eng;
     struct tokenizer *tok;
     struct opt_config mcfg;
+    int32_t max_model_len;     /* the context length: cfg's max_model_len, else mcfg's */
     char *model_id;
     struct conn *conns;
     int32_t n_conns;

@@ -61,6 +61,7 @@ struct req_obs {
     bool cancelled;    /* sched_cancel returned for it */
     int32_t n, max_tokens, n_prompt;
     int32_t n_err; /* seq -1 events */
+    char err_msg[256]; /* the message of its error event */
     int32_t n_events;
     int32_t n_fin;            /* finishing events over its sequences */
     int64_t add_step;         /* steps taken when it was added */
@@ -129,6 +130,7 @@ static inline void on_event(void *arg, struct req_event *ev)
         if (!q->expect_error)
             violation(o, "req %llu: unexpected error: %s", (unsigned long long)id,
                       ev->error ? ev->error : "(null)");
+        snprintf(q->err_msg, sizeof q->err_msg, "%s", ev->error ? ev->error : "");
         req_event_free(ev);
         return;
     }

@@ -758,8 +758,8 @@ TEST(errors)
     h_close(&h);
 }
 
-/* sched_create refuses options that leave a step no room for prompt tokens, and a
- * negative batch prompt cap. */
+/* sched_create refuses options that leave a step no room for prompt tokens, a
+ * negative batch prompt cap, and a max_model_len past the model's positions. */
 TEST(invalid_options)
 {
     struct model *m = tiny_model(4);
@@ -767,18 +767,43 @@ TEST(invalid_options)
     struct kv_pool pool;
     kv_pool_init(&pool, 4, BS);
     struct obs o = {0};
-    const struct sched_opts bad[4] = {{0, 16, 0}, {8, 8, 0}, {8, 4, 0}, {8, 16, -1}};
-    for (int i = 0; i < 4; i++) {
+    const struct sched_opts bad[] = {{0, 16, 0, 0}, {8, 8, 0, 0}, {8, 4, 0, 0},
+                                     {8, 16, -1, 0}, {8, 16, 0, MAX_POS + 1},
+                                     {8, 16, 0, -1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct sched *s = sched_create(m, &pool, &bad[i], on_event, &o);
         if (s)
             TEST_FAIL("sched_create accepted max_num_seqs %d, max_batched_tokens %d, "
-                      "batch_prompt_tokens %d",
+                      "batch_prompt_tokens %d, max_model_len %d",
                       bad[i].max_num_seqs, bad[i].max_batched_tokens,
-                      bad[i].batch_prompt_tokens);
+                      bad[i].batch_prompt_tokens, bad[i].max_model_len);
         sched_destroy(s);
     }
+    /* The message says what the model supports. */
+    EXPECT(strstr(err_msg(), "max_model_len") != NULL);
+    EXPECT(strstr(err_msg(), "2048") != NULL);
     kv_pool_deinit(&pool);
     model_destroy(m);
+}
+
+/* max_model_len 100 on a model of 2048 positions: prompt + max_tokens = 101 is refused
+ * with the context length the engine was given, 100 runs to its last token. */
+TEST(max_model_len_limits_the_context)
+{
+    struct harness h;
+    if (!h_open(&h, 64, 4, 64, 8)) return;
+    sched_destroy(h.s);
+    h.so.max_model_len = 100;
+    h.s = sched_create(h.m, &h.pool, &h.so, on_event, &h.o);
+    CHECK(h.s);
+    const struct kv_spec full = spec_full();
+    expect_rejected(&h, mkreq(1, 60, 41, 1, REQ_PRIO_BATCH, full, 1), "60 + 41 > 100");
+    EXPECT(strstr(h.o.r[1].err_msg, "maximum context length is 100 tokens") != NULL);
+    h_add(&h, mkreq(2, 60, 40, 1, REQ_PRIO_BATCH, full, 2));
+    h_run_idle(&h, 1000);
+    h_check_all_answered(&h);
+    EXPECT_EQ(h.o.r[2].seq[0].n_tok, 40);
+    h_close(&h);
 }
 
 /* ---- 7. The memory bound and admission: the H2O claim. ---- */
@@ -820,6 +845,7 @@ int main(void)
     RUN(sampling_on_the_device_matches_the_host);
     RUN(errors);
     RUN(invalid_options);
+    RUN(max_model_len_limits_the_context);
     RUN(request_without_prompt);
     return test_done();
 }
