@@ -206,9 +206,14 @@ def test_vllm_arrays(d, out):
             and r["start_s"] == st for r, t, lat, st in zip(recs, ttfts, lats,
                                                             d["start_times"])),
         "the arrays are in request order: they agree with the records")
-    tap(all(e == "" for e in d["errors"])
-        and all(isinstance(t, str) and t for t in d["generated_texts"]),
-        "errors are all empty, generated_texts all non-empty strings")
+    # A completion of dummy:tiny's random bytes can be empty text (invalid UTF-8 held
+    # back to the end, then dropped), so "non-empty" holds for most, not all.
+    texts = d["generated_texts"]
+    tap(all(e == "" for e in d["errors"]) and len(texts) == len(d["errors"])
+        and all(isinstance(t, str) for t in texts)
+        and sum(1 for t in texts if t) >= 0.9 * len(texts),
+        "errors are all empty; generated_texts are strings, nearly all non-empty",
+        [t for t in texts if not t][:3])
     tap("E2EL" not in out and "End-to-end Latency" not in out,
         "vLLM's default --percentile-metrics (ttft,tpot,itl): no E2EL section", out)
 
