@@ -763,6 +763,23 @@ void cfg_kv_spec(const struct cfg *c, struct kv_spec *s)
     s->min_budget = c->kv_min_budget;
 }
 
+void cfg_fingerprint(const struct cfg *c, char *buf, size_t len)
+{
+    struct engine_opts eo;
+    cfg_engine_opts(c, &eo);
+    const struct kv_spec *k = &eo.kv_default;
+    char what[4096];
+    snprintf(what, sizeof what, "%s|%s|%d|%d|%d|%llu|%d|%d|%.9g|%.9g|%d|%d|%d", H2O_VERSION,
+             c->model, (int)eo.model_opts.device, (int)eo.model_opts.dtype,
+             eo.model_opts.tensor_parallel, (unsigned long long)eo.model_opts.dummy_seed,
+             eo.block_size, (int)k->policy, k->heavy_ratio, k->recent_ratio, k->heavy,
+             k->recent, k->min_budget);
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)what; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    snprintf(buf, len, "fp_%010llx", (unsigned long long)(h >> 24));
+}
+
 void cfg_engine_opts(const struct cfg *c, struct engine_opts *o)
 {
     engine_opts_default(o);

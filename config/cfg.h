@@ -233,6 +233,15 @@ void cfg_engine_opts(const struct cfg *c, struct engine_opts *o);
 void cfg_kv_spec(const struct cfg *c, struct kv_spec *s);
 
 /*
+ * OpenAI's system_fingerprint for this configuration: "fp_" and 10 hex digits of a
+ * hash of what can change a completion for a given seed (the version, the model, the
+ * device and the dtype it resolves to, tensor parallelism, the dummy seed, the block
+ * size and the KV policy defaults), and of nothing else (not the port, limits or
+ * paths). buf holds at least 14 bytes. Thread: any.
+ */
+void cfg_fingerprint(const struct cfg *c, char *buf, size_t len);
+
+/*
  * *c as a JSON object with every option, loadable by cfg_load_file. With `redact`,
  * secrets (api_key) are written as "***" if set, for logging the effective
  * configuration. Owns: the caller frees the string. Thread: any.

@@ -138,6 +138,10 @@ struct cmpl_resp;
 struct cmpl_resp *cmpl_resp_create(const struct cmpl_params *p, const struct tokenizer *tok,
                                    const char *id, int64_t created);
 
+/* The system_fingerprint every object of the response carries (copied; NULL, the
+ * default, is JSON null): cfg_fingerprint's. Thread: the response's. */
+void cmpl_resp_set_fingerprint(struct cmpl_resp *r, const char *fingerprint);
+
 /* Free a response. NULL is fine. Thread: the response's. */
 void cmpl_resp_destroy(struct cmpl_resp *r);
 

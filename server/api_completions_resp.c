@@ -73,6 +73,7 @@ struct cmpl_resp {
     const struct cmpl_params *p;
     const struct tokenizer *tok;
     char *id;
+    char *fingerprint; /* system_fingerprint, or NULL (JSON null) */
     int64_t created;
     int32_t n_gen;         /* sequences per prompt */
     struct cmpl_seq *seqs; /* [n_prompts * n_gen], prompt-major */
@@ -266,6 +267,9 @@ static cJSON *completion_object(const struct cmpl_resp *r, cJSON **choices)
     cJSON_AddStringToObject(o, "object", "text_completion");
     cJSON_AddNumberToObject(o, "created", (double)r->created);
     cJSON_AddStringToObject(o, "model", r->p->model ? r->p->model : "");
+    cJSON_AddItemToObject(o, "system_fingerprint", r->fingerprint
+                                                       ? cJSON_CreateString(r->fingerprint)
+                                                       : cJSON_CreateNull());
     *choices = cJSON_AddArrayToObject(o, "choices");
     return o;
 }
@@ -346,6 +350,12 @@ struct cmpl_resp *cmpl_resp_create(const struct cmpl_params *p, const struct tok
     return r;
 }
 
+void cmpl_resp_set_fingerprint(struct cmpl_resp *r, const char *fingerprint)
+{
+    free(r->fingerprint);
+    r->fingerprint = fingerprint ? xstrdup(fingerprint) : NULL;
+}
+
 void cmpl_resp_destroy(struct cmpl_resp *r)
 {
     if (!r) return;
@@ -364,6 +374,7 @@ void cmpl_resp_destroy(struct cmpl_resp *r)
     free(r->kv);
     free(r->kv_seen);
     free(r->id);
+    free(r->fingerprint);
     api_error_clear(&r->err);
     free(r);
 }

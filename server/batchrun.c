@@ -269,6 +269,7 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     }
     jobstore_new_id("cmpl-", l->request_id, sizeof l->request_id);
     l->resp = cmpl_resp_create(&l->params, s->tok, l->request_id, (int64_t)time(NULL));
+    cmpl_resp_set_fingerprint(l->resp, s->fingerprint);
     l->n_prompts = l->params.n_prompts;
     l->base_id = br->next_id;
     br->next_id += (uint64_t)l->n_prompts;

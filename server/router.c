@@ -245,6 +245,7 @@ static void handle_completions(struct exch *x)
     }
     snprintf(x->id, sizeof x->id, "cmpl-%016llx", (unsigned long long)random_seed(s));
     x->resp = cmpl_resp_create(x->params, s->tok, x->id, (int64_t)time(NULL));
+    cmpl_resp_set_fingerprint(x->resp, s->fingerprint);
     x->n_prompts = x->params->n_prompts;
     x->base_id = s->next_id;
     s->next_id += (uint64_t)x->n_prompts;

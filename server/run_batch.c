@@ -58,6 +58,7 @@ struct rb {
     int32_t n_cancel, cap_cancel;
     double t0, last_progress;
     bool tty;
+    char fingerprint[24];         /* system_fingerprint of every body */
 };
 
 static char *output_line(const char *custom_id, int status, const char *request_id,
@@ -125,6 +126,7 @@ static void line_start(struct rb *b, int32_t k, const char *text, size_t len,
     char rid[64];
     snprintf(rid, sizeof rid, "cmpl-batch-%06d", k);
     l->resp = cmpl_resp_create(l->params, b->m->tok, rid, (int64_t)time(NULL));
+    cmpl_resp_set_fingerprint(l->resp, b->fingerprint);
     l->n_prompts = l->params->n_prompts;
     l->base_id = b->next_id;
     for (int32_t i = 0; i < l->n_prompts; i++) {
@@ -302,6 +304,7 @@ int run_batch_main(int argc, char **argv)
     int rc = 1;
     struct engine_opts eo;
     cfg_engine_opts(&c, &eo);
+    cfg_fingerprint(&c, b.fingerprint, sizeof b.fingerprint);
     eo.sched.batch_prompt_tokens = 0; /* nothing interactive waits beside this job */
     if (model_load(&b.m, c.model, &eo.model_opts)) {
         fprintf(stderr, "h2oserve: %s\n", err_msg());

@@ -266,6 +266,7 @@ int srv_run(const struct cfg *cfg)
     s->cfg = cfg;
     s->next_id = 1;
     s->started = (int64_t)time(NULL);
+    cfg_fingerprint(cfg, s->fingerprint, sizeof s->fingerprint);
     s->loop = uv_default_loop();
     signal(SIGPIPE, SIG_IGN); /* a client closing mid-write is an error code, not death */
 

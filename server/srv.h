@@ -113,6 +113,7 @@ struct srv {
     int32_t reg_cap, reg_n;
     uint64_t next_id;
     int64_t started;           /* Unix time the server started: /v1/models' created */
+    char fingerprint[24];      /* system_fingerprint (cfg_fingerprint) */
     bool draining;
     bool drain_cancelled;      /* the grace period ended: what ran was cancelled */
     uint64_t drain_deadline;   /* uv_now() ms: the grace period's end, then the

@@ -31,24 +31,27 @@ def tap(ok, name, detail=""):
 
 
 class Server:
-    def __init__(self, *extra, data_dir=None):
+    def __init__(self, *extra, data_dir=None, model=MODEL, cwd=None):
         # Each server gets its own job store (a fresh one unless a test restarts on
         # the same directory): the store is locked by the process that has it open.
         import tempfile
         self.own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="h2oserve-test-")
+        # model None: no --model, the server's default (the built-in model).
         self.proc = subprocess.Popen(
-            [BIN, "serve", "--model", MODEL, "--port", "0", "--dtype", "fp32",
-             "--max-num-seqs", "32", "--max-batched-tokens", "256",
+            [BIN, "serve", *(["--model", model] if model else []), "--port", "0",
+             "--dtype", "fp32", "--max-num-seqs", "32", "--max-batched-tokens", "256",
              "--data-dir", self.data_dir, *extra],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=cwd,
             env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.port = None
+        self.log = []  # every stderr line
         deadline = time.time() + 30
         while time.time() < deadline:
             line = self.proc.stderr.readline()
             if not line:
                 break
+            self.log.append(line)
             m = re.search(r"listening on http://[^:]+:(\d+)", line)
             if m:
                 self.port = int(m.group(1))
@@ -57,7 +60,6 @@ class Server:
             raise RuntimeError("server did not start")
         # The rest of stderr is drained by a thread so the server never blocks on it.
         import threading
-        self.log = []
         threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr],
                          daemon=True).start()
         while time.time() < deadline:
