@@ -103,6 +103,14 @@ char *json_sse(const cJSON *item, size_t *len)
     return out;
 }
 
+const cJSON *json_field(const cJSON *obj, const char *key)
+{
+    const cJSON *found = NULL;
+    for (const cJSON *c = obj ? obj->child : NULL; c; c = c->next)
+        if (c->string && strcmp(c->string, key) == 0) found = c;
+    return found && !cJSON_IsNull(found) ? found : NULL;
+}
+
 const char *json_type_name(const cJSON *item)
 {
     if (!item || cJSON_IsNull(item)) return "null";

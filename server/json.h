@@ -85,6 +85,11 @@ char *json_print(const cJSON *item, size_t *len);
  */
 char *json_sse(const cJSON *item, size_t *len);
 
+/* The member `key` of object obj, or NULL when absent or JSON null (null means "the
+ * default" for every optional field). A key given twice takes its last value, as
+ * Python's json module (and so OpenAI's and vLLM's servers) does. */
+const cJSON *json_field(const cJSON *obj, const char *key);
+
 /* "a string", "a number", "an object"... for messages that say what a field was. */
 const char *json_type_name(const cJSON *item);
 

@@ -491,7 +491,8 @@ static void usage(FILE *f)
                "  generate   complete prompts and print the text\n"
                "  tokenize   text -> token ids, or --decode ids -> text\n"
                "  bench quality  perplexity of a text under KV policies (docs/quality.md)\n"
-               "Run 'h2oserve COMMAND --help' for its options.\n");
+               "Run 'h2oserve COMMAND --help' for its options, and 'h2oserve --version'\n"
+               "for the version.\n");
 }
 
 int main(int argc, char **argv)
@@ -511,6 +512,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "h2oserve bench: the benchmark is 'quality' (throughput is "
                         "build/bench/bench_throughput; docs/benchmarks.md)\n");
         return 2;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        /* meson's project version (server/meson.build); GET /version says the same. */
+        printf("h2oserve %s\n", H2O_VERSION);
+        return 0;
     }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         usage(stdout);
