@@ -242,8 +242,14 @@ int srv_run(const struct cfg *cfg)
         free(s);
         return 1;
     }
-    int err = strncmp(cfg->model, "dummy:", 6) == 0 ? opt_config_dummy(&s->mcfg, cfg->model)
-                                                     : opt_config_load(&s->mcfg, cfg->model);
+    /* The config from the folder model_load reads: "default" names the built-in
+     * model's folder, not a folder called default. */
+    char path[4096];
+    const char *dir = cfg->model;
+    int err = model_resolve(cfg->model, path, sizeof path, &dir);
+    if (!err)
+        err = strncmp(dir, "dummy:", 6) == 0 ? opt_config_dummy(&s->mcfg, dir)
+                                             : opt_config_load(&s->mcfg, dir);
     if (err) {
         log_error("%s", err_msg());
         tokenizer_destroy(s->tok);
