@@ -31,14 +31,16 @@ def tap(ok, name, detail=""):
 
 
 class Server:
-    def __init__(self, *extra, data_dir=None):
+    def __init__(self, *extra, data_dir=None, model=MODEL):
+        # model=None starts the server without --model: the built-in `default` model.
         # Each server gets its own job store (a fresh one unless a test restarts on
         # the same directory): the store is locked by the process that has it open.
         import tempfile
         self.own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="h2oserve-test-")
+        model_args = ["--model", model] if model else []
         self.proc = subprocess.Popen(
-            [BIN, "serve", "--model", MODEL, "--port", "0", "--dtype", "fp32",
+            [BIN, "serve", *model_args, "--port", "0", "--dtype", "fp32",
              "--max-num-seqs", "32", "--max-batched-tokens", "256",
              "--data-dir", self.data_dir, *extra],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
