@@ -3,7 +3,8 @@
  *
  * Subcommands: `generate` (complete prompts on stdout, diagnostics on stderr) and
  * `tokenize` (text -> ids as a JSON array, or --decode ids -> text). `serve`,
- * `run-batch` and `bench` come with the server and benchmark issues.
+ * `run-batch` and `bench` come with the server and benchmark issues; `--version`
+ * prints meson's project version (H2O_VERSION, as GET /version does).
  * Owns: the process; all configuration is parsed here and passed down.
  */
 #include "bench_quality.h"
