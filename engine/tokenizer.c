@@ -335,3 +335,10 @@ const char *tokenizer_token_str(const struct tokenizer *t, int32_t id)
     if (id < 0 || id >= t->vocab_size) return t->pool;
     return t->pool + t->toks[id].str_off;
 }
+
+const char *tokenizer_token_name(const struct tokenizer *t, int32_t id)
+{
+    if (id < 0 || id >= t->vocab_size) return t->pool;
+    const struct tokenizer_tok *tok = &t->toks[id];
+    return t->pool + (tok->named ? tok->name_off : tok->str_off);
+}

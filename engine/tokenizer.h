@@ -97,6 +97,19 @@ const char *tokenizer_token_bytes(const struct tokenizer *t, int32_t id, size_t 
  */
 const char *tokenizer_token_str(const struct tokenizer *t, int32_t id);
 
+/*
+ * The token as the vocabulary spells it: its vocab.json string, in GPT-2's byte-level
+ * alphabet ("\xC4\xA0Linux", i.e. "ĠLinux", for " Linux"; "Ċ" for "\n"), which is what
+ * Hugging Face's convert_ids_to_tokens returns; special tokens give their name
+ * ("</s>"). Ids that no vocabulary string names (the byte tokenizer's bytes and
+ * made-up words) give their display string, tokenizer_token_str; ids outside the
+ * vocabulary give "". The bytes are vocab.json's (valid UTF-8 in every real
+ * vocabulary; a caller that needs the guarantee checks). Lives as long as the
+ * tokenizer.
+ * Thread: any.
+ */
+const char *tokenizer_token_name(const struct tokenizer *t, int32_t id);
+
 /* What tokenizer_utf8_next found at the start of its input. */
 enum tokenizer_utf8 {
     TOKENIZER_UTF8_CHAR,       /* one complete, valid character */

@@ -75,34 +75,14 @@ static const char *const field_names[F_COUNT] = {
 
 /* ---- error helpers: every client mistake is a 400 naming the param ---- */
 
-static int bad_type(struct api_error *err, const char *param, const char *expected,
-                    const cJSON *got)
-{
-    return api_error_set(err, 400, API_ERR_INVALID, param, NULL,
-                         "Invalid type for '%s': expected %s, but got %s instead.", param,
-                         expected, json_type_name(got));
-}
-
 #define BAD_VALUE(err, param, ...)                                                         \
     api_error_set((err), 400, API_ERR_INVALID, (param), NULL, __VA_ARGS__)
-
-/* The longest prefix of s (at most max bytes) that ends on a UTF-8 character
- * boundary, so that a quoted client string never makes an error message invalid. */
-static int clip_len(const char *s, int max)
-{
-    int n = (int)strnlen(s, (size_t)max + 1);
-    if (n <= max) return n;
-    n = max;
-    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
-        n--;
-    return n;
-}
 
 /* ---- typed readers: item is never NULL or JSON null here ---- */
 
 static int read_bool(const cJSON *item, const char *param, bool *out, struct api_error *err)
 {
-    if (!cJSON_IsBool(item)) return bad_type(err, param, "a boolean", item);
+    if (!cJSON_IsBool(item)) return api_error_type(err, param, "a boolean", item);
     *out = cJSON_IsTrue(item);
     return 0;
 }
@@ -110,7 +90,7 @@ static int read_bool(const cJSON *item, const char *param, bool *out, struct api
 static int read_number(const cJSON *item, const char *param, double lo, double hi,
                        float *out, struct api_error *err)
 {
-    if (!cJSON_IsNumber(item)) return bad_type(err, param, "a number", item);
+    if (!cJSON_IsNumber(item)) return api_error_type(err, param, "a number", item);
     const double d = item->valuedouble;
     if (!(d >= lo && d <= hi)) /* also catches 1e400 (inf) */
         return BAD_VALUE(err, param, "Invalid value for '%s': %g is not between %g and %g.",
@@ -122,7 +102,7 @@ static int read_number(const cJSON *item, const char *param, double lo, double h
 static int read_int(const cJSON *item, const char *param, int64_t lo, int64_t hi,
                     int64_t *out, struct api_error *err)
 {
-    if (!cJSON_IsNumber(item)) return bad_type(err, param, "an integer", item);
+    if (!cJSON_IsNumber(item)) return api_error_type(err, param, "an integer", item);
     const double d = item->valuedouble;
     if (isfinite(d) && d != floor(d))
         return BAD_VALUE(err, param, "Invalid value for '%s': %g is not an integer.", param,
@@ -137,7 +117,7 @@ static int read_int(const cJSON *item, const char *param, int64_t lo, int64_t hi
 static int read_string(const cJSON *item, const char *param, const char **out,
                        struct api_error *err)
 {
-    if (!cJSON_IsString(item)) return bad_type(err, param, "a string", item);
+    if (!cJSON_IsString(item)) return api_error_type(err, param, "a string", item);
     *out = item->valuestring;
     return 0;
 }
@@ -161,11 +141,11 @@ static int parse_stop(const cJSON *item, struct cmpl_params *p, struct api_error
             arr[i++] = c;
         list = arr;
     } else if (!cJSON_IsString(item)) {
-        return bad_type(err, "stop", "a string or an array of strings", item);
+        return api_error_type(err, "stop", "a string or an array of strings", item);
     }
     for (int32_t i = 0; i < n; i++) {
         const cJSON *s = list[i];
-        if (!cJSON_IsString(s)) return bad_type(err, "stop", "a string", s);
+        if (!cJSON_IsString(s)) return api_error_type(err, "stop", "a string", s);
         const size_t len = strlen(s->valuestring);
         if (len == 0)
             return BAD_VALUE(err, "stop",
@@ -203,7 +183,7 @@ static int cmp_int32(const void *a, const void *b)
 static int parse_logit_bias(const cJSON *item, const struct api_model *m,
                             struct cmpl_params *p, struct api_error *err)
 {
-    if (!cJSON_IsObject(item)) return bad_type(err, "logit_bias", "an object", item);
+    if (!cJSON_IsObject(item)) return api_error_type(err, "logit_bias", "an object", item);
     const int32_t n = cJSON_GetArraySize(item);
     if (n == 0) return 0;
     p->bias_ids = xmalloc((size_t)n * sizeof *p->bias_ids);
@@ -214,7 +194,7 @@ static int parse_logit_bias(const cJSON *item, const struct api_model *m,
             return BAD_VALUE(err, "logit_bias",
                              "Invalid key in 'logit_bias': \"%.*s\" is not a "
                              "token id in 0..%d.",
-                             clip_len(c->string, 64), c->string, m->vocab_size - 1);
+                             json_clip_len(c->string, 64), c->string, m->vocab_size - 1);
         float v = 0;
         if (read_number(c, "logit_bias", -100, 100, &v, err)) return -1;
         p->bias_ids[p->n_bias] = id;
@@ -237,7 +217,8 @@ static int parse_logit_bias(const cJSON *item, const struct api_model *m,
 static int parse_stream_options(const cJSON *item, struct cmpl_params *p,
                                 struct api_error *err)
 {
-    if (!cJSON_IsObject(item)) return bad_type(err, "stream_options", "an object", item);
+    if (!cJSON_IsObject(item))
+        return api_error_type(err, "stream_options", "an object", item);
     /* Other keys are OpenAI's newer options (include_obfuscation): ignored. */
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(item, "include_usage");
     if (u && !cJSON_IsNull(u))
@@ -263,7 +244,7 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
                              "'kv_cache' needs a 'policy' (\"full\", "
                              "\"h2o\" or \"local\").");
     } else if (!cJSON_IsString(item)) {
-        return bad_type(err, "kv_cache", "an object or a string", item);
+        return api_error_type(err, "kv_cache", "an object or a string", item);
     }
     const char *pname = NULL;
     if (read_string(policy, cJSON_IsObject(item) ? "kv_cache.policy" : "kv_cache", &pname,
@@ -274,7 +255,7 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
         return BAD_VALUE(err, "kv_cache.policy",
                          "Invalid value for 'kv_cache.policy': \"%.*s\" "
                          "is not one of \"full\", \"h2o\", \"local\".",
-                         clip_len(pname, 64), pname);
+                         json_clip_len(pname, 64), pname);
     if (!cJSON_IsObject(item)) {
         p->kv = kv;
         return 0;
@@ -292,7 +273,7 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
             return BAD_VALUE(err, "kv_cache",
                              "Unknown key in 'kv_cache': \"%.*s\" (expected "
                              "policy, heavy, recent, heavy_ratio, recent_ratio).",
-                             clip_len(k, 64), k);
+                             json_clip_len(k, 64), k);
         char param[32];
         snprintf(param, sizeof param, "kv_cache.%s", names[which]);
         const bool is_heavy = which < 2, is_ratio = which % 2 == 1;
@@ -342,7 +323,8 @@ static int prompt_set_ids(struct cmpl_prompt *pr, const cJSON *arr,
     pr->ids = xmalloc((size_t)n * sizeof *pr->ids);
     for (const cJSON *c = arr->child; c; c = c->next) {
         int64_t v = 0;
-        if (!cJSON_IsNumber(c)) return bad_type(err, "prompt", "a token id (integer)", c);
+        if (!cJSON_IsNumber(c))
+            return api_error_type(err, "prompt", "a token id (integer)", c);
         if (!json_int_in(c, 0, m->vocab_size - 1, &v))
             return BAD_VALUE(err, "prompt",
                              "Invalid value for '%s': %g is not a token id in 0..%d.",
@@ -391,20 +373,20 @@ static int parse_prompt(const cJSON *item, const struct api_model *m, struct cmp
                 snprintf(param, sizeof param, "prompt[%d]", p->n_prompts);
                 p->n_prompts++;
                 if (text != !!cJSON_IsString(c) || (!text && !cJSON_IsArray(c)))
-                    return bad_type(err, "prompt",
-                                    text ? "a string in an array of strings"
-                                         : "an array of token ids",
-                                    c);
+                    return api_error_type(err, "prompt",
+                                          text ? "a string in an array of strings"
+                                               : "an array of token ids",
+                                          c);
                 if (text)
                     prompt_set_text(pr, c->valuestring);
                 else if (prompt_set_ids(pr, c, m, param, err))
                     return -1;
             }
         } else {
-            return bad_type(err, "prompt", expected, first);
+            return api_error_type(err, "prompt", expected, first);
         }
     } else {
-        return bad_type(err, "prompt", expected, item);
+        return api_error_type(err, "prompt", expected, item);
     }
     for (int32_t i = 0; i < p->n_prompts; i++) {
         struct cmpl_prompt *pr = &p->prompts[i];
@@ -526,41 +508,9 @@ static int parse_fields(const cJSON *const *f, const struct api_model *m,
 static int parse_body(const char *body, size_t len, const struct api_model *m,
                       struct cmpl_params *p, struct api_error *err)
 {
-    if (len == 0)
-        return BAD_VALUE(err, NULL, "The request body is empty; expected a JSON object.");
-    /* RFC 8259 JSON is UTF-8 and never holds a raw NUL. cJSON would accept both, and
-     * echoing invalid bytes back would make our response invalid JSON. */
-    if (memchr(body, 0, len) || !json_utf8_valid(body, len))
-        return BAD_VALUE(err, NULL, "The request body is not valid UTF-8 JSON.");
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
-    if (root) { /* cJSON stops after the value: anything but whitespace may follow */
-        for (const char *c = end; c < body + len; c++)
-            if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') {
-                cJSON_Delete(root);
-                root = NULL;
-                end = c;
-                break;
-            }
-    }
-    if (!root) {
-        const size_t at =
-            end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        return BAD_VALUE(err, NULL,
-                         "We could not parse the JSON body of your request (error "
-                         "near byte %zu).",
-                         at);
-    }
+    cJSON *root = json_parse_object(body, len, err);
+    if (!root) return -1;
     int rc = -1;
-    if (!cJSON_IsObject(root)) {
-        BAD_VALUE(err, NULL, "The request body must be a JSON object, not %s.",
-                  json_type_name(root));
-        goto done;
-    }
-    if (json_has_nul_escape(body, len)) {
-        BAD_VALUE(err, NULL, "Strings in the request must not contain U+0000.");
-        goto done;
-    }
     /* One pass over the keys; a key given twice takes its last value, as Python's
      * json module (and so OpenAI's server) does. */
     const cJSON *f[F_COUNT] = {0};
@@ -584,7 +534,7 @@ static int parse_body(const char *body, size_t len, const struct api_model *m,
     if (parse_fields(f, m, p, err)) goto done;
     if (strcmp(model, m->id) != 0) {
         api_error_set(err, 404, API_ERR_INVALID, "model", "model_not_found",
-                      "The model `%.*s` does not exist.", clip_len(model, 256), model);
+                      "The model `%.*s` does not exist.", json_clip_len(model, 256), model);
         goto done;
     }
     p->model = xstrdup(model);

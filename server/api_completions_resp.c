@@ -8,7 +8,7 @@
  * prompt as text and the character offset of each prompt token), built on first use.
  * Invariants: n_done counts the sequences whose finish is set; a finished sequence
  * takes no more events. Every string that reaches cJSON is valid UTF-8 without NULs
- * (sanitize_append), so every response is valid JSON whatever the events hold.
+ * (json_utf8_append), so every response is valid JSON whatever the events hold.
  *
  * Decisions a client can see, also in docs/api.md:
  * - text_offset counts Unicode characters (code points), as in OpenAI's responses,
@@ -86,46 +86,6 @@ struct cmpl_resp {
 
 /* ---- text ---- */
 
-static void buf_reserve(char **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap) return;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    *buf = xrealloc(*buf, c);
-    *cap = c;
-}
-
-/*
- * Append s[0..n) to buf as valid UTF-8: each invalid or unfinished sequence becomes
- * one U+FFFD, and so does a NUL (cJSON strings end at NUL). The engine's deltas are
- * valid already; this keeps a bug or a token prompt's raw bytes from breaking the
- * JSON. Adds the characters appended to *n_chars.
- */
-static void sanitize_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n,
-                            int64_t *n_chars)
-{
-    static const char repl[] = "\xEF\xBF\xBD";
-    buf_reserve(buf, cap, *len + 3 * n + 1);
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < n) {
-        size_t l = 1;
-        if (u[i] >= 0x80 && tokenizer_utf8_next(u + i, n - i, &l) == TOKENIZER_UTF8_CHAR) {
-            memcpy(*buf + *len, s + i, l);
-            *len += l;
-        } else if (u[i] >= 0x80 || u[i] == 0) {
-            memcpy(*buf + *len, repl, 3);
-            *len += 3;
-        } else {
-            (*buf)[(*len)++] = s[i];
-        }
-        i += l;
-        (*n_chars)++;
-    }
-    (*buf)[*len] = '\0';
-}
-
 /*
  * The echo of prompt i: the prompt text as given (token prompts: their tokens' bytes)
  * and where each prompt token starts, in characters. A token that starts inside a
@@ -145,7 +105,7 @@ static const struct cmpl_echo *echo_get(struct cmpl_resp *r, int32_t i)
         for (int32_t k = 0; k < pr->n_ids; k++) {
             size_t tl;
             const char *tb = tokenizer_token_bytes(r->tok, pr->ids[k], &tl);
-            buf_reserve(&raw, &raw_cap, raw_len + tl + 1);
+            json_buf_reserve(&raw, &raw_cap, raw_len + tl + 1);
             memcpy(raw + raw_len, tb, tl);
             raw_len += tl;
         }
@@ -154,7 +114,7 @@ static const struct cmpl_echo *echo_get(struct cmpl_resp *r, int32_t i)
     e->offsets = xmalloc((size_t)MAX(pr->n_ids, 1) * sizeof *e->offsets);
     size_t cap = 0, pos = 0, tok_start = 0;
     int32_t k = 0;
-    buf_reserve(&e->text, &cap, 1);
+    json_buf_reserve(&e->text, &cap, 1);
     e->text[0] = '\0';
     for (;;) {
         /* Tokens that start at or before this character's first byte begin here. */
@@ -168,7 +128,7 @@ static const struct cmpl_echo *echo_get(struct cmpl_resp *r, int32_t i)
         size_t l = 1;
         if ((unsigned char)src[pos] >= 0x80)
             tokenizer_utf8_next((const unsigned char *)src + pos, raw_len - pos, &l);
-        sanitize_append(&e->text, &e->len, &cap, src + pos, l, &e->n_chars);
+        json_utf8_append(&e->text, &e->len, &cap, src + pos, l, &e->n_chars);
         pos += l;
     }
     while (k < pr->n_ids)
@@ -490,13 +450,13 @@ char *cmpl_resp_event(struct cmpl_resp *r, int32_t prompt_index, const struct re
     const size_t tl = ev->text ? ev->text_len : 0;
     if (ev->finish != REQ_FINISH_NONE) finish_seq(r, s, ev->finish);
     if (!p->stream) {
-        sanitize_append(&s->text, &s->len, &s->cap, t, tl, &s->n_chars);
+        json_utf8_append(&s->text, &s->len, &s->cap, t, tl, &s->n_chars);
         return NULL;
     }
     if (tl == 0 && ev->finish == REQ_FINISH_NONE && !(p->echo && !s->started)) return NULL;
     char *delta = NULL;
     size_t dlen = 0, dcap = 0;
-    sanitize_append(&delta, &dlen, &dcap, t, tl, &s->n_chars);
+    json_utf8_append(&delta, &dlen, &dcap, t, tl, &s->n_chars);
     char *out = stream_chunk(r, prompt_index, ev->seq, delta, len);
     free(delta);
     return out;

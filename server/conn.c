@@ -108,6 +108,7 @@ static void sock_write(struct conn *c, const char *data, size_t len)
     r->len = len;
     memcpy(r->data, data, len);
     uv_buf_t b = uv_buf_init(r->data, (unsigned)len);
+    const size_t before = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
     if (c->wq_bytes == 0) c->last_written = uv_now(c->s->loop); /* the wait starts now */
     c->wq_bytes += len;
     if (uv_write(&r->w, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
@@ -120,9 +121,11 @@ static void sock_write(struct conn *c, const char *data, size_t len)
      * the client has not read yet. wq_bytes would also count bytes already sent
      * (their callbacks run later), so a fast reader of one big response would look
      * slow. A client that does not read is dropped rather than buffered without
-     * bound. */
+     * bound. One write to a client that had read everything before it is never
+     * slowness, however large (a 30 MB /tokenize body: its memory is held already);
+     * the idle timeout catches a client that then reads nothing. */
     size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
-    if (unsent > (size_t)c->s->cfg->write_queue_max_bytes) {
+    if (before > 0 && unsent > (size_t)c->s->cfg->write_queue_max_bytes) {
         log_warn("closing a connection with %zu unsent bytes (slow client)", unsent);
         conn_close(c);
     }

@@ -29,6 +29,14 @@ int api_error_set(struct api_error *e, int status, const char *type, const char 
     return -1;
 }
 
+int api_error_type(struct api_error *e, const char *param, const char *expected,
+                   const cJSON *got)
+{
+    return api_error_set(e, 400, API_ERR_INVALID, param, NULL,
+                         "Invalid type for '%s': expected %s, but got %s instead.", param,
+                         expected, json_type_name(got));
+}
+
 void api_error_clear(struct api_error *e)
 {
     free(e->message);
@@ -95,6 +103,14 @@ char *json_sse(const cJSON *item, size_t *len)
     return out;
 }
 
+const cJSON *json_field(const cJSON *obj, const char *key)
+{
+    const cJSON *found = NULL;
+    for (const cJSON *c = obj ? obj->child : NULL; c; c = c->next)
+        if (c->string && strcmp(c->string, key) == 0) found = c;
+    return found && !cJSON_IsNull(found) ? found : NULL;
+}
+
 const char *json_type_name(const cJSON *item)
 {
     if (!item || cJSON_IsNull(item)) return "null";
@@ -135,6 +151,102 @@ bool json_utf8_valid(const char *s, size_t n)
         i += len;
     }
     return true;
+}
+
+cJSON *json_parse_object(const char *body, size_t len, struct api_error *e)
+{
+    if (len == 0) {
+        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
+                      "The request body is empty; expected a JSON object.");
+        return NULL;
+    }
+    /* RFC 8259 JSON is UTF-8 and never holds a raw NUL. cJSON would accept both, and
+     * echoing invalid bytes back would make our response invalid JSON. */
+    if (memchr(body, 0, len) || !json_utf8_valid(body, len)) {
+        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
+                      "The request body is not valid UTF-8 JSON.");
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (root) { /* cJSON stops after the value: anything but whitespace may follow */
+        for (const char *c = end; c < body + len; c++)
+            if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') {
+                cJSON_Delete(root);
+                root = NULL;
+                end = c;
+                break;
+            }
+    }
+    if (!root) {
+        const size_t at =
+            end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
+                      "We could not parse the JSON body of your request (error near byte "
+                      "%zu).",
+                      at);
+        return NULL;
+    }
+    if (!cJSON_IsObject(root)) {
+        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
+                      "The request body must be a JSON object, not %s.",
+                      json_type_name(root));
+        cJSON_Delete(root);
+        return NULL;
+    }
+    if (json_has_nul_escape(body, len)) {
+        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
+                      "Strings in the request must not contain U+0000.");
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+int json_clip_len(const char *s, int max)
+{
+    int n = (int)strnlen(s, (size_t)max + 1);
+    if (n <= max) return n;
+    n = max;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+        n--;
+    return n;
+}
+
+void json_buf_reserve(char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap) return;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    *buf = xrealloc(*buf, c);
+    *cap = c;
+}
+
+void json_utf8_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n,
+                      int64_t *n_chars)
+{
+    static const char repl[] = "\xEF\xBF\xBD";
+    json_buf_reserve(buf, cap, *len + 3 * n + 1); /* a byte becomes at most U+FFFD */
+    const unsigned char *u = (const unsigned char *)s;
+    int64_t chars = 0;
+    size_t i = 0;
+    while (i < n) {
+        size_t l = 1;
+        if (u[i] >= 0x80 && tokenizer_utf8_next(u + i, n - i, &l) == TOKENIZER_UTF8_CHAR) {
+            memcpy(*buf + *len, s + i, l);
+            *len += l;
+        } else if (u[i] >= 0x80 || u[i] == 0) {
+            memcpy(*buf + *len, repl, 3);
+            *len += 3;
+        } else {
+            (*buf)[(*len)++] = s[i];
+        }
+        i += l;
+        chars++;
+    }
+    (*buf)[*len] = '\0';
+    if (n_chars) *n_chars += chars;
 }
 
 bool json_has_nul_escape(const char *s, size_t n)

@@ -49,6 +49,14 @@ int api_error_set(struct api_error *e, int status, const char *type, const char 
                   const char *code, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
+/*
+ * The 400 for a field of the wrong type, worded as OpenAI does: "Invalid type for
+ * 'n': expected an integer, but got a string instead." (param = the field). Returns
+ * -1, like api_error_set.
+ */
+int api_error_type(struct api_error *e, const char *param, const char *expected,
+                   const cJSON *got);
+
 /* Free the message and param and zero `e`. A zeroed or cleared error is fine. */
 void api_error_clear(struct api_error *e);
 
@@ -77,6 +85,11 @@ char *json_print(const cJSON *item, size_t *len);
  */
 char *json_sse(const cJSON *item, size_t *len);
 
+/* The member `key` of object obj, or NULL when absent or JSON null (null means "the
+ * default" for every optional field). A key given twice takes its last value, as
+ * Python's json module (and so OpenAI's and vLLM's servers) does. */
+const cJSON *json_field(const cJSON *obj, const char *key);
+
 /* "a string", "a number", "an object"... for messages that say what a field was. */
 const char *json_type_name(const cJSON *item);
 
@@ -93,6 +106,37 @@ bool json_int_in(const cJSON *item, int64_t lo, int64_t hi, int64_t *out);
  * Thread: any.
  */
 bool json_utf8_valid(const char *s, size_t n);
+
+/*
+ * Parse a request body that must hold one JSON object, with the checks every POST
+ * endpoint shares: not empty, UTF-8 without a raw NUL (RFC 8259 section 8.1),
+ * nothing but whitespace after the value, an object, and no \u0000 escape (cJSON's
+ * NUL-terminated strings would silently cut such a string). Returns the object
+ * (caller deletes), or NULL with a 400 in `e` that says what is wrong (param null:
+ * the body as a whole is at fault).
+ * Thread: any.
+ */
+cJSON *json_parse_object(const char *body, size_t len, struct api_error *e);
+
+/* The length of the longest prefix of s, at most max bytes, that ends on a UTF-8
+ * character boundary: for quoting a client's string in a message ("%.*s") without
+ * making the message invalid UTF-8. */
+int json_clip_len(const char *s, int max);
+
+/* Grow *buf, of capacity *cap bytes, to hold at least `need` bytes (xrealloc:
+ * never fails). *buf may start NULL with *cap 0. */
+void json_buf_reserve(char **buf, size_t *cap, size_t need);
+
+/*
+ * Append s[0..n) to the NUL-terminated text *buf (length *len, capacity *cap) as
+ * valid UTF-8: each invalid or unfinished sequence becomes one U+FFFD, as Hugging
+ * Face's decode (Python's errors="replace") does, and so does a NUL (cJSON strings
+ * end at NUL). Adds the number of characters appended to *n_chars (may be NULL).
+ * For any text made of token bytes, which need not be valid UTF-8.
+ * Thread: any.
+ */
+void json_utf8_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n,
+                      int64_t *n_chars);
 
 /* Whether the JSON text s[0..n) contains the escape \u0000 (a string with a NUL in
  * it, which cJSON's NUL-terminated strings would silently truncate). */

@@ -3,7 +3,8 @@
  *
  * Subcommands: `generate` (complete prompts on stdout, diagnostics on stderr) and
  * `tokenize` (text -> ids as a JSON array, or --decode ids -> text). `serve`,
- * `run-batch` and `bench` come with the server and benchmark issues.
+ * `run-batch` and `bench` come with the server and benchmark issues; `--version`
+ * prints meson's project version (H2O_VERSION, as GET /version does).
  * Owns: the process; all configuration is parsed here and passed down.
  */
 #include "bench_quality.h"
@@ -504,7 +505,8 @@ static void usage(FILE *f)
                "  generate   complete prompts and print the text\n"
                "  tokenize   text -> token ids, or --decode ids -> text\n"
                "  bench quality  perplexity of a text under KV policies (docs/quality.md)\n"
-               "Run 'h2oserve COMMAND --help' for its options.\n");
+               "Run 'h2oserve COMMAND --help' for its options, and 'h2oserve --version'\n"
+               "for the version.\n");
 }
 
 int main(int argc, char **argv)
@@ -524,6 +526,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "h2oserve bench: the benchmark is 'quality' (throughput is "
                         "build/bench/bench_throughput; docs/benchmarks.md)\n");
         return 2;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        /* meson's project version (server/meson.build); GET /version says the same. */
+        printf("h2oserve %s\n", H2O_VERSION);
+        return 0;
     }
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         usage(stdout);

@@ -433,6 +433,7 @@ void router_dispatch(struct exch *x)
         else handle_metrics(x);
         return;
     }
+    if (vllm_route(x)) return; /* /tokenize, /detokenize, /version: no API key */
     if (strncmp(p, "/v1/", 4) != 0) {
         reply_error(x, 404, NULL, "No route for %s", p);
         return;
@@ -452,6 +453,10 @@ void router_dispatch(struct exch *x)
     }
     if (strcmp(p, "/v1/batches") == 0 || strncmp(p, "/v1/batches/", 12) == 0) {
         batches_route(x, p + 11);
+        return;
+    }
+    if (strcmp(p, "/v1/chat/completions") == 0) {
+        chat_route(x);
         return;
     }
     if (strcmp(p, "/v1/completions") == 0) {

@@ -244,6 +244,19 @@ void files_route(struct exch *x, const char *rest);
 /* /v1/batches and below (`rest` as for files_route). Thread: loop. */
 void batches_route(struct exch *x, const char *rest);
 
+/* ---- api_vllm.c: vLLM's endpoints outside /v1 ---- */
+
+/* POST /tokenize, POST /detokenize, GET /version: answers x and returns true when
+ * x's path is one of them, else returns false and leaves x alone. No API key (vLLM
+ * guards /v1 only); they work while the model loads. Thread: loop. */
+bool vllm_route(struct exch *x);
+
+/* ---- api_chat.c ---- */
+
+/* POST /v1/chat/completions (after the API key check): 400, the model has no chat
+ * template. Thread: loop. */
+void chat_route(struct exch *x);
+
 /* ---- batchrun.c: the batch runner ---- */
 
 /*

@@ -146,6 +146,15 @@ TEST(opt_ids_and_special_tokens)
     EXPECT_STR(tokenizer_token_str(opt_tok, 2), "</s>");
     EXPECT_STR(tokenizer_token_str(opt_tok, 20920), " Hello");
     EXPECT_STR(tokenizer_token_str(opt_tok, 99999), "");
+    /* The vocabulary's own spelling, as convert_ids_to_tokens gives it (POST /tokenize's
+     * token_strs): U+0120 for the space, U+010A for the newline. */
+    EXPECT_STR(tokenizer_token_name(opt_tok, 20920), "\xC4\xA0Hello");
+    EXPECT_STR(tokenizer_token_name(opt_tok, 50118), "\xC4\x8A");
+    EXPECT_STR(tokenizer_token_name(opt_tok, 31414), "Hello");
+    EXPECT_STR(tokenizer_token_name(opt_tok, 2), "</s>");
+    EXPECT_STR(tokenizer_token_name(opt_tok, 50264), "<mask>");
+    EXPECT_STR(tokenizer_token_name(opt_tok, 99999), "");
+    EXPECT_STR(tokenizer_token_name(opt_tok, -1), "");
 
     /* Special tokens are names, not text: kept only when asked. */
     int32_t ids[] = {2, 31414, 6, 232, 2};
@@ -415,6 +424,12 @@ TEST(byte_tokenizer)
     }
     EXPECT_STR(tokenizer_token_str(t, 2), "</s>");
     EXPECT_STR(tokenizer_token_str(t, 4 + 0xC3), "\xEF\xBF\xBD");
+    /* Bytes have no vocabulary string: their name is their display string. */
+    EXPECT_STR(tokenizer_token_name(t, 2), "</s>");
+    EXPECT_STR(tokenizer_token_name(t, 4 + 'A'), "A");
+    EXPECT_STR(tokenizer_token_name(t, 4 + 0xC3), "\xEF\xBF\xBD");
+    EXPECT_STR(tokenizer_token_name(t, 300), tokenizer_token_str(t, 300));
+    EXPECT_STR(tokenizer_token_name(t, 50272), "");
     int32_t some[] = {0, 4 + 'o', 4 + 'k', 3};
     char *out;
     EXPECT_EQ(tokenizer_decode(t, some, 4, false, &out, &len), 0);

@@ -1,0 +1,282 @@
+/*
+ * api_tokenize.c - POST /tokenize and POST /detokenize bodies (see api_tokenize.h).
+ *
+ * Owns: nothing between calls; each call's cJSON tree, id array and output buffer
+ * are freed before it returns (the output is handed to the caller).
+ * Validation order, as in api_completions.c: the body must be a UTF-8 JSON object;
+ * then each known field's type; then the model (404); then what the fields ask
+ * for together (prompt or messages; the ids in range). The first problem found is
+ * the one reported. Unknown fields are ignored, as vLLM and OpenAI do.
+ * Thread: any (no state).
+ */
+#include "api_tokenize.h"
+
+#include "tokenizer.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BAD_VALUE(err, param, ...)                                                         \
+    api_error_set((err), 400, API_ERR_INVALID, (param), NULL, __VA_ARGS__)
+
+int api_no_chat_template(struct api_error *err, const char *model_id)
+{
+    /* vLLM (through transformers) says: "As of transformers v4.44, default chat
+     * template is no longer allowed, so you must provide a chat template if the
+     * tokenizer does not define one." We take no template in the request, so the
+     * advice is the completions endpoint instead. */
+    return api_error_set(err, 400, API_ERR_INVALID, NULL, NULL,
+                         "The model `%.*s` has no chat template, so it cannot serve chat "
+                         "requests: as of transformers v4.44, default chat template is no "
+                         "longer allowed, and this model's tokenizer does not define one. "
+                         "Use /v1/completions with a text prompt instead.",
+                         json_clip_len(model_id, 256), model_id);
+}
+
+int api_model_check(const cJSON *item, const char *served_id, struct api_error *err)
+{
+    if (!item) return 0;
+    if (!cJSON_IsString(item)) return api_error_type(err, "model", "a string", item);
+    if (strcmp(item->valuestring, served_id) == 0) return 0;
+    return api_error_set(err, 404, API_ERR_INVALID, "model", "model_not_found",
+                         "The model `%.*s` does not exist.",
+                         json_clip_len(item->valuestring, 256), item->valuestring);
+}
+
+/* ---- the response, written as it goes ---- */
+
+struct out {
+    char *buf; /* NUL-terminated */
+    size_t len, cap;
+    char *tmp; /* scratch for one string made valid UTF-8 */
+    size_t tmp_len, tmp_cap;
+};
+
+static void out_put(struct out *o, const char *s, size_t n)
+{
+    json_buf_reserve(&o->buf, &o->cap, o->len + n + 1);
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+    o->buf[o->len] = '\0';
+}
+
+static void out_lit(struct out *o, const char *s)
+{
+    out_put(o, s, strlen(s));
+}
+
+static void out_int(struct out *o, long long v)
+{
+    char b[24];
+    const int n = snprintf(b, sizeof b, "%lld", v);
+    out_put(o, b, (size_t)n);
+}
+
+/* s[0..n) as a JSON string: made valid UTF-8 first (token bytes need not be, and
+ * vocab.json's are not checked; a NUL becomes U+FFFD, as in every text we return),
+ * then quoted with the escapes RFC 8259 requires (", \\ and U+0000..U+001F; cJSON
+ * writes the same). Not cJSON's printer: it takes an int size, and a detokenized
+ * text of 16 M long tokens may pass 2 GiB once escaped. */
+static void out_string(struct out *o, const char *s, size_t n)
+{
+    o->tmp_len = 0;
+    json_utf8_append(&o->tmp, &o->tmp_len, &o->tmp_cap, s, n, NULL);
+    const unsigned char *t = (const unsigned char *)o->tmp;
+    out_put(o, "\"", 1);
+    size_t run = 0; /* start of the bytes not written yet, which need no escape */
+    for (size_t i = 0; i < o->tmp_len; i++) {
+        if (t[i] >= 0x20 && t[i] != '"' && t[i] != '\\') continue;
+        out_put(o, o->tmp + run, i - run);
+        char esc[8];
+        int k = 2;
+        esc[0] = '\\';
+        switch (t[i]) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        default: k = snprintf(esc, sizeof esc, "\\u%04x", t[i]); break;
+        }
+        out_put(o, esc, (size_t)k);
+        run = i + 1;
+    }
+    out_put(o, o->tmp + run, o->tmp_len - run);
+    out_put(o, "\"", 1);
+}
+
+static char *out_take(struct out *o, size_t *out_len)
+{
+    free(o->tmp);
+    *out_len = o->len;
+    return o->buf;
+}
+
+/* ---- POST /tokenize ---- */
+
+static int read_bool(const cJSON *item, const char *param, bool *out, struct api_error *err)
+{
+    if (!item) return 0; /* absent or null: the default */
+    if (!cJSON_IsBool(item)) return api_error_type(err, param, "a boolean", item);
+    *out = cJSON_IsTrue(item);
+    return 0;
+}
+
+/* {"count","max_model_len","tokens","token_strs"}, vLLM's field order. */
+static char *tokenize_body(const struct api_model *m, const int32_t *ids, int32_t n,
+                           bool strs, size_t *out_len)
+{
+    struct out o = {0};
+    out_lit(&o, "{\"count\":");
+    out_int(&o, n);
+    out_lit(&o, ",\"max_model_len\":");
+    out_int(&o, m->max_model_len);
+    out_lit(&o, ",\"tokens\":[");
+    for (int32_t i = 0; i < n; i++) {
+        if (i) out_put(&o, ",", 1);
+        out_int(&o, ids[i]);
+    }
+    out_lit(&o, "],\"token_strs\":");
+    if (!strs) {
+        out_lit(&o, "null");
+    } else {
+        out_put(&o, "[", 1);
+        for (int32_t i = 0; i < n; i++) {
+            if (i) out_put(&o, ",", 1);
+            const char *name = tokenizer_token_name(m->tok, ids[i]);
+            out_string(&o, name, strlen(name));
+        }
+        out_put(&o, "]", 1);
+    }
+    out_put(&o, "}", 1);
+    return out_take(&o, out_len);
+}
+
+char *api_tokenize(const char *body, size_t len, const struct api_model *m, size_t *out_len,
+                   struct api_error *err)
+{
+    cJSON *root = json_parse_object(body, len, err);
+    if (!root) return NULL;
+    char *res = NULL;
+    int32_t *ids = NULL, n = 0;
+    bool add_special = true, strs = false;
+    const cJSON *prompt = json_field(root, "prompt");
+    const cJSON *messages = json_field(root, "messages");
+    if (prompt && !cJSON_IsString(prompt)) {
+        api_error_type(err, "prompt", "a string", prompt);
+        goto done;
+    }
+    if (messages && !cJSON_IsArray(messages)) {
+        api_error_type(err, "messages", "an array of messages", messages);
+        goto done;
+    }
+    if (read_bool(json_field(root, "add_special_tokens"), "add_special_tokens",
+                  &add_special, err) ||
+        read_bool(json_field(root, "return_token_strs"), "return_token_strs", &strs, err))
+        goto done;
+    if (api_model_check(json_field(root, "model"), m->id, err)) goto done;
+    if (prompt && messages) {
+        BAD_VALUE(err, "messages",
+                  "Give either 'prompt' (text) or 'messages' (a chat), not both.");
+        goto done;
+    }
+    if (messages) {
+        api_no_chat_template(err, m->id);
+        goto done;
+    }
+    if (!prompt) {
+        BAD_VALUE(err, "prompt", "You must provide a prompt parameter.");
+        goto done;
+    }
+    /* The body has no raw NUL and no \u0000, so the C string is all of the prompt. */
+    if (tokenizer_encode(m->tok, prompt->valuestring, strlen(prompt->valuestring),
+                         add_special, &ids, &n)) {
+        api_error_set(err, 500, API_ERR_SERVER, NULL, NULL, "tokenizing the prompt failed");
+        goto done;
+    }
+    res = tokenize_body(m, ids, n, strs, out_len);
+done:
+    free(ids);
+    cJSON_Delete(root);
+    return res;
+}
+
+/* ---- POST /detokenize ---- */
+
+/* The ids of "tokens" that stand for text (ids past the tokenizer's vocabulary are
+ * valid and left out); -1 with err set at the first element that is not a valid id. */
+static int read_ids(const cJSON *tokens, const struct api_model *m, int32_t **out,
+                    int32_t *n_out, struct api_error *err)
+{
+    size_t n = 0;
+    for (const cJSON *c = tokens->child; c; c = c->next)
+        n++;
+    if (n > INT32_MAX)
+        return BAD_VALUE(err, "tokens", "Too many tokens: at most %d per request.",
+                         INT32_MAX);
+    const int32_t tok_vocab = tokenizer_vocab_size(m->tok);
+    int32_t *ids = xmalloc((n ? n : 1) * sizeof *ids);
+    int32_t k = 0;
+    size_t i = 0;
+    for (const cJSON *c = tokens->child; c; c = c->next, i++) {
+        int64_t v = 0;
+        if (!cJSON_IsNumber(c)) {
+            free(ids);
+            return BAD_VALUE(err, "tokens",
+                             "Invalid type for 'tokens[%zu]': expected a token id "
+                             "(integer), but got %s instead.",
+                             i, json_type_name(c));
+        }
+        if (!json_int_in(c, 0, m->vocab_size - 1, &v)) {
+            free(ids);
+            return BAD_VALUE(err, "tokens",
+                             "Invalid value for 'tokens[%zu]': %.15g is not a token id "
+                             "in 0..%d.",
+                             i, c->valuedouble, m->vocab_size - 1);
+        }
+        if (v < tok_vocab) ids[k++] = (int32_t)v;
+    }
+    *out = ids;
+    *n_out = k;
+    return 0;
+}
+
+char *api_detokenize(const char *body, size_t len, const struct api_model *m,
+                     size_t *out_len, struct api_error *err)
+{
+    cJSON *root = json_parse_object(body, len, err);
+    if (!root) return NULL;
+    char *res = NULL, *raw = NULL;
+    size_t raw_len = 0;
+    int32_t *ids = NULL, n = 0;
+    struct out o = {0};
+    const cJSON *tokens = json_field(root, "tokens");
+    if (tokens && !cJSON_IsArray(tokens)) {
+        api_error_type(err, "tokens", "an array of token ids", tokens);
+        goto done;
+    }
+    if (api_model_check(json_field(root, "model"), m->id, err)) goto done;
+    if (!tokens) {
+        BAD_VALUE(err, "tokens", "You must provide a tokens parameter.");
+        goto done;
+    }
+    if (read_ids(tokens, m, &ids, &n, err)) goto done;
+    cJSON_Delete(root); /* the ids are copied: free the tree before the text grows */
+    root = NULL;
+    /* Special tokens as their names, like Hugging Face's decode by default. */
+    if (tokenizer_decode(m->tok, ids, n, false, &raw, &raw_len)) {
+        api_error_set(err, 500, API_ERR_SERVER, NULL, NULL, "decoding the tokens failed");
+        goto done;
+    }
+    out_lit(&o, "{\"prompt\":");
+    out_string(&o, raw, raw_len);
+    out_put(&o, "}", 1);
+    res = out_take(&o, out_len);
+done:
+    free(raw);
+    free(ids);
+    cJSON_Delete(root);
+    return res;
+}
