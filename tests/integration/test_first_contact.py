@@ -235,8 +235,9 @@ def grace_end():
     plain = open_request(srv.port, long)
     first = read_until(streams[0], lambda b: b.count(b"data: {") >= 2, limit=60)
     srv.proc.send_signal(signal.SIGTERM)
-    ends = [first + read_until(s, lambda b: b.endswith(b"0\r\n\r\n"), limit=60)
-            for s in streams]
+    ends = [(first if i == 0 else b"") + read_until(s, lambda b: b.endswith(b"0\r\n\r\n"),
+                                                    limit=60)
+            for i, s in enumerate(streams)]
     plain_raw = read_until(plain, lambda b: False, limit=60)
     try:
         rc = srv.proc.wait(timeout=60)

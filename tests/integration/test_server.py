@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-BIN = sys.argv[1]
+BIN = os.path.abspath(sys.argv[1])
 MODEL = "dummy:tiny"
 results = []
 
