@@ -31,17 +31,19 @@ def tap(ok, name, detail=""):
 
 
 class Server:
-    def __init__(self, *extra, data_dir=None, model=MODEL, cwd=None):
+    def __init__(self, *extra, data_dir=None, model=MODEL, cwd=None, defaults=True):
         # Each server gets its own job store (a fresh one unless a test restarts on
         # the same directory): the store is locked by the process that has it open.
         import tempfile
         self.own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="h2oserve-test-")
         # model None: no --model, the server's default (the built-in model).
+        # defaults False: the command line is `serve EXTRA --port 0 --data-dir D` and
+        # nothing else (a test of the command line itself).
+        args = [*(["--model", model] if model else []), "--dtype", "fp32",
+                "--max-num-seqs", "32", "--max-batched-tokens", "256"] if defaults else []
         self.proc = subprocess.Popen(
-            [BIN, "serve", *(["--model", model] if model else []), "--port", "0",
-             "--dtype", "fp32", "--max-num-seqs", "32", "--max-batched-tokens", "256",
-             "--data-dir", self.data_dir, *extra],
+            [BIN, "serve", *args, *extra, "--port", "0", "--data-dir", self.data_dir],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=cwd,
             env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.port = None
@@ -57,7 +59,8 @@ class Server:
                 self.port = int(m.group(1))
                 break
         if self.port is None:
-            raise RuntimeError("server did not start")
+            self.stop()
+            raise RuntimeError("server did not start: " + "".join(self.log))
         # The rest of stderr is drained by a thread so the server never blocks on it.
         import threading
         threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr],
@@ -69,7 +72,8 @@ class Server:
             except OSError:
                 pass
             time.sleep(0.05)
-        raise RuntimeError("server never became healthy")
+        self.stop()
+        raise RuntimeError("server never became healthy: " + "".join(self.log))
 
     def conn(self):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -86,6 +90,16 @@ class Server:
         if conn is None:
             c.close()
         return r.status, data, r
+
+    def stderr_has(self, needle, wait=5.0):
+        """Whether the log shows `needle` (the drain thread may be a moment behind)."""
+        deadline = time.time() + wait
+        while True:
+            if any(needle in l for l in list(self.log)):
+                return True
+            if time.time() > deadline:
+                return False
+            time.sleep(0.05)
 
     def get(self, path, **kw):
         return self.request("GET", path, **kw)

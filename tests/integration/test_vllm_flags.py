@@ -11,99 +11,32 @@ under it runs, and the default KV pool is sized for 64-token sequences. A
 --model disagreeing, or two positionals, are usage errors (exit 2); run-batch takes
 the same flags. TAP output. Usage: test_vllm_flags.py H2OSERVE_BINARY
 """
-import http.client
 import json
 import os
-import re
-import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
-BIN = sys.argv[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import BIN, Server as _Server, tap, results  # noqa: E402
+
 MODEL = "dummy:tiny"
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
-results = []
 
 
-def tap(ok, name, detail=""):
-    results.append(ok)
-    print(("ok" if ok else "not ok") + f" {len(results)} - {name}")
-    if not ok and detail:
-        for line in str(detail).splitlines()[:20]:
-            print("# " + line)
-    sys.stdout.flush()
-
-
-class Server:
-    """`h2oserve serve ARGS --port 0 --data-dir TMP`: no --model of its own."""
+class Server(_Server):
+    """`h2oserve serve ARGS --port 0 --data-dir TMP`: the command line as given, no
+    --model or other flags of the test harness's own."""
 
     def __init__(self, *args):
-        self.data_dir = tempfile.mkdtemp(prefix="h2oserve-vllm-")
-        self.proc = subprocess.Popen(
-            [BIN, "serve", *args, "--port", "0", "--data-dir", self.data_dir],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=ENV)
-        self.log = []
-        self.port = None
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            line = self.proc.stderr.readline()
-            if not line:
-                break
-            self.log.append(line)
-            m = re.search(r"listening on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            self.stop()
-            raise RuntimeError("server did not start: " + "".join(self.log))
-        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr],
-                         daemon=True).start()
-        while time.time() < deadline:
-            try:
-                if self.request("GET", "/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("server never became healthy: " + "".join(self.log))
+        super().__init__(*args, defaults=False)
 
     def request(self, method, path, body=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        c.request(method, path, body=None if body is None else json.dumps(body),
-                  headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        data = r.read()
-        c.close()
+        st, data, _ = super().request(method, path, body)
         try:
-            return r.status, json.loads(data)
+            return st, json.loads(data)
         except ValueError:
-            return r.status, data
-
-    def stderr_has(self, needle, wait=5.0):
-        """Whether the log shows `needle` (the drain thread may be a moment behind)."""
-        deadline = time.time() + wait
-        while True:
-            if any(needle in l for l in list(self.log)):
-                return True
-            if time.time() > deadline:
-                return False
-            time.sleep(0.05)
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = -999
-        shutil.rmtree(self.data_dir, ignore_errors=True)
-        return rc
+            return st, data
 
 
 def completion(srv, prompt_ids, max_tokens):
