@@ -234,7 +234,7 @@ static int parse_stream_options(const cJSON *item, struct cmpl_params *p,
  * otherwise silently run another policy than the one asked for.
  */
 static int parse_kv_cache(const cJSON *item, const struct api_model *m,
-                          struct cmpl_params *p, struct api_error *err)
+                          struct cmpl_params *p, bool *min_budget_given, struct api_error *err)
 {
     const cJSON *policy = item;
     if (cJSON_IsObject(item)) {
@@ -264,6 +264,14 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
     for (const cJSON *c = item->child; c; c = c->next) {
         const char *k = c->string;
         if (strcmp(k, "policy") == 0 || cJSON_IsNull(c)) continue;
+        if (strcmp(k, "min_budget") == 0) {
+            /* The floor, as the top-level kv_min_budget says it (which must agree). */
+            int64_t v = 0;
+            if (read_int(c, "kv_cache.min_budget", 0, INT32_MAX, &v, err)) return -1;
+            kv.min_budget = (int32_t)v;
+            *min_budget_given = true;
+            continue;
+        }
         static const char *const names[4] = {"heavy", "heavy_ratio", "recent",
                                              "recent_ratio"};
         int which = -1;
@@ -272,7 +280,8 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
         if (which < 0)
             return BAD_VALUE(err, "kv_cache",
                              "Unknown key in 'kv_cache': \"%.*s\" (expected "
-                             "policy, heavy, recent, heavy_ratio, recent_ratio).",
+                             "policy, heavy, recent, heavy_ratio, recent_ratio, "
+                             "min_budget).",
                              json_clip_len(k, 64), k);
         char param[32];
         snprintf(param, sizeof param, "kv_cache.%s", names[which]);
@@ -481,10 +490,16 @@ static int parse_fields(const cJSON *const *f, const struct api_model *m,
     }
     if (f[F_IGNORE_EOS] && read_bool(f[F_IGNORE_EOS], "ignore_eos", &p->ignore_eos, err))
         return -1;
-    if (f[F_KV_CACHE] && parse_kv_cache(f[F_KV_CACHE], m, p, err)) return -1;
+    bool floor_in_kv = false;
+    if (f[F_KV_CACHE] && parse_kv_cache(f[F_KV_CACHE], m, p, &floor_in_kv, err)) return -1;
     /* After kv_cache, which starts from the server's spec and its floor. */
     if (f[F_KV_MIN_BUDGET]) {
         if (read_int(f[F_KV_MIN_BUDGET], "kv_min_budget", 0, INT32_MAX, &v, err)) return -1;
+        if (floor_in_kv && v != p->kv.min_budget)
+            return BAD_VALUE(err, "kv_min_budget",
+                             "'kv_min_budget' (%lld) and 'kv_cache.min_budget' (%d) "
+                             "disagree; give the floor once.",
+                             (long long)v, p->kv.min_budget);
         p->kv.min_budget = (int32_t)v;
     }
 

@@ -150,6 +150,29 @@ TEST(parse_defaults_and_fields)
     EXPECT_EQ(p.kv.heavy, 8);
     EXPECT_EQ(p.kv.recent, -1);
     EXPECT_NEAR(p.kv.recent_ratio, 0.25, 0);
+    EXPECT_EQ(p.kv.min_budget, model.kv_default.min_budget); /* the server's floor */
+    cmpl_params_free(&p);
+
+    /* The floor: top-level kv_min_budget, or min_budget in the kv_cache object (the
+     * two must agree); either way over any policy spelling. */
+    EXPECT_EQ(parse("{" M ",'prompt':'hi','kv_min_budget':0}", &p, &e), 0);
+    EXPECT_EQ(p.kv.min_budget, 0);
+    EXPECT_EQ(p.kv.policy, model.kv_default.policy);
+    cmpl_params_free(&p);
+    EXPECT_EQ(parse("{" M ",'prompt':'hi','kv_cache':'local','kv_min_budget':300}", &p, &e), 0);
+    EXPECT_EQ(p.kv.min_budget, 300);
+    EXPECT_EQ(p.kv.policy, KV_POLICY_LOCAL);
+    cmpl_params_free(&p);
+    EXPECT_EQ(parse("{" M ",'prompt':'hi','kv_cache':{'policy':'h2o','min_budget':64}}", &p,
+                    &e),
+              0);
+    EXPECT_EQ(p.kv.min_budget, 64);
+    cmpl_params_free(&p);
+    EXPECT_EQ(parse("{" M ",'prompt':'hi','kv_cache':{'policy':'h2o','min_budget':64},"
+                    "'kv_min_budget':64}",
+                    &p, &e),
+              0);
+    EXPECT_EQ(p.kv.min_budget, 64);
     cmpl_params_free(&p);
 
     /* Seeds at the ends of int64 survive the trip through a double. */
@@ -322,6 +345,14 @@ static const struct bad_case bad[] = {
      "kv_cache.recent_ratio", NULL},
     {"{" M ",'prompt':'hi','kv_cache':{'policy':'h2o','heavy':'8'}}", 400, "kv_cache.heavy",
      NULL},
+    {"{" M ",'prompt':'hi','kv_min_budget':-1}", 400, "kv_min_budget", NULL},
+    {"{" M ",'prompt':'hi','kv_min_budget':2.5}", 400, "kv_min_budget", NULL},
+    {"{" M ",'prompt':'hi','kv_min_budget':'64'}", 400, "kv_min_budget", NULL},
+    {"{" M ",'prompt':'hi','kv_min_budget':3000000000}", 400, "kv_min_budget", NULL},
+    {"{" M ",'prompt':'hi','kv_cache':{'policy':'h2o','min_budget':-5}}", 400,
+     "kv_cache.min_budget", NULL},
+    {"{" M ",'prompt':'hi','kv_cache':{'policy':'h2o','min_budget':64},'kv_min_budget':32}",
+     400, "kv_min_budget", NULL},
 };
 
 TEST(parse_invalid_table)
