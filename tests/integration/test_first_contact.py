@@ -284,6 +284,17 @@ def main():
     tap(srv.stop() == 0, "server exits 0")
     shutil.rmtree(cwd, ignore_errors=True)
 
+    # The README's config: --config config/example.json (model "default") from another
+    # directory.
+    cwd = tempfile.mkdtemp(prefix="h2oserve-cwd-")
+    srv = Server("--config", os.path.join(ROOT, "config", "example.json"), model=None,
+                 defaults=False, cwd=cwd)
+    st, r = complete(srv, max_tokens=4)
+    tap(st == 200 and text(r),
+        "--config config/example.json serves default from another directory", r)
+    tap(srv.stop() == 0, "server exits 0")
+    shutil.rmtree(cwd, ignore_errors=True)
+
     # The floor from a config file: 0 turns it off for every request.
     d = tempfile.mkdtemp(prefix="h2oserve-cfg-")
     conf = os.path.join(d, "c.json")
