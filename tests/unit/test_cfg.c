@@ -708,6 +708,7 @@ TEST(a_flag_and_its_alias_last_wins_a_key_and_its_alias_is_an_error)
     EXPECT_EQ(c.tensor_parallel, 2);
     EXPECT_EQ(PARSE(&c, "--max-num-batched-tokens", "300", "--max-batched-tokens=400"), 0);
     EXPECT_EQ(c.max_batched_tokens, 400);
+    cfg_free(&c);
 
     static const char *const dup[] = {
         "{\"tensor_parallel\": 2, \"tensor_parallel_size\": 2}",
