@@ -67,8 +67,12 @@ int kv_budget_resolve(const struct kv_spec *s, int32_t prompt_len, int32_t max_t
     R = MIN(R, MAX(L, 1));
     /* The floor: a short request's 20% is a handful of tokens, which costs it quality
      * and saves less than a block. Raising B to F keeps the split the spec asked for
-     * (H : R rounded to the nearest token, R >= 1). */
-    const int32_t F = MIN(s->min_budget, MAX(L, 1));
+     * (H : R rounded to the nearest token, R >= 1). F = L keeps every token of a
+     * sequence that generates (it caches at most L - 1); one that generates nothing
+     * (max_tokens 0: a scored prompt) keeps its P = L prompt tokens only when
+     * P <= B - 1, so its F is L + 1. */
+    const int32_t whole = max_tokens > 0 ? L : L + 1;
+    const int32_t F = MIN(s->min_budget, MAX(whole, 1));
     if (H + R < F) {
         const int32_t h = (int32_t)(((int64_t)2 * F * H + (H + R)) / (2 * (int64_t)(H + R)));
         H = MIN(h, F - 1);

@@ -55,7 +55,8 @@ const char *kv_policy_name(enum kv_policy p);
  * that large never evicts either way, and B stays far from int32 overflow. Last,
  * a budget below the floor F = min(min_budget, L) is raised to F, keeping the
  * heavy : recent split (local: R = F); so a sequence with L <= min_budget keeps
- * every token, as `full` would.
+ * every token, as `full` would (with max_tokens 0, F = min(min_budget, L + 1): the
+ * prefill keeps P tokens only when P <= B - 1).
  * Returns 0, or ENG_EINVAL (message set) for negative ratios, a recent count below
  * 1 or a negative floor.
  */

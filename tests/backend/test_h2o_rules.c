@@ -101,6 +101,11 @@ TEST(floor_raises_small_budgets_and_keeps_the_split)
     EXPECT_EQ(b.heavy, 10);
     EXPECT_EQ(b.recent, 10);
     EXPECT_EQ(kv_budget_peak_slots(&b, 4, 16), 20);
+    /* A scored prompt that generates nothing (max_tokens 0) keeps all P tokens only
+     * when P <= B - 1: its floor is P + 1. */
+    EXPECT_EQ(kv_budget_resolve(&s, 4, 0, &b), 0);
+    EXPECT_EQ(kv_budget_slots(&b), 5);
+    EXPECT_EQ(kv_budget_peak_slots(&b, 4, 0), 4);
     /* 512 + 32: 20% is 55 + 55 = 110 < F, raised to F, half and half. */
     EXPECT_EQ(kv_budget_resolve(&s, 512, 32, &b), 0);
     EXPECT_EQ(b.heavy, F / 2);

@@ -105,8 +105,10 @@ def openai_fields(srv, t_started):
     tap(st1 == 200 and lp0 and lp0["token_logprobs"] == lp1["token_logprobs"][:n]
         and lp0["tokens"] == lp1["tokens"][:n] and text(zero) == text(one)[:len(text(zero))]
         and zero["usage"]["completion_tokens"] == 0
-        and zero["choices"][0]["finish_reason"] == "length",
-        "... the same scores as max_tokens 1, no completion tokens, finish length", (zero, one))
+        and zero["choices"][0]["finish_reason"] == "length"
+        and zero["usage"]["kv_cache"]["evicted_tokens"] == 0,
+        "... the same scores as max_tokens 1, no completion tokens, finish length, "
+        "nothing evicted under the floor", (zero, one))
     st, raw, _ = srv.post("/v1/completions", {"model": "default", "prompt": PROMPT,
                                               "max_tokens": 0, "echo": True, "logprobs": 1,
                                               "stream": True})
