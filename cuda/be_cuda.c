@@ -224,6 +224,12 @@ static void job_load(void *arg, int32_t rank)
     }
     r->layers = xcalloc((size_t)cfg->n_layer, sizeof *r->layers);
     for (int32_t li = 0; li < cfg->n_layer && !r->err; li++) load_layer(c, r, li);
+    /* The uploads are synchronous cudaMemcpy calls from pageable memory on the legacy
+     * default stream, and such a copy may return once its data is staged, before the
+     * DMA into device memory is done. The forward runs on a non-blocking stream, which
+     * does not wait for the legacy stream, so without this its first kernels could
+     * read weights still in flight. Once per rank, on the rank's device. */
+    cu_fail(r, cudaDeviceSynchronize(), "weights upload");
 }
 
 /* After the weights: how much of this GPU the pool may take (a job). */

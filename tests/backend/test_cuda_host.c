@@ -22,8 +22,8 @@
  * scores within fp16 noise); and generate_run gives the CPU's tokens. Here only:
  * --device cuda without a GPU or driver fails cleanly, a broken GPU and a rank out of
  * memory fail cleanly with TP = 2, kv_capacity is positive and within the fake
- * memory, the sampling op matches the engine's sampler, nothing leaks, and the fake
- * saw no misuse.
+ * memory, the load synchronises every device, the sampling op matches the engine's
+ * sampler, nothing leaks, and the fake saw no misuse.
  */
 #include "test.h"
 
@@ -173,6 +173,23 @@ TEST(rank_out_of_memory_fails_forward_cleanly)
     model_destroy(m);
 }
 
+/* The load ends with cudaDeviceSynchronize on every rank's device: the weights go up
+ * with cudaMemcpy on the legacy stream, which a non-blocking stream's forward does
+ * not wait for. */
+TEST(load_synchronises_every_device)
+{
+    fakecuda_set_devices(2);
+    const int64_t sync0[2] = {fakecuda_device_syncs(0), fakecuda_device_syncs(1)};
+    struct model *m = load_cuda(2);
+    if (!m) {
+        TEST_FAIL("cannot load");
+        return;
+    }
+    EXPECT(fakecuda_device_syncs(0) > sync0[0]);
+    EXPECT(fakecuda_device_syncs(1) > sync0[1]);
+    model_destroy(m);
+}
+
 /* kv_capacity: positive, at most the fake GPUs' memory, and what the weights use is
  * not counted in it (larger for the smaller model). */
 TEST(kv_capacity_positive)
@@ -296,6 +313,7 @@ int main(void)
     RUN(broken_gpu_fails_create_cleanly);
     RUN(rank_out_of_memory_fails_forward_cleanly);
     RUN(kv_capacity_positive);
+    RUN(load_synchronises_every_device);
     RUN(generate_run_on_cuda);
     RUN(sample_on_the_gpu_matches_the_host_sampler);
     printf("# worst |logit diff| cuda vs cpu %.3g, cuda tp 2 vs tp 1 %.3g, H2O score %.3g\n",

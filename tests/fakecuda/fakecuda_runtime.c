@@ -33,6 +33,7 @@ static struct {
     size_t used[64]; /* device bytes allocated per device */
     size_t limit[64]; /* per-device memory size, 0 = `memory` */
     bool broken[64];
+    int64_t syncs[64]; /* cudaDeviceSynchronize calls per device */
     int n_dev;
     bool driver;
     size_t memory;
@@ -74,6 +75,14 @@ size_t fakecuda_device_used(int device)
 {
     pthread_mutex_lock(&fc.mu);
     const size_t n = fc.used[device];
+    pthread_mutex_unlock(&fc.mu);
+    return n;
+}
+
+int64_t fakecuda_device_syncs(int device)
+{
+    pthread_mutex_lock(&fc.mu);
+    const int64_t n = fc.syncs[device];
     pthread_mutex_unlock(&fc.mu);
     return n;
 }
@@ -404,5 +413,11 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    /* Nothing is ever in flight; count the call, so a test can see that a device was
+     * synchronised where a GPU needs it. */
+    if (fc.n_dev == 0) return cudaErrorNoDevice;
+    pthread_mutex_lock(&fc.mu);
+    fc.syncs[cur_dev]++;
+    pthread_mutex_unlock(&fc.mu);
     return cudaSuccess;
 }
