@@ -559,11 +559,21 @@ static int be_cuda_kv_read_state(void *ctx, const int32_t *blocks, int32_t n_slo
 
 /* ---- profile and teardown ---- */
 
+/* Read and reset the profile; from the first call on, the forwards time their GEMM
+ * and attention spans with events on rank 0's stream (be_cuda_prof.c). Rank 0 is
+ * this thread: the last forward's events (complete) are read here. */
 static void be_cuda_profile(void *ctx, struct be_profile *out)
 {
     struct cuda_be *c = ctx;
+    struct cu_rank *r = &c->ranks[0];
+    if (r->timing && cudaSetDevice(r->device) == cudaSuccess)
+        cu_marks_read(r, &r->marks[r->mark_cur ^ 1]);
+    c->prof.gemm_s = r->span_s[CU_SPAN_GEMM];
+    c->prof.attn_s = r->span_s[CU_SPAN_ATTN];
+    memset(r->span_s, 0, sizeof r->span_s);
     *out = c->prof;
     memset(&c->prof, 0, sizeof c->prof);
+    c->timing = true;
 }
 
 static void free_layer(struct cu_layer *L)
@@ -599,6 +609,7 @@ static void job_close(void *arg, int32_t rank)
     cudaFreeHost(r->victims_host);
     cudaFree(r->stage_dev);
     cudaFreeHost(r->stage_host);
+    cu_marks_free(r);
     comm_destroy(r->comm);
     cuda_gemm_destroy(r->gemm);
     if (r->stream) cudaStreamDestroy(r->stream);

@@ -18,7 +18,9 @@
  * Work runs at once, in call order: streams are handles that remember their device,
  * and cudaStreamSynchronize only checks its argument. So a missing synchronisation
  * (reading a download before the stream reached it) cannot show here; what a test
- * can see is that cudaDeviceSynchronize was called (fakecuda_device_syncs).
+ * can see is that cudaDeviceSynchronize was called (fakecuda_device_syncs). Events
+ * remember the host time they were recorded at, so cudaEventElapsedTime between two
+ * of them is the host time of the fake work enqueued between.
  *
  * State: the fake driver is process-global (one machine), guarded by a mutex; the
  * current device is per thread, as in CUDA. Thread: any.
