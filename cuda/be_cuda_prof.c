@@ -51,9 +51,11 @@ int cu_mark(struct cu_rank *r, enum cu_span kind)
         m->ev = xrealloc(m->ev, (size_t)cap * sizeof *m->ev);
         m->kind = xrealloc(m->kind, (size_t)cap * sizeof *m->kind);
         for (; m->cap < cap; m->cap++)
-            if (cu_fail(r, cudaEventCreate(&m->ev[m->cap]), "cudaEventCreate")) return r->err;
+            if (cu_fail(r, cudaEventCreate(&m->ev[m->cap]), "cudaEventCreate"))
+                return r->err;
     }
-    if (cu_fail(r, cudaEventRecord(m->ev[m->n], r->stream), "cudaEventRecord")) return r->err;
+    if (cu_fail(r, cudaEventRecord(m->ev[m->n], r->stream), "cudaEventRecord"))
+        return r->err;
     m->kind[m->n++] = (uint8_t)kind;
     return 0;
 }
@@ -87,7 +89,8 @@ void cu_marks_free(struct cu_rank *r)
 {
     for (int i = 0; i < 2; i++) {
         struct cu_marks *m = &r->marks[i];
-        for (int32_t j = 0; j < m->cap; j++) cudaEventDestroy(m->ev[j]);
+        for (int32_t j = 0; j < m->cap; j++)
+            cudaEventDestroy(m->ev[j]);
         free(m->ev);
         free(m->kind);
         memset(m, 0, sizeof *m);

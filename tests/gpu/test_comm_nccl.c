@@ -111,12 +111,13 @@ out:
 static void run_job(struct job *j)
 {
     const char *ifname = getenv("NCCL_SOCKET_IFNAME");
-    const int len = snprintf(hang_msg, sizeof hang_msg,
-                             "Bail out! NCCL job (%s, %d ranks, n=%lld) did not finish in %d s: "
-                             "a hang in NCCL's socket bootstrap? NCCL_SOCKET_IFNAME=%s, "
-                             "rerun with NCCL_DEBUG=INFO\n",
-                             dtype_name(j->dt), j->n_ranks, (long long)j->n, JOB_TIMEOUT_S,
-                             ifname ? ifname : "(unset)");
+    const int len =
+        snprintf(hang_msg, sizeof hang_msg,
+                 "Bail out! NCCL job (%s, %d ranks, n=%lld) did not finish in %d s: "
+                 "a hang in NCCL's socket bootstrap? NCCL_SOCKET_IFNAME=%s, "
+                 "rerun with NCCL_DEBUG=INFO\n",
+                 dtype_name(j->dt), j->n_ranks, (long long)j->n, JOB_TIMEOUT_S,
+                 ifname ? ifname : "(unset)");
     hang_len = len > 0 ? MIN((size_t)len, sizeof hang_msg - 1) : 0;
     alarm(JOB_TIMEOUT_S);
     CHECK(comm_nccl_group_create(&j->g, j->n_ranks) == 0);

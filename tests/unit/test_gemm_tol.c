@@ -47,8 +47,18 @@
 #include <stdint.h>
 
 /* The ways the simulated device sums the products. */
-enum { DEV_EXACT, DEV_FWD, DEV_REV, DEV_PAIR, DEV_MMA, DEV_TRUNC, N_DEV, DEV_F16ACC = N_DEV, N_ALL };
-static const char *const dev_names[N_DEV] = {"exact", "forward", "reverse",
+enum {
+    DEV_EXACT,
+    DEV_FWD,
+    DEV_REV,
+    DEV_PAIR,
+    DEV_MMA,
+    DEV_TRUNC,
+    N_DEV,
+    DEV_F16ACC = N_DEV,
+    N_ALL
+};
+static const char *const dev_names[N_DEV] = {"exact",    "forward",     "reverse",
                                              "pairwise", "tensor-core", "truncating"};
 
 /* One shape of test_cuda_gemm, in its order. */
@@ -104,11 +114,14 @@ static void sums(const float *p, int32_t k, float *tmp, float a[N_ALL], double *
         trunc = rz32((double)trunc + p[j]);
     }
     float rev = 0;
-    for (int32_t j = k - 1; j >= 0; j--) rev += p[j];
+    for (int32_t j = k - 1; j >= 0; j--)
+        rev += p[j];
     /* Pairwise: adjacent pairs, level by level (an odd last element moves up). */
-    for (int32_t j = 0; j < k; j++) tmp[j] = p[j];
+    for (int32_t j = 0; j < k; j++)
+        tmp[j] = p[j];
     for (int32_t n = k; n > 1; n = (n + 1) / 2) {
-        for (int32_t j = 0; j < n / 2; j++) tmp[j] = tmp[2 * j] + tmp[2 * j + 1];
+        for (int32_t j = 0; j < n / 2; j++)
+            tmp[j] = tmp[2 * j] + tmp[2 * j + 1];
         if (n % 2) tmp[n / 2] = tmp[n - 1];
     }
     /* Tensor core: 4 split-K slices, each chunks of 16 exact products into a
@@ -120,7 +133,8 @@ static void sums(const float *p, int32_t k, float *tmp, float a[N_ALL], double *
         const int32_t j1 = MIN(k, j0 + slice);
         for (int32_t c = j0; c < j1; c += 16) {
             double chunk = acc;
-            for (int32_t j = c; j < MIN(j1, c + 16); j++) chunk += p[j];
+            for (int32_t j = c; j < MIN(j1, c + 16); j++)
+                chunk += p[j];
             acc = rz32(chunk);
         }
         mma += acc;
@@ -146,13 +160,14 @@ static double old_tol(double r, double mag, bool f32)
 /* Draw n fp16 values as gpu_rnd_f16 would, into out. */
 static void draw_f16(uint64_t *st, uint16_t *out, int64_t n, float lo, float hi)
 {
-    for (int64_t i = 0; i < n; i++) out[i] = f32_to_f16(gpu_rnd_uniform(st, lo, hi));
+    for (int64_t i = 0; i < n; i++)
+        out[i] = f32_to_f16(gpu_rnd_uniform(st, lo, hi));
 }
 
 /* Rows idx [n_idx] (ascending) of a [rows, k] matrix drawn from *st as gpu_rnd_f16
  * draws the whole of it, into out [n_idx, k]; *st ends where the whole draw ends. */
-static void draw_rows(uint64_t *st, uint16_t *out, int64_t rows, int32_t k, const int32_t *idx,
-                      int32_t n_idx, float lo, float hi)
+static void draw_rows(uint64_t *st, uint16_t *out, int64_t rows, int32_t k,
+                      const int32_t *idx, int32_t n_idx, float lo, float hi)
 {
     int64_t at = 0; /* draws consumed */
     for (int32_t i = 0; i < n_idx; i++) {
@@ -195,19 +210,23 @@ static void replay(uint64_t *st, const struct shape *sh, int32_t max_cols, struc
     if (sh->bias) draw_f16(st, b, n, -0.5f, 0.5f);
 
     float *wf = xmalloc((size_t)n_cols * (size_t)k * sizeof *wf);
-    for (int64_t i = 0; i < (int64_t)n_cols * k; i++) wf[i] = f16_to_f32(w[i]);
+    for (int64_t i = 0; i < (int64_t)n_cols * k; i++)
+        wf[i] = f16_to_f32(w[i]);
     float *xf = xmalloc((size_t)k * sizeof *xf);
     struct out *o = xmalloc((size_t)n_cols * sizeof *o);
     for (int32_t ri = 0; ri < n_rows; ri++) {
-        for (int32_t j = 0; j < k; j++) xf[j] = f16_to_f32(x[(int64_t)ri * k + j]);
-        /* The simulated devices, one output column per iteration. */
+        for (int32_t j = 0; j < k; j++)
+            xf[j] = f16_to_f32(x[(int64_t)ri * k + j]);
+            /* The simulated devices, one output column per iteration. */
 #pragma omp parallel
         {
-            float *p = xmalloc((size_t)k * sizeof *p), *tmp = xmalloc((size_t)k * sizeof *tmp);
+            float *p = xmalloc((size_t)k * sizeof *p),
+                  *tmp = xmalloc((size_t)k * sizeof *tmp);
 #pragma omp for schedule(dynamic, 16)
             for (int32_t ci = 0; ci < n_cols; ci++) {
                 const float *wr = wf + (int64_t)ci * k;
-                for (int32_t j = 0; j < k; j++) p[j] = xf[j] * wr[j]; /* exact */
+                for (int32_t j = 0; j < k; j++)
+                    p[j] = xf[j] * wr[j]; /* exact */
                 sums(p, k, tmp, o[ci].a, &o[ci].s, &o[ci].mag);
             }
             free(p);
@@ -218,8 +237,8 @@ static void replay(uint64_t *st, const struct shape *sh, int32_t max_cols, struc
             const float bf = sh->bias ? f16_to_f32(b[cols[ci]]) : 0.0f;
             double r = s + bf;
             if (sh->relu && r < 0) r = 0;
-            const double tol = sh->f32 ? gemm_tol_f32(mag, k)
-                                       : gemm_tol_f16(s, bf, mag, k, sh->bias);
+            const double tol =
+                sh->f32 ? gemm_tol_f32(mag, k) : gemm_tol_f16(s, bf, mag, k, sh->bias);
             const double tol0 = old_tol(r, mag, sh->f32);
             const double acc_tol = gemm_tol_acc(mag, k);
             t->n_out++;
@@ -267,7 +286,8 @@ static int32_t gpu_shapes(struct shape *out)
     for (int mi = 0; mi < 2; mi++) {
         const int32_t hd = models[mi].hd, f = models[mi].f;
         for (int i = 0; i < 4; i++) { /* check_model */
-            out[n++] = (struct shape){models[mi].name, ms[i], 3 * hd, hd, true, false, false};
+            out[n++] =
+                (struct shape){models[mi].name, ms[i], 3 * hd, hd, true, false, false};
             out[n++] = (struct shape){models[mi].name, ms[i], hd, hd, true, false, false};
             out[n++] = (struct shape){models[mi].name, ms[i], f, hd, true, true, false};
             out[n++] = (struct shape){models[mi].name, ms[i], hd, f, true, false, false};
@@ -276,11 +296,12 @@ static int32_t gpu_shapes(struct shape *out)
         /* opt_125m_lm_head_without_bias, then lm_head_in_fp32. */
         out[n++] = (struct shape){"lm-head", 1, 50272, 768, false, false, false};
         out[n++] = (struct shape){"lm-head", 17, 50272, 768, false, false, false};
-        static const int32_t f32[6][3] = {{1, 50272, 768}, {17, 50272, 768}, {3, 50272, 4096},
-                                          {64, 50272, 4096}, {5, 37, 29}, {1, 1, 1}};
+        static const int32_t f32[6][3] = {{1, 50272, 768},  {17, 50272, 768},
+                                          {3, 50272, 4096}, {64, 50272, 4096},
+                                          {5, 37, 29},      {1, 1, 1}};
         for (int i = 0; i < 6; i++)
-            out[n++] = (struct shape){"lm-head-f32", f32[i][0], f32[i][1], f32[i][2], false,
-                                      false, true};
+            out[n++] = (struct shape){"lm-head-f32", f32[i][0], f32[i][1], f32[i][2],
+                                      false,         false,     true};
     }
     /* odd_shapes_and_no_bias */
     out[n++] = (struct shape){"odd", 5, 37, 29, false, false, false};
@@ -294,7 +315,8 @@ TEST(the_generator_skips_exactly)
     const uint64_t ns[] = {0, 1, 2, 63, 64, 1000, 12345};
     for (size_t i = 0; i < ARRAY_LEN(ns); i++) {
         uint64_t a = seed, b = seed;
-        for (uint64_t j = 0; j < ns[i]; j++) gpu_rnd_uniform(&a, 0, 1);
+        for (uint64_t j = 0; j < ns[i]; j++)
+            gpu_rnd_uniform(&a, 0, 1);
         gpu_rnd_skip(&b, ns[i]);
         EXPECT(a == b);
         EXPECT(gpu_rnd_uniform(&a, -1, 1) == gpu_rnd_uniform(&b, -1, 1));
@@ -346,16 +368,22 @@ static void replay_all(void)
         replay(&st, sh, all_cols ? INT32_MAX : 128, &tallies[i]);
         const struct tally *t = &tallies[i];
         printf("# %-11s m=%3d n=%5d k=%5d%-11s %6lld outputs, old bound misses %4lld; "
-               "err/tol", sh->model, sh->m, sh->n, sh->k,
-               sh->relu ? " +bias+relu" : sh->bias ? " +bias" : "", (long long)t->n_out,
-               (long long)t->miss_old[DEV_EXACT]);
-        for (int d = 0; d < N_DEV; d++) printf(" %.2f", t->worst[d]);
+               "err/tol",
+               sh->model, sh->m, sh->n, sh->k,
+               sh->relu   ? " +bias+relu"
+               : sh->bias ? " +bias"
+                          : "",
+               (long long)t->n_out, (long long)t->miss_old[DEV_EXACT]);
+        for (int d = 0; d < N_DEV; d++)
+            printf(" %.2f", t->worst[d]);
         printf("; acc/E");
-        for (int d = 0; d < N_DEV; d++) printf(" %.3f", t->worst_acc[d]);
+        for (int d = 0; d < N_DEV; d++)
+            printf(" %.3f", t->worst_acc[d]);
         printf("\n");
     }
     printf("# columns: devices");
-    for (int d = 0; d < N_DEV; d++) printf(" %s", dev_names[d]);
+    for (int d = 0; d < N_DEV; d++)
+        printf(" %s", dev_names[d]);
     printf("; old bound misses of the exact device\n");
 }
 
