@@ -5,13 +5,13 @@
  * on the host. tests/gpu/gpu_testlib.h includes it; the numbers are the ones that
  * file always produced (the code moved here unchanged).
  *
- * gpu_rnd_skip jumps the generator ahead by n draws in O(64^2 log n) bit operations
- * (the state update is linear over GF(2), so n steps are one 64 x 64 bit matrix,
- * built by repeated squaring), so a replay can regenerate only the rows and columns
- * it checks of a large matrix.
+ * gpu_rnd_skip jumps the generator ahead by n draws in at most 64 x 64 bit operations
+ * (the state update is linear over GF(2), so 2^i steps are one 64 x 64 bit matrix,
+ * made once by repeated squaring: struct gpu_rnd_jump), so a replay can regenerate
+ * only the rows and columns it checks of a large matrix.
  *
- * Header-only (static inline); state is the caller's uint64_t. Thread: any (no
- * shared state).
+ * Header-only (static inline); the state is the caller's uint64_t, the jump table
+ * the caller's too. Thread: any (no shared state).
  */
 #ifndef H2O_GPU_RND_H
 #define H2O_GPU_RND_H
@@ -56,21 +56,27 @@ static inline uint64_t gpu_rnd_apply(const uint64_t *m, uint64_t v)
     return r;
 }
 
-/* Advance *st by n draws, as n calls of gpu_rnd_uniform would (their values unused). */
-static inline void gpu_rnd_skip(uint64_t *st, uint64_t n)
+/* The state update to the powers 2^0 .. 2^63, for gpu_rnd_skip (32 KiB). */
+struct gpu_rnd_jump {
+    uint64_t m[64][64]; /* m[i]: 2^i steps, as gpu_rnd_apply takes it */
+};
+
+/* Fill *j: the one step, then each power the square of the one before. */
+static inline void gpu_rnd_jump_init(struct gpu_rnd_jump *j)
 {
-    uint64_t m[64], sq[64]; /* m = the step matrix to the power 2^i */
-    for (int j = 0; j < 64; j++)
-        m[j] = gpu_rnd_step((uint64_t)1 << j);
-    for (; n; n >>= 1) {
-        if (n & 1u) *st = gpu_rnd_apply(m, *st);
-        if (n > 1) {
-            for (int j = 0; j < 64; j++)
-                sq[j] = gpu_rnd_apply(m, m[j]);
-            for (int j = 0; j < 64; j++)
-                m[j] = sq[j];
-        }
-    }
+    for (int b = 0; b < 64; b++)
+        j->m[0][b] = gpu_rnd_step((uint64_t)1 << b);
+    for (int i = 1; i < 64; i++)
+        for (int b = 0; b < 64; b++)
+            j->m[i][b] = gpu_rnd_apply(j->m[i - 1], j->m[i - 1][b]);
+}
+
+/* Advance *st by n draws, as n calls of gpu_rnd_uniform would (their values unused):
+ * one matrix of *j per set bit of n. */
+static inline void gpu_rnd_skip(const struct gpu_rnd_jump *j, uint64_t *st, uint64_t n)
+{
+    for (int i = 0; n; i++, n >>= 1)
+        if (n & 1u) *st = gpu_rnd_apply(j->m[i], *st);
 }
 
 #endif

@@ -86,6 +86,9 @@ struct out {
 /* The seed of test_cuda_gemm's stream. */
 static const uint64_t seed = 0x51a3f2d4c9e7b601ull;
 
+/* gpu_rnd_skip's powers of the step, made once in main. */
+static struct gpu_rnd_jump jump;
+
 /* Round d toward zero to fp32 (a truncating accumulator). */
 static float rz32(double d)
 {
@@ -171,11 +174,11 @@ static void draw_rows(uint64_t *st, uint16_t *out, int64_t rows, int32_t k,
 {
     int64_t at = 0; /* draws consumed */
     for (int32_t i = 0; i < n_idx; i++) {
-        gpu_rnd_skip(st, (uint64_t)((int64_t)idx[i] * k - at));
+        gpu_rnd_skip(&jump, st, (uint64_t)((int64_t)idx[i] * k - at));
         draw_f16(st, out + (int64_t)i * k, k, lo, hi);
         at = ((int64_t)idx[i] + 1) * k;
     }
-    gpu_rnd_skip(st, (uint64_t)(rows * k - at));
+    gpu_rnd_skip(&jump, st, (uint64_t)(rows * k - at));
 }
 
 /* The rows test_cuda_gemm checks for m, n, k: all when m n k <= 3e8, else 16 spread
@@ -317,15 +320,15 @@ TEST(the_generator_skips_exactly)
         uint64_t a = seed, b = seed;
         for (uint64_t j = 0; j < ns[i]; j++)
             gpu_rnd_uniform(&a, 0, 1);
-        gpu_rnd_skip(&b, ns[i]);
+        gpu_rnd_skip(&jump, &b, ns[i]);
         EXPECT(a == b);
         EXPECT(gpu_rnd_uniform(&a, -1, 1) == gpu_rnd_uniform(&b, -1, 1));
     }
     /* Skipping in parts is skipping the sum. */
     uint64_t a = seed, b = seed;
-    gpu_rnd_skip(&a, (uint64_t)1 << 40);
-    gpu_rnd_skip(&b, (uint64_t)1 << 39);
-    gpu_rnd_skip(&b, (uint64_t)1 << 39);
+    gpu_rnd_skip(&jump, &a, (uint64_t)1 << 40);
+    gpu_rnd_skip(&jump, &b, (uint64_t)1 << 39);
+    gpu_rnd_skip(&jump, &b, (uint64_t)1 << 39);
     EXPECT(a == b);
 }
 
@@ -449,6 +452,7 @@ TEST(the_bound_still_tells_fp32_from_fp16_accumulation)
 
 int main(void)
 {
+    gpu_rnd_jump_init(&jump);
     RUN(the_generator_skips_exactly);
     RUN(the_bound_at_the_edges_of_fp16);
     RUN(every_simulated_device_is_within_the_bound);
