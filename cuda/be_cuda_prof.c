@@ -17,9 +17,10 @@
  * When the times are read. Every forward already ends with cudaStreamSynchronize
  * (the engine needs its logits before the next step), after which its events are
  * complete and cudaEventElapsedTime answers without waiting. So the events of forward
- * N are read during forward N + 1, after all of its work is enqueued and before its
- * own synchronisation, while the host would only wait for the GPU anyway; the last
- * forward's events are read when the profile is. No synchronisation is added, the
+ * N are read during forward N + 1, once its layers are enqueued and before its logits
+ * download (a copy to pageable memory, which blocks the host until the GPU is done),
+ * while the host would only wait for the GPU anyway; the last forward's events are
+ * read when the profile is. No synchronisation is added, the
  * read costs no GPU time, and two sets of events (recorded, and waiting to be read)
  * serve every forward. Reading each forward's events right after its own
  * synchronisation would put ~200 host calls between two steps, with the GPU idle;
