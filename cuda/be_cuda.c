@@ -224,6 +224,12 @@ static void job_load(void *arg, int32_t rank)
     }
     r->layers = xcalloc((size_t)cfg->n_layer, sizeof *r->layers);
     for (int32_t li = 0; li < cfg->n_layer && !r->err; li++) load_layer(c, r, li);
+    /* The uploads are synchronous cudaMemcpy calls from pageable memory on the legacy
+     * default stream, and such a copy may return once its data is staged, before the
+     * DMA into device memory is done. The forward runs on a non-blocking stream, which
+     * does not wait for the legacy stream, so without this its first kernels could
+     * read weights still in flight. Once per rank, on the rank's device. */
+    cu_fail(r, cudaDeviceSynchronize(), "weights upload");
 }
 
 /* After the weights: how much of this GPU the pool may take (a job). */
@@ -236,13 +242,19 @@ static void job_measure(void *arg, int32_t rank)
     if (cu_fail(r, cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo")) return;
     /* The pool gets util * total minus what is in use now (weights, CUDA context,
      * cuBLAS and NCCL buffers), less a reserve for the forward's workspace, which
-     * grows with the batch: room for 4096 tokens and 512 rows of logits. */
+     * grows with the batch: room for 4096 tokens and 512 rows of logits; and on rank
+     * 0 the device sampler's buffers for 512 rows (be_cuda_sample.c: the rows built
+     * from the kept logits and cuda_sample's scratch, 20 bytes per row and token,
+     * allocated twice over as samp_reserve grows them), 1 GB for OPT's vocabulary,
+     * which a decode step of a few hundred sequences would otherwise fail for. */
     const struct opt_config *cfg = &c->cfg;
-    const size_t tok = 4096, wide = (size_t)MAX(cfg->hidden, cfg->word_embed_proj_dim);
+    const size_t tok = 4096, rows = 512, V = (size_t)cfg->vocab_size;
+    const size_t wide = (size_t)MAX(cfg->hidden, cfg->word_embed_proj_dim);
+    const size_t samp = rank == 0 ? 2 * (rows * V * 4 + CUDA_SAMPLE_SCRATCH_BYTES(rows, V)) : 0;
     const size_t ws = tok * 2 *
                           (3 * wide + 4 * (size_t)r->sh.n_head * (size_t)cfg->head_dim +
                            (size_t)r->sh.n_ffn) +
-                      512 * (size_t)cfg->vocab_size * 4 + ((size_t)256 << 20);
+                      rows * V * 4 + samp + ((size_t)256 << 20);
     const double budget = (double)c->opts.gpu_memory_utilization * (double)total_b -
                           (double)(total_b - free_b) - (double)ws;
     r->kv_room = budget > 0 ? (size_t)budget : 0;
@@ -553,11 +565,21 @@ static int be_cuda_kv_read_state(void *ctx, const int32_t *blocks, int32_t n_slo
 
 /* ---- profile and teardown ---- */
 
+/* Read and reset the profile; from the first call on, the forwards time their GEMM
+ * and attention spans with events on rank 0's stream (be_cuda_prof.c). Rank 0 is
+ * this thread: the last forward's events (complete) are read here. */
 static void be_cuda_profile(void *ctx, struct be_profile *out)
 {
     struct cuda_be *c = ctx;
+    struct cu_rank *r = &c->ranks[0];
+    if (r->timing && cudaSetDevice(r->device) == cudaSuccess)
+        cu_marks_read(r, &r->marks[r->mark_cur ^ 1]);
+    c->prof.gemm_s = r->span_s[CU_SPAN_GEMM];
+    c->prof.attn_s = r->span_s[CU_SPAN_ATTN];
+    memset(r->span_s, 0, sizeof r->span_s);
     *out = c->prof;
     memset(&c->prof, 0, sizeof c->prof);
+    c->timing = true;
 }
 
 static void free_layer(struct cu_layer *L)
@@ -593,6 +615,7 @@ static void job_close(void *arg, int32_t rank)
     cudaFreeHost(r->victims_host);
     cudaFree(r->stage_dev);
     cudaFreeHost(r->stage_host);
+    cu_marks_free(r);
     comm_destroy(r->comm);
     cuda_gemm_destroy(r->gemm);
     if (r->stream) cudaStreamDestroy(r->stream);

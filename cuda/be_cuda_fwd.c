@@ -251,10 +251,11 @@ static int layer_forward(struct cuda_be *c, struct cu_rank *r, int32_t li,
             return r->err;
         in = r->h;
     }
-    if (gemm(r, r->qkv, in, L->qkv_w, L->qkv_b, n, 3 * attn, hd, false) ||
-        attention(c, r, li, b) ||
+    if (cu_mark(r, CU_SPAN_GEMM) ||
+        gemm(r, r->qkv, in, L->qkv_w, L->qkv_b, n, 3 * attn, hd, false) ||
+        cu_mark(r, CU_SPAN_ATTN) || attention(c, r, li, b) || cu_mark(r, CU_SPAN_GEMM) ||
         gemm(r, r->tmp, r->attn, L->out_w, L->out_b, n, hd, attn, false) ||
-        allreduce(r, r->tmp, (int64_t)n * hd) ||
+        cu_mark(r, CU_SPAN_OTHER) || allreduce(r, r->tmp, (int64_t)n * hd) ||
         cu_fail(r, cuda_add(r->x, r->tmp, (int64_t)n * hd, st), "residual"))
         return r->err;
     if (!cfg->ln_before &&
@@ -268,9 +269,10 @@ static int layer_forward(struct cuda_be *c, struct cu_rank *r, int32_t li,
             return r->err;
         in = r->h;
     }
-    if (gemm(r, r->ff, in, L->fc1_w, L->fc1_b, n, r->sh.n_ffn, hd, true) ||
+    if (cu_mark(r, CU_SPAN_GEMM) ||
+        gemm(r, r->ff, in, L->fc1_w, L->fc1_b, n, r->sh.n_ffn, hd, true) ||
         gemm(r, r->tmp, r->ff, L->fc2_w, L->fc2_b, n, hd, r->sh.n_ffn, false) ||
-        allreduce(r, r->tmp, (int64_t)n * hd) ||
+        cu_mark(r, CU_SPAN_OTHER) || allreduce(r, r->tmp, (int64_t)n * hd) ||
         cu_fail(r, cuda_add(r->x, r->tmp, (int64_t)n * hd, st), "residual"))
         return r->err;
     if (!cfg->ln_before)
@@ -292,12 +294,14 @@ static int logits(struct cuda_be *c, struct cu_rank *r, const struct be_batch *b
         cu_fail(r, cuda_layernorm(r->h, r->h, r->lnf_w, r->lnf_b, n_out, hd, st), "layernorm"))
         return r->err;
     const uint16_t *fin = r->h;
+    if (cu_mark(r, CU_SPAN_GEMM)) return r->err;
     if (proj != hd) {
         if (gemm(r, r->tmp, r->h, r->project_out, NULL, n_out, proj, hd, false)) return r->err;
         fin = r->tmp;
     }
     if (cu_fail_eng(r, cuda_gemm_linear_f32(r->gemm, r->logits, fin, r->lm_head, n_out,
-                                            cfg->vocab_size, proj)))
+                                            cfg->vocab_size, proj)) ||
+        cu_mark(r, CU_SPAN_OTHER))
         return r->err;
     if (!c->logits_out) return 0; /* kept on the device for sample */
     return cu_fail(r, cudaMemcpyAsync(c->logits_out, r->logits,
@@ -317,42 +321,57 @@ static void job_reserve(void *arg, int32_t rank)
     ws_reserve(c, r, c->batch->n_tok, c->batch->n_out);
 }
 
-/* One rank's forward (a ranks job), its workspace reserved. */
-static void job_forward(void *arg, int32_t rank)
+/* Rank r's forward enqueued on its stream, its device current: the batch upload,
+ * the embeddings, every layer, rank 0's logits and the downloads. Returns r->err;
+ * the caller synchronises. */
+static int forward_enqueue(struct cuda_be *c, struct cu_rank *r, const struct be_batch *b)
 {
-    struct cuda_be *c = arg;
-    struct cu_rank *r = &c->ranks[rank];
-    const struct be_batch *b = c->batch;
     const struct opt_config *cfg = &c->cfg;
     const int32_t n = b->n_tok, hd = cfg->hidden, proj = cfg->word_embed_proj_dim;
     cudaStream_t st = r->stream;
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
     if (cu_fail(r, cudaMemcpyAsync(r->meta, c->meta_host, c->meta.bytes, cudaMemcpyHostToDevice, st),
                 "batch upload"))
-        return;
+        return r->err;
     const char *meta = r->meta;
     const int32_t *tokens = (const int32_t *)(meta + c->meta.tokens);
     const int32_t *pos = (const int32_t *)(meta + c->meta.pos);
     /* Embeddings; OPT looks its learned positions up at position + 2. */
     if (proj != hd) {
         if (cu_fail(r, cuda_embed(r->tmp, r->embed, tokens, NULL, NULL, 0, n, proj, st), "embed") ||
+            cu_mark(r, CU_SPAN_GEMM) ||
             gemm(r, r->x, r->tmp, r->project_in, NULL, n, hd, proj, false) ||
+            cu_mark(r, CU_SPAN_OTHER) ||
             cu_fail(r, cuda_add_positions(r->x, r->pos_embed, pos, 2, n, hd, st), "positions"))
-            return;
+            return r->err;
     } else if (cu_fail(r, cuda_embed(r->x, r->embed, tokens, r->pos_embed, pos, 2, n, hd, st),
                        "embed")) {
-        return;
+        return r->err;
     }
     for (int32_t li = 0; li < cfg->n_layer; li++)
-        if (layer_forward(c, r, li, b)) return;
-    if (rank == 0 && b->n_out > 0 && logits(c, r, b)) return;
+        if (layer_forward(c, r, li, b)) return r->err;
+    /* The last forward's events completed before it returned: read them now, while the
+     * GPU works through this one and before the logits' download to pageable memory,
+     * which blocks the host (be_cuda_prof.c). */
+    if (r->timing) cu_marks_read(r, &r->marks[r->mark_cur ^ 1]);
+    if (r->sh.rank == 0 && b->n_out > 0 && logits(c, r, b)) return r->err;
     if (c->have_victims) {
         const size_t nv = (size_t)cfg->n_layer * (size_t)c->n_dec * (size_t)r->sh.n_head;
-        if (cu_fail(r, cudaMemcpyAsync(r->victims_host, r->victims, nv * 4, cudaMemcpyDeviceToHost, st),
-                    "victims download"))
-            return;
+        cu_fail(r, cudaMemcpyAsync(r->victims_host, r->victims, nv * 4, cudaMemcpyDeviceToHost, st),
+                "victims download");
     }
-    cu_fail(r, cudaStreamSynchronize(st), "forward");
+    return r->err;
+}
+
+/* One rank's forward (a ranks job), its workspace reserved. Rank 0 times it when the
+ * profile asks (be_cuda_prof.c). */
+static void job_forward(void *arg, int32_t rank)
+{
+    struct cuda_be *c = arg;
+    struct cu_rank *r = &c->ranks[rank];
+    r->timing = c->timing && rank == 0;
+    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (!forward_enqueue(c, r, c->batch)) cu_fail(r, cudaStreamSynchronize(r->stream), "forward");
+    cu_marks_done(r, !r->err);
 }
 
 int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits_out)

@@ -62,6 +62,17 @@ struct cu_meta {
     size_t bytes;
 };
 
+/* What a span of the forward's time profile is (be_cuda_prof.c). */
+enum cu_span { CU_SPAN_OTHER, CU_SPAN_GEMM, CU_SPAN_ATTN, CU_N_SPAN };
+
+/* One forward's timing events on a rank's stream: event i begins a span of kind[i]
+ * that event i + 1 ends. */
+struct cu_marks {
+    cudaEvent_t *ev; /* [cap], created on the rank's device */
+    uint8_t *kind;   /* [cap] enum cu_span */
+    int32_t n, cap;
+};
+
 struct cu_rank {
     struct shard sh;
     int device;
@@ -97,6 +108,12 @@ struct cu_rank {
     void *stage_dev, *stage_host;
     size_t stage_cap;
     size_t kv_room; /* bytes this GPU can give the pool, measured after load */
+    /* The time profile (be_cuda_prof.c; rank 0 only): this forward's events, the last
+     * forward's (complete, read during this one), and the seconds read so far. */
+    bool timing; /* this forward records events */
+    struct cu_marks marks[2];
+    int mark_cur; /* marks[mark_cur] is being recorded */
+    double span_s[CU_N_SPAN];
     /* The first error of the current job; the engine thread reports it. */
     int err;
     char msg[256];
@@ -141,6 +158,7 @@ struct cuda_be {
     void *samp_dev, *samp_host;
     size_t samp_dev_cap, samp_host_cap;
     struct be_profile prof;
+    bool timing; /* time the forwards' spans: set by the first be_ops.profile call */
     bool loaded;
 };
 
@@ -162,6 +180,21 @@ int cu_reserve(struct cu_rank *r, void **p, size_t *cap, size_t n, const char *w
  * asked before any CUDA call. Its own file so that tests/fakecuda, which stands in
  * for the CUDA runtime on machines without a GPU, can answer it instead. */
 bool be_cuda_driver_present(void);
+
+/* Begin a span of `kind` on r's stream (one cudaEventRecord); the previous mark's span
+ * ends here. Nothing unless r->timing. Returns r->err. */
+int cu_mark(struct cu_rank *r, enum cu_span kind);
+
+/* Add the spans of m (a synchronised forward's: every event complete) to r->span_s
+ * and empty it. Waits for nothing. */
+void cu_marks_read(struct cu_rank *r, struct cu_marks *m);
+
+/* End of a forward on r: a completed one's events wait to be read by the next
+ * forward (the sets swap); a failed one's are dropped. */
+void cu_marks_done(struct cu_rank *r, bool ok);
+
+/* Destroy r's events (its device current). */
+void cu_marks_free(struct cu_rank *r);
 
 /* The forward (be_cuda_fwd.c), a be_ops entry. */
 int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits);

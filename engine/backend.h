@@ -143,7 +143,8 @@ struct be_ops {
      */
     int (*sample)(void *ctx, const struct be_sample_row *rows, int32_t n,
                   struct sample_out *out);
-    /* Read and reset the time profile; NULL when the backend keeps none. */
+    /* Read and reset the time profile; NULL when the backend keeps none. The CUDA
+     * backend times gemm_s and attn_s only from the first read on (events cost). */
     void (*profile)(void *ctx, struct be_profile *out);
     void (*destroy)(void *ctx);
 };

@@ -22,8 +22,9 @@
  * scores within fp16 noise); and generate_run gives the CPU's tokens. Here only:
  * --device cuda without a GPU or driver fails cleanly, a broken GPU and a rank out of
  * memory fail cleanly with TP = 2, kv_capacity is positive and within the fake
- * memory, the sampling op matches the engine's sampler, nothing leaks, and the fake
- * saw no misuse.
+ * memory, the load synchronises every device, the profile times GEMM and attention,
+ * the sampling op matches the engine's sampler, nothing leaks, and the fake saw no
+ * misuse.
  */
 #include "test.h"
 
@@ -173,6 +174,65 @@ TEST(rank_out_of_memory_fails_forward_cleanly)
     model_destroy(m);
 }
 
+/* The load ends with cudaDeviceSynchronize on every rank's device: the weights go up
+ * with cudaMemcpy on the legacy stream, which a non-blocking stream's forward does
+ * not wait for. */
+TEST(load_synchronises_every_device)
+{
+    fakecuda_set_devices(2);
+    const int64_t sync0[2] = {fakecuda_device_syncs(0), fakecuda_device_syncs(1)};
+    struct model *m = load_cuda(2);
+    if (!m) {
+        TEST_FAIL("cannot load");
+        return;
+    }
+    EXPECT(fakecuda_device_syncs(0) > sync0[0]);
+    EXPECT(fakecuda_device_syncs(1) > sync0[1]);
+    model_destroy(m);
+}
+
+/* The profile times GEMM and attention with events once it has been read: two
+ * forwards (a prompt, then a decode step, so the second reads the first's events
+ * while it runs) give non-zero spans inside the forwards' wall time, with TP = 2
+ * (rank 0 is timed), and a read resets them. */
+TEST(the_profile_times_gemm_and_attention)
+{
+    fakecuda_set_devices(2);
+    struct model *m = load_cuda(2);
+    if (!m) {
+        TEST_FAIL("cannot load");
+        return;
+    }
+    struct be_profile p;
+    m->be.ops->profile(m->be.ctx, &p); /* the first read: timing starts */
+    EXPECT_EQ(p.n_forward, 0);
+    EXPECT(p.gemm_s == 0 && p.attn_s == 0);
+    const int32_t blocks[1] = {0}, tokens[5] = {2, 10, 11, 12, 13}, pos[5] = {0, 1, 2, 3, 4};
+    const int32_t out_rows[1] = {3}, out_row1[1] = {0};
+    const struct be_seq prompt = {.blocks = blocks, .n_blocks = 1, .tok_start = 0, .n_tok = 4,
+                                  .slot_start = 0, .n_slots = 4};
+    const struct be_seq step = {.blocks = blocks, .n_blocks = 1, .tok_start = 0, .n_tok = 1,
+                                .slot_start = 4, .n_slots = 5};
+    const struct be_batch b0 = {.n_tok = 4, .tokens = tokens, .pos = pos, .n_seq = 1,
+                                .seqs = &prompt, .n_out = 1, .out_rows = out_rows};
+    const struct be_batch b1 = {.n_tok = 1, .tokens = tokens + 4, .pos = pos + 4, .n_seq = 1,
+                                .seqs = &step, .n_out = 1, .out_rows = out_row1};
+    float *logits = xmalloc((size_t)m->cfg.vocab_size * sizeof *logits);
+    m->be.ops->kv_init_blocks(m->be.ctx, blocks, 1);
+    EXPECT_EQ(m->be.ops->forward(m->be.ctx, &b0, logits), 0);
+    EXPECT_EQ(m->be.ops->forward(m->be.ctx, &b1, logits), 0);
+    m->be.ops->profile(m->be.ctx, &p);
+    printf("# profile: %lld forwards, %.3g s, gemm %.3g s, attention %.3g s\n",
+           (long long)p.n_forward, p.forward_s, p.gemm_s, p.attn_s);
+    EXPECT_EQ(p.n_forward, 2);
+    EXPECT(p.gemm_s > 0 && p.attn_s > 0);
+    EXPECT(p.gemm_s + p.attn_s <= p.forward_s);
+    m->be.ops->profile(m->be.ctx, &p); /* reset by the read before */
+    EXPECT(p.n_forward == 0 && p.forward_s == 0 && p.gemm_s == 0 && p.attn_s == 0);
+    free(logits);
+    model_destroy(m);
+}
+
 /* kv_capacity: positive, at most the fake GPUs' memory, and what the weights use is
  * not counted in it (larger for the smaller model). */
 TEST(kv_capacity_positive)
@@ -296,6 +356,8 @@ int main(void)
     RUN(broken_gpu_fails_create_cleanly);
     RUN(rank_out_of_memory_fails_forward_cleanly);
     RUN(kv_capacity_positive);
+    RUN(load_synchronises_every_device);
+    RUN(the_profile_times_gemm_and_attention);
     RUN(generate_run_on_cuda);
     RUN(sample_on_the_gpu_matches_the_host_sampler);
     printf("# worst |logit diff| cuda vs cpu %.3g, cuda tp 2 vs tp 1 %.3g, H2O score %.3g\n",

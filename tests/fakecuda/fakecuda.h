@@ -17,7 +17,10 @@
  *
  * Work runs at once, in call order: streams are handles that remember their device,
  * and cudaStreamSynchronize only checks its argument. So a missing synchronisation
- * (reading a download before the stream reached it) cannot show here.
+ * (reading a download before the stream reached it) cannot show here; what a test
+ * can see is that cudaDeviceSynchronize was called (fakecuda_device_syncs). Events
+ * remember the host time they were recorded at, so cudaEventElapsedTime between two
+ * of them is the host time of the fake work enqueued between.
  *
  * State: the fake driver is process-global (one machine), guarded by a mutex; the
  * current device is per thread, as in CUDA. Thread: any.
@@ -46,6 +49,9 @@ void fakecuda_set_device_memory(int device, size_t bytes);
 
 /* Bytes allocated on `device` now. */
 size_t fakecuda_device_used(int device);
+
+/* cudaDeviceSynchronize calls made with `device` current since the start. */
+int64_t fakecuda_device_syncs(int device);
 
 /* Make `device` unusable (as a GPU held by another process in exclusive mode, or
  * fallen off the bus): creating a stream on it fails. */

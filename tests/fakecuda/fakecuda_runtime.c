@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { KIND_DEVICE, KIND_PINNED };
 
@@ -33,6 +34,7 @@ static struct {
     size_t used[64]; /* device bytes allocated per device */
     size_t limit[64]; /* per-device memory size, 0 = `memory` */
     bool broken[64];
+    int64_t syncs[64]; /* cudaDeviceSynchronize calls per device */
     int n_dev;
     bool driver;
     size_t memory;
@@ -47,6 +49,16 @@ struct CUstream_st {
     int device;
 };
 #define STREAM_MAGIC 0x57ea3u
+
+/* An event remembers its device and the host time it was recorded at: work runs when
+ * it is enqueued, so the time between two records is the time of the work between. */
+struct CUevent_st {
+    unsigned magic;
+    int device;
+    bool recorded;
+    double t; /* seconds, CLOCK_MONOTONIC */
+};
+#define EVENT_MAGIC 0xe7e47u
 
 void fakecuda_set_devices(int n)
 {
@@ -74,6 +86,14 @@ size_t fakecuda_device_used(int device)
 {
     pthread_mutex_lock(&fc.mu);
     const size_t n = fc.used[device];
+    pthread_mutex_unlock(&fc.mu);
+    return n;
+}
+
+int64_t fakecuda_device_syncs(int device)
+{
+    pthread_mutex_lock(&fc.mu);
+    const int64_t n = fc.syncs[device];
     pthread_mutex_unlock(&fc.mu);
     return n;
 }
@@ -230,6 +250,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidDevice: return "invalid device ordinal (fakecuda)";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected (fakecuda)";
     case cudaErrorDevicesUnavailable: return "CUDA-capable device(s) is/are busy or unavailable (fakecuda)";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle (fakecuda)";
     default: return "unknown error (fakecuda)";
     }
 }
@@ -404,5 +425,89 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
+    /* Nothing is ever in flight; count the call, so a test can see that a device was
+     * synchronised where a GPU needs it. */
+    if (fc.n_dev == 0) return cudaErrorNoDevice;
+    pthread_mutex_lock(&fc.mu);
+    fc.syncs[cur_dev]++;
+    pthread_mutex_unlock(&fc.mu);
+    return cudaSuccess;
+}
+
+/* ---- events ---- */
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
+{
+    (void)flags;
+    *e = NULL;
+    if (fc.n_dev == 0) return cudaErrorNoDevice;
+    struct CUevent_st *ev = malloc(sizeof *ev);
+    if (!ev) return cudaErrorMemoryAllocation;
+    *ev = (struct CUevent_st){.magic = EVENT_MAGIC, .device = cur_dev};
+    *e = ev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return cudaEventCreateWithFlags(e, 0);
+}
+
+/* Whether e is a live event of the current device; reports when not. */
+static bool event_ok(cudaEvent_t e, const char *what)
+{
+    if (!e || e->magic != EVENT_MAGIC) {
+        fakecuda_violation("%s: not a live event", what);
+        return false;
+    }
+    if (e->device != cur_dev) {
+        fakecuda_violation("%s: event of device %d used with device %d current", what,
+                           e->device, cur_dev);
+        return false;
+    }
+    return true;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream)
+{
+    /* The event, the stream and the current device must agree, as on a GPU. */
+    if (!event_ok(e, "cudaEventRecord") || !fakecuda_stream_ok(stream, "cudaEventRecord"))
+        return cudaErrorInvalidResourceHandle;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    e->recorded = true;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    if (!e || e->magic != EVENT_MAGIC) return fakecuda_violation("cudaEventSynchronize: not an event");
+    return cudaSuccess; /* recorded work has run; an unrecorded event is complete too */
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    return cudaEventSynchronize(e);
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+    if (!start || !end || start->magic != EVENT_MAGIC || end->magic != EVENT_MAGIC)
+        return fakecuda_violation("cudaEventElapsedTime: not an event");
+    if (start->device != end->device)
+        return fakecuda_violation("cudaEventElapsedTime: events of devices %d and %d",
+                                  start->device, end->device);
+    /* CUDA's answer for an event never recorded; not a misuse in itself. */
+    if (!start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
+    *ms = (float)(1e3 * (end->t - start->t));
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    if (!e || e->magic != EVENT_MAGIC) return fakecuda_violation("cudaEventDestroy: not an event");
+    e->magic = 0;
+    free(e);
     return cudaSuccess;
 }

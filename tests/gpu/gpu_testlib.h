@@ -1,7 +1,8 @@
 /*
  * gpu_testlib.h - what every test under tests/gpu needs around its kernels: the skip
  * without a device, host-to-device copies, chained copies back, the fixed random fp16
- * inputs, and the fp16-output tolerance the attention and LayerNorm checks share.
+ * inputs (gpu_rnd.h, CUDA-free so that CPU tests can replay them), and the fp16-output
+ * tolerance the attention and LayerNorm checks share.
  *
  * Header-only (static inline) like tests/test.h, so each test stays one source file
  * that gcc compiles against cuda_runtime_api.h. Everything here reports through
@@ -11,6 +12,7 @@
 #define H2O_GPU_TESTLIB_H
 
 #include "dtype.h"
+#include "gpu_rnd.h"
 #include "test.h"
 
 #include <cuda_runtime_api.h>
@@ -92,25 +94,6 @@ static inline double gpu_time_us(cudaError_t (*launch)(const void *arg), const v
     cudaEventDestroy(t0);
     cudaEventDestroy(t1);
     return ms < 0.0f ? -1.0 : 1e3 * ms / reps;
-}
-
-/* xorshift64*, uniform in [lo, hi): the same inputs on every run from the same *st. */
-static inline float gpu_rnd_uniform(uint64_t *st, float lo, float hi)
-{
-    *st ^= *st >> 12;
-    *st ^= *st << 25;
-    *st ^= *st >> 27;
-    const uint64_t r = *st * 0x2545f4914f6cdd1dull;
-    return lo + (hi - lo) * (float)(r >> 40) / (float)(1ull << 24);
-}
-
-/* n fp16 values uniform in [lo, hi). Caller frees. */
-static inline uint16_t *gpu_rnd_f16(uint64_t *st, int64_t n, float lo, float hi)
-{
-    uint16_t *h = malloc((size_t)n * sizeof *h);
-    for (int64_t i = 0; i < n; i++)
-        h[i] = f32_to_f16(gpu_rnd_uniform(st, lo, hi));
-    return h;
 }
 
 /*

@@ -7,6 +7,12 @@
  * sum relative to the sum of magnitudes (fp32), or within one 16-bit rounding per
  * addition (fp16). Lengths 0, 1, 7, 4096 and 1,000,003; then the barrier.
  *
+ * NCCL's bootstrap (ncclGetUniqueId, ncclCommInitRank) talks over sockets even for
+ * one process, and inside a VM it can wait for ever on an interface that goes
+ * nowhere. So the test uses the loopback interface (NCCL_SOCKET_IFNAME=lo) and asks
+ * for NCCL's warnings (NCCL_DEBUG=WARN), each unless already set, and a job that
+ * takes over JOB_TIMEOUT_S seconds ends the process with a message naming it.
+ *
  * Without a CUDA device it prints "no CUDA device: skipping" and exits 77 (meson's
  * skip code), as on every build machine. Never run on a GPU before it was committed:
  * tests/gpu/run.sh runs it.
@@ -23,10 +29,28 @@
 #include <cuda_runtime_api.h>
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #define MAX_RANKS 4
+
+/* Seconds one job (group create, every rank's open, all-reduce and barrier) may take:
+ * on a GPU it takes about one, most of it NCCL's set-up. */
+#define JOB_TIMEOUT_S 30
+
+/* What the alarm prints: the job that hung, written before the alarm is set. */
+static char hang_msg[256];
+static size_t hang_len;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    if (write(1, hang_msg, hang_len) < 0) _exit(2);
+    _exit(1);
+}
 
 struct job {
     struct comm_nccl_group *g;
@@ -86,6 +110,16 @@ out:
 
 static void run_job(struct job *j)
 {
+    const char *ifname = getenv("NCCL_SOCKET_IFNAME");
+    const int len =
+        snprintf(hang_msg, sizeof hang_msg,
+                 "Bail out! NCCL job (%s, %d ranks, n=%lld) did not finish in %d s: "
+                 "a hang in NCCL's socket bootstrap? NCCL_SOCKET_IFNAME=%s, "
+                 "rerun with NCCL_DEBUG=INFO\n",
+                 dtype_name(j->dt), j->n_ranks, (long long)j->n, JOB_TIMEOUT_S,
+                 ifname ? ifname : "(unset)");
+    hang_len = len > 0 ? MIN((size_t)len, sizeof hang_msg - 1) : 0;
+    alarm(JOB_TIMEOUT_S);
     CHECK(comm_nccl_group_create(&j->g, j->n_ranks) == 0);
     struct rank_thread t[MAX_RANKS];
     for (int r = 0; r < j->n_ranks; r++) {
@@ -95,6 +129,7 @@ static void run_job(struct job *j)
     for (int r = 0; r < j->n_ranks; r++)
         pthread_join(t[r].tid, NULL);
     comm_nccl_group_destroy(j->g);
+    alarm(0);
 }
 
 static int n_dev;
@@ -154,8 +189,15 @@ TEST(nccl_allreduce_f16_every_length)
 
 int main(void)
 {
+    /* Before any NCCL call (NCCL reads its environment once); the caller's wins. */
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    setenv("NCCL_DEBUG", "WARN", 0);
+    signal(SIGALRM, on_alarm);
     n_dev = gpu_device_count();
     if (n_dev == 0) return 77; /* meson's skip code */
+    const char *ifname = getenv("NCCL_SOCKET_IFNAME"), *dbg = getenv("NCCL_DEBUG");
+    printf("# NCCL_SOCKET_IFNAME=%s NCCL_DEBUG=%s\n", ifname ? ifname : "(unset)",
+           dbg ? dbg : "(unset)");
     printf("# %d devices: NCCL ranks 1..%d\n", n_dev,
            n_dev < MAX_RANKS ? n_dev : MAX_RANKS);
     RUN(nccl_allreduce_f32_every_length);
