@@ -242,13 +242,17 @@ static void job_measure(void *arg, int32_t rank)
     if (cu_fail(r, cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo")) return;
     /* The pool gets util * total minus what is in use now (weights, CUDA context,
      * cuBLAS and NCCL buffers), less a reserve for the forward's workspace, which
-     * grows with the batch: room for 4096 tokens and 512 rows of logits; and on rank
-     * 0 the device sampler's buffers for 512 rows (be_cuda_sample.c: the rows built
-     * from the kept logits and cuda_sample's scratch, 20 bytes per row and token,
-     * allocated twice over as samp_reserve grows them), 1 GB for OPT's vocabulary,
-     * which a decode step of a few hundred sequences would otherwise fail for. */
+     * grows with the batch: room for the step's tokens (max_step_tokens, 4096 by
+     * default) and rows of logits (max_step_rows, 512); and on rank 0 the device
+     * sampler's buffers for as many rows (be_cuda_sample.c: the rows built from the
+     * kept logits and cuda_sample's scratch, 20 bytes per row and token, allocated
+     * twice over as samp_reserve grows them), 1 GB for OPT's vocabulary at 512 rows,
+     * which a decode step of that many sequences would otherwise fail for once the
+     * pool has taken the rest. */
     const struct opt_config *cfg = &c->cfg;
-    const size_t tok = 4096, rows = 512, V = (size_t)cfg->vocab_size;
+    const size_t tok = c->opts.max_step_tokens > 0 ? (size_t)c->opts.max_step_tokens : 4096;
+    const size_t rows = c->opts.max_step_rows > 0 ? (size_t)c->opts.max_step_rows : 512;
+    const size_t V = (size_t)cfg->vocab_size;
     const size_t wide = (size_t)MAX(cfg->hidden, cfg->word_embed_proj_dim);
     const size_t samp = rank == 0 ? 2 * (rows * V * 4 + CUDA_SAMPLE_SCRATCH_BYTES(rows, V)) : 0;
     const size_t ws = tok * 2 *

@@ -186,6 +186,10 @@ struct be_cuda_opts {
     int tensor_parallel;          /* ranks, one per GPU (devices 0..N-1); 0 or 1 = GPU 0 */
     float gpu_memory_utilization; /* fraction of each GPU's memory for weights, workspace
                                      and the KV pool together, in (0, 1]; 0 = 0.9 */
+    int32_t max_step_tokens;      /* tokens of one forward the workspace reserve holds
+                                     (activations); 0 = 4096 */
+    int32_t max_step_rows;        /* logits rows of one forward the reserve holds (the
+                                     logits and, on rank 0, the sampler); 0 = 512 */
 };
 
 /*

@@ -220,6 +220,11 @@ static int pool_blocks(struct engine *e, int32_t *out)
 /* Load the model, allocate the pool, create the scheduler. */
 static int engine_load(struct engine *e)
 {
+    /* A device backend keeps the step's workspace out of its KV pool: tell it how
+     * large a step this scheduler makes. */
+    struct model_opts *mo = &e->o.model_opts;
+    if (mo->max_step_tokens == 0) mo->max_step_tokens = e->o.sched.max_batched_tokens;
+    if (mo->max_step_rows == 0) mo->max_step_rows = sched_max_step_rows(&e->o.sched);
     int err = model_load(&e->m, e->o.model, &e->o.model_opts);
     if (err) return err;
     int32_t n_blocks = 0;

@@ -129,7 +129,9 @@ static int create_backend(struct model *m, const struct model_opts *opts)
     if (dev == BE_DEVICE_AUTO) dev = backend_cuda_device_count() > 0 ? BE_DEVICE_CUDA : BE_DEVICE_CPU;
     if (dev == BE_DEVICE_CUDA) {
         struct be_cuda_opts co = {.tensor_parallel = opts->tensor_parallel,
-                                  .gpu_memory_utilization = opts->gpu_memory_utilization};
+                                  .gpu_memory_utilization = opts->gpu_memory_utilization,
+                                  .max_step_tokens = opts->max_step_tokens,
+                                  .max_step_rows = opts->max_step_rows};
         if (opts->dtype_set && opts->dtype != DTYPE_F16)
             log_warn("dtype %s is not supported by the CUDA backend, which computes in "
                      "fp16: running fp16",

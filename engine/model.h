@@ -63,6 +63,10 @@ struct model_opts {
     int n_threads;       /* 0 = OpenMP's default */
     int tensor_parallel; /* ranks the layers are sharded over; 0 or 1 = none */
     float gpu_memory_utilization; /* CUDA: share of each GPU to use; 0 = 0.9 */
+    /* CUDA: the most tokens and logits rows one forward carries (the scheduler's
+     * max_batched_tokens, and its decode sequences plus scored prompt rows): the
+     * workspace kept out of the KV pool grows with them. 0 = 4096 and 512. */
+    int32_t max_step_tokens, max_step_rows;
     uint64_t dummy_seed; /* seed of dummy:* weights */
     /* The CPU backend serves the slot state as a device backend does
      * (be_cpu_opts.device_state): the hook that runs the engine's device path (the

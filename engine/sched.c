@@ -100,6 +100,12 @@ struct sched {
     struct sched_stats st;
 };
 
+int32_t sched_max_step_rows(const struct sched_opts *o)
+{
+    return (int32_t)MIN((int64_t)o->max_batched_tokens,
+                        (int64_t)o->max_num_seqs + SCHED_PROMPT_LOGIT_ROWS);
+}
+
 int sched_context_len(int32_t max_model_len, const struct opt_config *cfg, int32_t *out)
 {
     if (max_model_len < 0 || max_model_len > cfg->max_pos)

@@ -90,6 +90,15 @@ struct sched_stats {
  */
 int sched_context_len(int32_t max_model_len, const struct opt_config *cfg, int32_t *out);
 
+/*
+ * The most logits rows one step of a scheduler with options o asks the backend for:
+ * a row per decoding sequence and per prompt that ends in the step (both sequences
+ * of max_num_seqs), plus the rows of scored prompt chunks, and never more than the
+ * step's tokens. A device backend keeps room for them out of the KV pool
+ * (model_opts.max_step_rows). Thread: any.
+ */
+int32_t sched_max_step_rows(const struct sched_opts *o);
+
 /* Returns NULL for invalid options, max_model_len too (message set). Thread: owner. */
 struct sched *sched_create(struct model *m, struct kv_pool *pool, const struct sched_opts *o,
                            sched_emit_fn emit, void *emit_arg);

@@ -259,6 +259,35 @@ TEST(kv_capacity_positive)
     }
 }
 
+/* The pool leaves room for the step the scheduler makes: more logits rows per step
+ * (a larger max_num_seqs) take their room out of the pool, each row its fp32 logits
+ * for the forward and twice over for the sampler (be_cuda.c's reserve): at least
+ * 3 x 4 bytes per vocabulary entry. */
+TEST(kv_capacity_leaves_room_for_the_step)
+{
+    fakecuda_set_devices(1);
+    size_t cap[2] = {0, 0};
+    const int32_t rows[2] = {512, 2048};
+    int32_t vocab = 0;
+    for (int i = 0; i < 2; i++) {
+        struct model_opts mo;
+        model_opts_default(&mo);
+        mo.device = BE_DEVICE_CUDA;
+        mo.max_step_rows = rows[i];
+        struct model *m = NULL;
+        if (model_load(&m, "dummy:tiny", &mo)) {
+            TEST_FAIL("model_load: %s", err_msg());
+            return;
+        }
+        cap[i] = m->be.ops->kv_capacity(m->be.ctx);
+        vocab = m->cfg.vocab_size;
+        model_destroy(m);
+    }
+    printf("# kv_capacity %zu bytes at 512 rows, %zu at 2048\n", cap[0], cap[1]);
+    EXPECT(cap[1] > 0);
+    EXPECT(cap[0] >= cap[1] + (size_t)(rows[1] - rows[0]) * (size_t)vocab * 4 * 3);
+}
+
 /* The scheduler's path (h2oserve generate) on the fake GPUs: it runs, the budget
  * holds, a run repeats itself, and the tokens are the CPU backend's. */
 TEST(generate_run_on_cuda)
@@ -356,6 +385,7 @@ int main(void)
     RUN(broken_gpu_fails_create_cleanly);
     RUN(rank_out_of_memory_fails_forward_cleanly);
     RUN(kv_capacity_positive);
+    RUN(kv_capacity_leaves_room_for_the_step);
     RUN(load_synchronises_every_device);
     RUN(the_profile_times_gemm_and_attention);
     RUN(generate_run_on_cuda);
