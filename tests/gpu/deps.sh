@@ -261,8 +261,10 @@ _h2o_deps_main() {
         find "$P" -type l -lname '/*' | while read -r f; do ln -sfn "$P$(readlink "$f")" "$f"; done
 
         # pkg-config files say prefix=/usr (or libdir=/usr/lib/...): point every such
-        # variable at the prefix. (PKG_CONFIG_SYSROOT_DIR would prefix the -I and -L
-        # flags but not the variables, and every .pc file of the image as well.)
+        # variable at the prefix. (PKG_CONFIG_SYSROOT_DIR=$P works with Debian's pkgconf
+        # 1.8 too, but it would also move every .pc file of the image's own, and
+        # freedesktop's pkg-config 0.29, which an image may have, leaves variables
+        # unprefixed.)
         for f in "$P"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$P"/usr/share/pkgconfig/*.pc; do
             [ -f "$f" ] && sed -i -E "s#^([A-Za-z_][A-Za-z0-9_]*)=/usr(/|\$)#\\1=$P/usr\\2#" "$f"
         done
