@@ -381,7 +381,12 @@ _h2o_deps_main() {
                            libpcre2-8) echo libpcre2-dev ;; sqlite3) echo libsqlite3-dev ;; esac))")
         done
     else
-        missing+=("pkg-config (tests/gpu/prepare.sh carries pkgconf)")
+        missing+=("pkg-config (tests/gpu/prepare.sh carries pkgconf; without it libuv, libcjson, libpcre2-8 and sqlite3 are not looked for)")
+    fi
+    # oneDNN has no .pc file: meson.build asks the compiler for it.
+    if ! echo '#include <oneapi/dnnl/dnnl.h>' | "$cc" -E -x c - >/dev/null 2>&1 ||
+        [ "$("$cc" -print-file-name=libdnnl.so)" = libdnnl.so ]; then
+        missing+=("oneDNN (oneapi/dnnl/dnnl.h and libdnnl.so where the compiler looks; Debian: libdnnl-dev)")
     fi
     if [ ! -f /usr/share/llhttp/api.c ] && [ ! -f "$P/usr/share/llhttp/api.c" ]; then
         missing+=("llhttp's C sources (Debian: node-llhttp)")
