@@ -75,7 +75,7 @@ cat > "$dir/src/.chroot-steps.sh" <<'EOF'
 set -uo pipefail
 cd /src
 export H2O_DEPS_CUDA=0
-step() { echo "check_deps_chroot.sh: (chroot) $*"; }
+step() { echo "check_deps_chroot.sh: (chroot, ${SECONDS} s) $*"; }
 touch /tmp/.before-deps
 sleep 1
 step "source tests/gpu/deps.sh"
@@ -94,7 +94,8 @@ step "ninja -C build-chroot"
 ninja -C build-chroot > /tmp/ninja.log 2>&1 || { tail -40 /tmp/ninja.log; step "FAIL: ninja"; exit 1; }
 tail -1 /tmp/ninja.log | sed 's/^/    /'
 echo "    warnings: $(grep -c 'warning:' /tmp/ninja.log)"
-echo "    h2oserve RUNPATH: $(readelf -d build-chroot/server/h2oserve | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')"
+rpath=$(readelf -d build-chroot/server/h2oserve | sed -n 's/.*(R[UN]*PATH).*\[\(.*\)\]/\1/p')
+echo "    h2oserve's RUNPATH: ${rpath:-none}; the loader finds:"
 ldd build-chroot/server/h2oserve | grep -E 'dnnl|uv|cjson|pcre2|sqlite|OpenCL' | sed 's/ (0x.*//; s/^[[:space:]]*/    /'
 step "meson test -C build-chroot --suite unit"
 meson test -C build-chroot --suite unit --print-errorlogs > /tmp/test.log 2>&1
