@@ -7,7 +7,7 @@
 #
 # What it downloads:
 #   deb/    Debian 12 packages (apt-get download): the -dev and runtime packages of
-#           oneDNN, libuv, cJSON, PCRE2 (8-bit), SQLite, node-llhttp's C sources and
+#           oneDNN, libuv, cJSON, PCRE2 (8-bit), SQLite, node-llhttp's C sources, ninja and
 #           pkgconf, plus the runtime libraries they depend on that a CUDA image may
 #           lack (followed through Depends, below);
 #   wheel/  meson (a pinned version, the one the chroot check ran) and every
@@ -31,19 +31,21 @@ limit_mib=${H2O_CARRY_LIMIT_MIB:-50}
 # project end to end (tests/gpu/check_deps_chroot.sh; CUDA configure and build here).
 meson_version=1.12.1
 
-# The packages asked for by name. Not carried on purpose:
-#   libpcre2-16-0, libpcre2-32-0, libpcre2-posix3: libpcre2-dev depends on them, but
-#       the build links libpcre2-8 alone (server/ uses the 8-bit API); their .so
-#       links in the unpacked libpcre2-dev then point nowhere, which nothing reads;
-#   node-debug, node-semver: node-llhttp's JavaScript, and the build compiles only its
-#       C sources (meson.build, llhttp);
-#   pkg-config, pkgconf: Debian's wrappers around pkgconf-bin; deps.sh makes its own
-#       pkg-config link when the image has none.
-#   ninja-build is carried although the image has ninja (pip's): 135 KB that deps.sh
-#       uses only where no ninja is on PATH.
+# The packages asked for by name: the -dev and runtime packages of what meson.build
+# looks up, pkgconf (an image may have no pkg-config; deps.sh uses it only then), and
+# ninja-build (135 KB; the image has pip's ninja, and deps.sh uses this one only where
+# no ninja is on PATH).
 roots=(libdnnl-dev libdnnl2 libuv1-dev libuv1 libcjson-dev libcjson1 node-llhttp
        libpcre2-dev libpcre2-8-0 libsqlite3-dev libsqlite3-0 pkgconf-bin libpkgconf3
        ninja-build)
+# Not carried on purpose, though a root depends on them:
+#   libpcre2-16-0, libpcre2-32-0, libpcre2-posix3: the build links libpcre2-8 alone
+#       (the tokenizer uses the 8-bit API); their .so links in the unpacked
+#       libpcre2-dev point nowhere, which nothing reads;
+#   node-debug, node-semver: node-llhttp's JavaScript; the build compiles only its C
+#       sources (meson.build, llhttp).
+# (Debian's pkg-config and pkgconf packages are wrappers around pkgconf-bin; deps.sh
+# makes its own pkg-config link.)
 skip=(libpcre2-16-0 libpcre2-32-0 libpcre2-posix3 node-debug node-semver)
 # Where Depends are no longer followed: what any CUDA image with a host compiler has
 # (nvcc needs gcc, and gcc brings glibc, its headers, libgcc, libstdc++ and, here,
