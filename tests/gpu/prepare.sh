@@ -7,9 +7,9 @@
 #
 # What it downloads:
 #   deb/    Debian 12 packages (apt-get download): the -dev and runtime packages of
-#           oneDNN, libuv, cJSON, PCRE2 (8-bit), SQLite, node-llhttp's C sources, ninja and
-#           pkgconf, plus the runtime libraries they depend on that a CUDA image may
-#           lack (followed through Depends, below);
+#           oneDNN, libuv, cJSON, PCRE2 (8-bit), SQLite, node-llhttp's C sources,
+#           pkgconf and ninja, plus the runtime libraries they depend on that a CUDA
+#           image may lack (followed through Depends, below);
 #   wheel/  meson (a pinned version, the one the chroot check ran) and every
 #           NAME==VERSION of tests/gpu/wheels.txt, CPython 3.12 manylinux x86-64,
 #           without their dependencies;
