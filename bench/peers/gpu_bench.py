@@ -13,7 +13,8 @@ so the default order is 6.7B 512+32 (ours, FlexGen, transformers), 6.7B 512+512,
 then 30B. Each run is a child process in its own process group with its own
 timeout, cut to the deadline; a run that the time left cannot hold (three
 quarters of its estimate) is not started. A failed, stopped or skipped run is a row of the table
-with its reason, never the end of the benchmark. Every result goes to
+with its reason, never the end of the benchmark; a peer that runs out of memory is
+tried once more at 70% of its batch. Every result goes to
 OUT/bench.jsonl as it comes and the table (markdown) is rewritten to
 OUT/bench-table.txt after every run; the children's output goes to stdout (run.sh's
 log), each line prefixed with the run's name.
@@ -233,15 +234,19 @@ class Results:
                  f"at most {h['max_num_seqs']}, the peers at most our full-cache batch.",
                  "",
                  "| model | prompt + gen | system | weights | batch | prefill s | decode s | "
-                 "total tok/s | h2o / this | full / this | wall s |",
+                 "total tok/s | h2o / this | full / this | wall s" +
+                 (" (estimate)" if h["estimates"] else "") + " |",
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        def wall(r):
+            w = f"{r.get('wall_s', 0):.0f}"
+            return w + (f" ({r['est_s']:.0f})" if h["estimates"] else "")
         for r in self.rows:
             name = r["label"]
             shape = f"{r['prompt_len']} + {r['gen_len']}"
             if r["status"] != "ok":
                 what = "FAILED" if r["status"] == "failed" else "SKIPPED"
                 lines.append(f"| {r['model']} | {shape} | {name} | {r.get('weights', '')} | "
-                             f"{what}: {r['reason']} | | | | | | {r.get('wall_s', 0):.0f} |")
+                             f"{what}: {r['reason']} | | | | | | {wall(r)} |")
                 continue
             h2o = self.ours(r["model"], r["prompt_len"], r["gen_len"], "h2o")
             full = self.ours(r["model"], r["prompt_len"], r["gen_len"], "full")
@@ -251,7 +256,7 @@ class Results:
                 return f"{x['total_throughput'] / t:.2f}x" if x and t else ""
             lines.append(f"| {r['model']} | {shape} | {name} | {r['weights']} | "
                          f"{r['batch_note']} | {r['prefill_s']:.2f} | {r['decode_s']:.2f} | "
-                         f"{t:.1f} | {ratio(h2o)} | {ratio(full)} | {r['wall_s']:.0f} |")
+                         f"{t:.1f} | {ratio(h2o)} | {ratio(full)} | {wall(r)} |")
         return "\n".join(lines) + "\n"
 
     def write_table(self):
@@ -309,7 +314,8 @@ def main(argv=None):
     header = {"bench": "gpu", "device": (gpu_name() or "a CUDA device") if cuda else "the CPU "
               "(dry run)", "date": datetime.date.today().isoformat(), "commit": git_commit(),
               "max_num_seqs": a.max_num_seqs, "deadline_s": round(deadline - t_start),
-              "models": models, "shapes": [f"{p}+{g}" for p, g in shapes], "peers": peers}
+              "models": models, "shapes": [f"{p}+{g}" for p, g in shapes], "peers": peers,
+              "estimates": cuda}
     res = Results(a.out, header)
 
     # The plan, in order, with each run's estimate (H200 model; none on the CPU).
@@ -362,20 +368,39 @@ def main(argv=None):
                    "--gen-len", str(G), "--kv-policy", "full,h2o"]
             rc, wall, lines = run_child(cmd, name, limit, env)
             got = {j["kv_policy"]: j for j in json_lines(lines, '"bench": "throughput"')}
+            missing = [pol for pol in ("full", "h2o") if pol not in got]
+            retried = ""
+            # Out of GPU memory (the workspace grew past the pool's reserve): once more,
+            # for the policies still missing, with a smaller share of the GPU.
+            if missing and "out of memory" in failure_reason(rc, wall, lines,
+                                                             "bench_throughput:") and \
+                    deadline - now() >= need:
+                retried = " (after an out-of-memory: --gpu-memory-utilization 0.8)"
+                print(f"[{name}] out of memory: {','.join(missing)} once more at "
+                      "--gpu-memory-utilization 0.8", flush=True)
+                cmd[cmd.index("--kv-policy") + 1] = ",".join(missing)
+                rc, wall2, more = run_child(cmd + ["--gpu-memory-utilization", "0.8"], name,
+                                            max(5, deadline - now() - 5), env)
+                wall += wall2
+                lines += more
+                got.update({j["kv_policy"]: dict(j, retried=True)
+                            for j in json_lines(more, '"bench": "throughput"')})
             for pol in ("full", "h2o"):
                 j = got.get(pol)
                 row = dict(base, policy=pol, label=labels[pol], wall_s=round(wall, 1),
                            weights=f"dummy:{model} (splitmix64 N(0, 0.02)), "
                                    f"{j['dtype'] if j else 'fp16'}")
                 if not j:
-                    res.add(dict(row, status="failed",
-                                 reason=failure_reason(rc, wall, lines, "bench_throughput:")))
+                    res.add(dict(row, status="failed", reason=failure_reason(
+                        rc, wall, lines, "bench_throughput:") + retried))
                     continue
                 note = f"{j['batch']}"
                 if j["batch_fit"] > j["batch"]:
                     note += f" (cap; {j['batch_fit']} fit)"
                 else:
                     note += " (all that fit)"
+                if j.get("retried"):
+                    note += retried
                 res.add(dict(row, status="ok", batch=j["batch"], batch_note=note,
                              prefill_s=j["prefill_latency_s"], decode_s=j["decode_latency_s"],
                              total_throughput=j["total_throughput"], raw=j))
@@ -393,16 +418,31 @@ def main(argv=None):
         rc, wall, lines = run_child(cmd, name, limit, env)
         js = json_lines(lines, '"system"')
         j = js[-1] if js else None
+        retried = ""
+        # One retry below a batch that ran out of memory (the peers' fit is a model of
+        # their allocations, not a measurement), if the deadline leaves time for it.
+        if j and "out of memory" in j.get("error", "") and j.get("batch", 0) > 1 and \
+                deadline - now() >= need:
+            smaller = max(1, int(j["batch"] * 0.7))
+            retried = f" after an out-of-memory at batch {j['batch']}"
+            print(f"[{name}] out of memory at batch {j['batch']}: once more at most {smaller}",
+                  flush=True)
+            cmd[cmd.index("--max-batch") + 1] = str(smaller)
+            rc, wall2, lines = run_child(cmd, name, max(5, deadline - now() - 5), env)
+            wall += wall2
+            js = json_lines(lines, '"system"')
+            j = js[-1] if js else None
         row = dict(base, policy=None, label=NAMES[system] + (f" {j['version']}" if j and
                    j.get("version") else ""), wall_s=round(wall, 1),
                    weights=(j or {}).get("weights", ""))
         if not j or "error" in j or rc != 0:
             reason = j["error"] if j and "error" in j else failure_reason(rc, wall, lines, "#")
-            res.add(dict(row, status="failed", reason=reason, raw=j))
+            res.add(dict(row, status="failed", reason=reason + retried, raw=j))
             continue
         note = f"{j['batch']}"
         if j["batch_rule"].startswith("fit"):
             note += " (our full's)" if j["batch"] == cap else " (all that fit)"
+        note += retried
         res.add(dict(row, status="ok", batch=j["batch"], batch_note=note,
                      prefill_s=j["prefill_s"], decode_s=j["decode_s"],
                      total_throughput=j["total_throughput"], raw=j))

@@ -63,6 +63,11 @@ VOCAB = 50272
 MEM_FRACTION = 0.92
 
 
+# The batch a run chose, for its error line (gpu_bench.py retries an out-of-memory
+# below it).
+CHOSEN = {}
+
+
 def log(msg):
     print(f"# {msg}", file=sys.stderr, flush=True)
 
@@ -275,6 +280,7 @@ def run_flexgen(a):
                 f"{per_seq / 2**20:.0f} MiB a sequence: batch {batch}")
             if batch == 0:
                 return dict(base, error="not even one sequence fits the GPU")
+    CHOSEN["batch"] = batch
     os.makedirs(a.work, exist_ok=True)
     logfile = os.path.join(a.work, "flexgen.log")
     if os.path.exists(logfile):
@@ -376,6 +382,7 @@ def run_hf(a):
                 f"batch {batch}")
             if batch == 0:
                 return dict(base, error="not even one sequence fits the GPU")
+    CHOSEN["batch"] = batch
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     ids = prompts(batch, a.prompt_len, a.seed)
@@ -423,7 +430,7 @@ def main(argv=None):
         msg = f"{type(e).__name__}: {e}".splitlines()[0][:300]
         if "out of memory" in msg.lower():
             msg = "out of memory: " + msg
-        r = {"system": {"hf": "transformers"}.get(a.peer, a.peer), "error": msg}
+        r = {"system": {"hf": "transformers"}.get(a.peer, a.peer), "error": msg, **CHOSEN}
         import traceback
         traceback.print_exc()
     r.update(shape)

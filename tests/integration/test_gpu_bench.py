@@ -8,7 +8,9 @@ children are stand-ins (a bench_throughput that prints two JSON lines or fails, 
 "Python" that answers as gpu_peers.py would, prints an error, or hangs), so this
 checks the driver's logic on CI: the order, the peers' batch bound (our full batch,
 or the cap when ours failed), the time limit that stops a hung peer (its whole
-process group), the runs skipped at the deadline, the ratios, the exit status. It
+process group), the runs skipped at the deadline, the ratios, the exit status, and
+the one retry after an out-of-memory (a peer at 70% of its batch; ours, for the
+policy still missing, at --gpu-memory-utilization 0.8). It
 also checks gpu_peers.py's FlexGen helpers: its log (a file FlexGen 0.1.7's own
 write_benchmark_log wrote, bench/peers/testdata), its command line and its memory
 sizing. The real peers run in the dry run (DRY_RUN=1 tests/gpu/bench.sh, docs/cuda.md).
@@ -62,16 +64,20 @@ PEER = r'''
 sys=$2; shift 2; max=0
 while [ $# -gt 0 ]; do case $1 in --max-batch) max=$2;; esac; shift; done
 case $sys in
-  hf) echo "# transformers: built"; echo "{\"system\": \"transformers\", \"version\": \"5.17.0\", \"weights\": \"random init\", \"batch\": $max, \"batch_rule\": \"fit, at most $max\", \"prefill_s\": 1.0, \"decode_s\": 1.0, \"total_throughput\": 35.0}";;
+  hf) if [ -n "$HF_OOM_AT" ] && [ "$max" -ge "$HF_OOM_AT" ]; then
+        echo "{\"system\": \"transformers\", \"error\": \"out of memory: OutOfMemoryError\", \"batch\": $max}"; exit 1
+      fi
+      echo "# transformers: built"; echo "{\"system\": \"transformers\", \"version\": \"5.17.0\", \"weights\": \"random init\", \"batch\": $max, \"batch_rule\": \"fit, at most $max\", \"prefill_s\": 1.0, \"decode_s\": 1.0, \"total_throughput\": 35.0}";;
   flexgen) MODE;;
 esac
 '''
 HANG = 'echo "init weight..."; sleep 297'
 ERROR = ('echo "{\\"system\\": \\"flexgen\\", \\"error\\": \\"out of memory: CUDA out of memory '
-         'at batch $max\\"}"; exit 1')
+         'at batch $max\\", \\"batch\\": $max}"; exit 1')
 
 
-def drive(tmp, ours, flexgen_mode, seconds, peers="hf,flexgen", shapes="64+8,64+16"):
+def drive(tmp, ours, flexgen_mode, seconds, peers="hf,flexgen", shapes="64+8,64+16",
+          hf_oom_at=""):
     build = os.path.join(tmp, "build")
     os.makedirs(os.path.join(build, "bench"), exist_ok=True)
     script(os.path.join(build, "bench", "bench_throughput"), ours)
@@ -82,7 +88,8 @@ def drive(tmp, ours, flexgen_mode, seconds, peers="hf,flexgen", shapes="64+8,64+
                         "--out", out, "--device", "cpu", "--models", "opt-125m", "--shapes",
                         shapes, "--max-num-seqs", "9", "--peers", peers, "--seconds",
                         str(seconds), "--peer-python", os.path.join(tmp, "python")],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, HF_OOM_AT=hf_oom_at))
     rows = [json.loads(l) for l in open(os.path.join(out, "bench.jsonl"))]
     table = open(os.path.join(out, "bench-table.txt")).read()
     return p, time.time() - t0, rows, table
@@ -125,19 +132,45 @@ with tempfile.TemporaryDirectory() as tmp:
     tap(not left, "the hung peer's process group is gone (its sleep too)", left)
 
 with tempfile.TemporaryDirectory() as tmp:
-    # Ours fails: its reason in both rows, the peers bounded by the cap, exit 1; a
-    # FlexGen that reports an error is a row with that error.
-    p, wall, rows, table = drive(tmp, OURS_FAIL, ERROR, 60, shapes="64+8")
+    # Ours fails: its reason in both rows, the peers bounded by the cap, exit 1. A peer
+    # out of memory is tried once more at 70% of its batch: transformers then runs,
+    # FlexGen fails again and its row says both.
+    p, wall, rows, table = drive(tmp, OURS_FAIL, ERROR, 60, shapes="64+8", hf_oom_at="8")
     rows = rows[1:]
     out = p.stdout + p.stderr
     tap([r["status"] for r in rows] == ["failed", "failed", "ok", "failed"],
         "ours failed, transformers ran, FlexGen failed", out)
     tap(all("no GPU found" in r["reason"] for r in rows[:2]),
         "our failure's reason is bench_throughput's message", rows[:2])
-    tap(rows[2]["batch"] == 9, "without our batch the peers are bounded by the cap (9)", rows[2])
-    tap(rows[3]["reason"].startswith("out of memory"), "the peer's own error is the reason",
-        rows[3])
+    tap(rows[2]["batch"] == 6 and "after an out-of-memory at batch 9" in rows[2]["batch_note"],
+        "without our batch the peers are bounded by the cap (9); out of memory at 9, "
+        "transformers ran at 6", rows[2])
+    tap(rows[3]["reason"].startswith("out of memory") and
+        rows[3]["reason"].endswith("after an out-of-memory at batch 9") and
+        "at batch 6" in rows[3]["reason"],
+        "the peer's own error is the reason, with the retry's", rows[3])
     tap(p.returncode == 1, "exit 1: ours produced nothing", out)
+
+# Ours: full runs, h2o runs out of GPU memory; the retry runs h2o alone at 0.8.
+OURS_OOM = r'''
+util=0.9; pols=
+while [ $# -gt 0 ]; do case $1 in --gpu-memory-utilization) util=$2;; --kv-policy) pols=$2;; esac; shift; done
+for pol in ${pols//,/ }; do
+  if [ $pol = h2o ] && [ $util = 0.9 ]; then
+    echo "bench_throughput: CUDA backend: KV pool (K): out of memory" >&2; exit 1
+  fi
+  echo "{\"bench\": \"throughput\", \"dtype\": \"fp16\", \"kv_policy\": \"$pol\", \"batch\": 5, \"batch_fit\": 5, \"prefill_latency_s\": 1.0, \"decode_latency_s\": 1.0, \"total_throughput\": 50, \"util\": $util}"
+done
+'''
+with tempfile.TemporaryDirectory() as tmp:
+    p, wall, rows, table = drive(tmp, OURS_OOM, ERROR, 60, shapes="64+8", peers="")
+    rows = rows[1:]
+    out = p.stdout + p.stderr
+    tap([(r["policy"], r["status"], r.get("raw", {}).get("util")) for r in rows] ==
+        [("full", "ok", 0.9), ("h2o", "ok", 0.8)] and
+        "--gpu-memory-utilization 0.8" in rows[1]["batch_note"] and
+        "0.8" not in rows[0]["batch_note"] and p.returncode == 0,
+        "ours out of memory in h2o: full kept, h2o once more alone at 0.8", out)
 
 # gpu_peers.py's FlexGen helpers.
 sample = os.path.join(PEERS, "testdata", "flexgen-0.1.7.log")
