@@ -372,8 +372,8 @@ def main(argv=None):
             retried = ""
             # Out of GPU memory (the workspace grew past the pool's reserve): once more,
             # for the policies still missing, with a smaller share of the GPU.
-            if missing and "out of memory" in failure_reason(rc, wall, lines,
-                                                             "bench_throughput:") and \
+            if missing and "out of memory" in failure_reason(
+                    rc, wall, lines, "bench_throughput:").lower() and \
                     deadline - now() >= need:
                 retried = " (after an out-of-memory: --gpu-memory-utilization 0.8)"
                 print(f"[{name}] out of memory: {','.join(missing)} once more at "
@@ -421,7 +421,7 @@ def main(argv=None):
         retried = ""
         # One retry below a batch that ran out of memory (the peers' fit is a model of
         # their allocations, not a measurement), if the deadline leaves time for it.
-        if j and "out of memory" in j.get("error", "") and j.get("batch", 0) > 1 and \
+        if j and "out of memory" in j.get("error", "").lower() and j.get("batch", 0) > 1 and \
                 deadline - now() >= need:
             smaller = max(1, int(j["batch"] * 0.7))
             retried = f" after an out-of-memory at batch {j['batch']}"
@@ -436,7 +436,8 @@ def main(argv=None):
                    j.get("version") else ""), wall_s=round(wall, 1),
                    weights=(j or {}).get("weights", ""))
         if not j or "error" in j or rc != 0:
-            reason = j["error"] if j and "error" in j else failure_reason(rc, wall, lines, "#")
+            reason = j["error"] if j and "error" in j else \
+                failure_reason(rc, wall, lines, "gpu_peers.py:")
             res.add(dict(row, status="failed", reason=reason + retried, raw=j))
             continue
         note = f"{j['batch']}"
