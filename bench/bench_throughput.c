@@ -306,6 +306,13 @@ int main(int argc, char **argv)
     model_opts_default(&o.mo);
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
+    /* A decode step carries every sequence at once and a prefill step up to
+     * max_batched tokens: a device backend keeps room for the largest out of its
+     * pool (kv_capacity), so the batch --batch max finds is one that runs. */
+    const bool searched = o.batch_max || o.kv_bytes > 0 || o.compare;
+    const int32_t most = searched ? o.max_seqs : o.w.n;
+    o.mo.max_step_rows = MAX(most, 1);
+    o.mo.max_step_tokens = MAX(o.w.max_batched, most);
     struct model *m = NULL;
     if (model_load(&m, o.model, &o.mo)) {
         fprintf(stderr, "bench_throughput: %s\n", err_msg());
