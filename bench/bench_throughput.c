@@ -35,6 +35,7 @@
  *          [--max-batched-tokens 2048] [--block-size 16] [--gpu-memory-utilization 0.9]
  */
 #include "bench_args.h"
+#include "engine.h"
 #include "err.h"
 #include "h2o.h"
 #include "model.h"
@@ -46,16 +47,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* The default of --max-num-seqs: the largest batch --kv-cache-bytes and --batch max
  * choose. */
 #define MAX_BATCH 4096
 /* How far the search for the batch that fits looks past the cap, to report it. */
 #define FIT_SEARCH (1 << 20)
-/* The server's pool for a backend without kv_capacity (engine.c's default_kv_bytes):
- * min(4 GiB, a quarter of physical memory). */
-#define HOST_KV_BYTES (4LL << 30)
 
 struct opts {
     const char *model;
@@ -89,17 +86,6 @@ struct row {
     struct workload_result r;
 };
 
-/* The bytes --batch max sizes the batch for: the backend's pool capacity, or for a
- * backend without one (the CPU) what the server would take by default. */
-static int64_t backend_kv_capacity(const struct model *m)
-{
-    if (m->be.ops->kv_capacity)
-        return (int64_t)MIN(m->be.ops->kv_capacity(m->be.ctx), (size_t)INT64_MAX);
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    int64_t bytes = HOST_KV_BYTES;
-    if (pages > 0 && page > 0) bytes = MIN(bytes, (int64_t)pages * page / 4);
-    return bytes;
-}
 
 /*
  * Run one policy. kv_bytes 0: the fixed batch, the pool sized for it. Otherwise the
@@ -336,7 +322,7 @@ int main(int argc, char **argv)
         memcpy(policies, o.policies, sizeof policies);
         n_pol = o.n_policies;
     }
-    int64_t kv_bytes = o.batch_max ? backend_kv_capacity(m) : o.kv_bytes;
+    int64_t kv_bytes = o.batch_max ? engine_kv_capacity(m) : o.kv_bytes;
     if (o.compare) {
         policies[0] = KV_POLICY_FULL;
         policies[1] = KV_POLICY_H2O;

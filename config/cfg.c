@@ -768,9 +768,12 @@ void cfg_fingerprint(const struct cfg *c, char *buf, size_t len)
     struct engine_opts eo;
     cfg_engine_opts(c, &eo);
     const struct kv_spec *k = &eo.kv_default;
+    enum be_device device;
+    enum dtype dtype;
+    model_resolve_backend(&eo.model_opts, &device, &dtype); /* what auto comes to here */
     char what[4096];
     snprintf(what, sizeof what, "%s|%s|%d|%d|%d|%llu|%d|%d|%.9g|%.9g|%d|%d|%d", H2O_VERSION,
-             c->model, (int)eo.model_opts.device, (int)eo.model_opts.dtype,
+             c->model, (int)device, (int)dtype,
              eo.model_opts.tensor_parallel, (unsigned long long)eo.model_opts.dummy_seed,
              eo.block_size, (int)k->policy, k->heavy_ratio, k->recent_ratio, k->heavy,
              k->recent, k->min_budget);

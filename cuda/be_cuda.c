@@ -254,7 +254,7 @@ static void job_measure(void *arg, int32_t rank)
     const size_t rows = c->opts.max_step_rows > 0 ? (size_t)c->opts.max_step_rows : 512;
     const size_t V = (size_t)cfg->vocab_size;
     const size_t wide = (size_t)MAX(cfg->hidden, cfg->word_embed_proj_dim);
-    const size_t samp = rank == 0 ? 2 * (rows * V * 4 + CUDA_SAMPLE_SCRATCH_BYTES(rows, V)) : 0;
+    const size_t samp = rank == 0 ? be_cuda_sample_reserve_bytes((int32_t)rows, (int32_t)V) : 0;
     const size_t ws = tok * 2 *
                           (3 * wide + 4 * (size_t)r->sh.n_head * (size_t)cfg->head_dim +
                            (size_t)r->sh.n_ffn) +

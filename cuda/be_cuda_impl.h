@@ -199,6 +199,11 @@ void cu_marks_free(struct cu_rank *r);
 /* The forward (be_cuda_fwd.c), a be_ops entry. */
 int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits);
 
+/* The device bytes the sampler takes for a step of `rows` rows (without logit_bias
+ * or penalty additions, which add 8 bytes each): what the pool must leave it.
+ * Thread: any. */
+size_t be_cuda_sample_reserve_bytes(int32_t rows, int32_t vocab);
+
 /* Sampling from the kept logits (be_cuda_sample.c), a be_ops entry. */
 int be_cuda_sample(void *ctx, const struct be_sample_row *rows, int32_t n,
                    struct sample_out *out);

@@ -57,6 +57,11 @@ static struct samp_layout layout(int32_t n, int64_t n_add, int32_t vocab)
     return L;
 }
 
+size_t be_cuda_sample_reserve_bytes(int32_t rows, int32_t vocab)
+{
+    return 2 * layout(rows, 0, vocab).dev_bytes; /* samp_reserve allocates twice over */
+}
+
 /* Grow the sampler's device and pinned host buffers. */
 static int samp_reserve(struct cuda_be *c, struct cu_rank *r, const struct samp_layout *L)
 {

@@ -168,9 +168,10 @@ static void publish_stats(struct engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Default pool size in bytes: min(4 GiB, a quarter of physical memory). */
-static int64_t default_kv_bytes(void)
+int64_t engine_kv_capacity(const struct model *m)
 {
+    const struct be_ops *ops = m->be.ops;
+    if (ops->kv_capacity) return (int64_t)MIN(ops->kv_capacity(m->be.ctx), (size_t)INT64_MAX);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     int64_t bytes = ENGINE_DEFAULT_KV_BYTES;
     if (pages > 0 && page > 0) bytes = MIN(bytes, (int64_t)pages * page / 4);
@@ -203,10 +204,7 @@ static int pool_blocks(struct engine *e, int32_t *out)
         if (err) return err;
         const int64_t useful = (int64_t)MAX(e->o.sched.max_num_seqs, 1) *
                                CEIL_DIV((int64_t)ctx_len, bs);
-        const struct be_ops *ops = e->m->be.ops;
-        bytes = ops->kv_capacity
-                    ? (int64_t)MIN(ops->kv_capacity(e->m->be.ctx), (size_t)INT64_MAX)
-                    : default_kv_bytes();
+        bytes = engine_kv_capacity(e->m);
         n = MIN(bytes / (int64_t)bb, useful);
     }
     if (n < 1)

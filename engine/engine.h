@@ -61,6 +61,14 @@ enum engine_state {
     ENGINE_STOPPED,     /* shut down: every request got its last event; the thread exits */
 };
 
+/*
+ * The bytes the default KV pool may take for model m (engine_opts.kv_cache_bytes 0):
+ * a device backend's kv_capacity (its memory after weights and workspace), else
+ * min(4 GiB, a quarter of physical memory). The pool is then at most what
+ * max_num_seqs full-context sequences can use. Thread: the engine's (the backend's).
+ */
+int64_t engine_kv_capacity(const struct model *m);
+
 /* Defaults as documented in struct engine_opts; model = "dummy:opt-125m".
  * Thread: any. */
 void engine_opts_default(struct engine_opts *o);

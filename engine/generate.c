@@ -59,6 +59,7 @@ static void collect(void *arg, struct req_event *ev)
     append(r, ev->text ? ev->text : "", ev->text_len);
     r->prompt_tokens = ev->prompt_tokens;
     r->kv_evicted = ev->kv_evicted;
+    r->kv_evicted_tokens = ev->kv_evicted_tokens;
     r->kv_blocks_max = MAX(r->kv_blocks_max, ev->kv_blocks);
     if (ev->finish != REQ_FINISH_NONE)
         r->finish = ev->finish == REQ_FINISH_STOP ? GEN_FINISH_STOP : GEN_FINISH_LENGTH;

@@ -48,6 +48,7 @@ struct gen_result {
     int32_t kv_slots;            /* slots per (layer, head) in use at the end */
     int32_t kv_blocks_max;       /* most blocks held after the prompt */
     int64_t kv_evicted;          /* tokens evicted, summed over layers and heads */
+    int64_t kv_evicted_tokens;   /* the tokens each (layer, head) dropped */
 };
 
 struct gen_opts {

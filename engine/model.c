@@ -93,14 +93,7 @@ static int load_config(struct opt_config *cfg, const char *name)
                                            : opt_config_load(cfg, name);
 }
 
-int model_load_config(struct opt_config *cfg, const char *name)
-{
-    char path[4096];
-    int err = model_resolve(name, path, sizeof path, &name);
-    return err ? err : load_config(cfg, name);
-}
-
-int model_load_tokenizer(struct tokenizer **out, const char *name)
+int model_load_tokenizer(struct tokenizer **out, struct opt_config *cfg_out, const char *name)
 {
     char path[4096];
     int err = model_resolve(name, path, sizeof path, &name);
@@ -108,6 +101,7 @@ int model_load_tokenizer(struct tokenizer **out, const char *name)
     struct opt_config cfg;
     err = load_config(&cfg, name);
     if (err) return err;
+    if (cfg_out) *cfg_out = cfg;
     return load_tokenizer(out, &cfg, strncmp(name, "dummy:", 6) == 0 ? NULL : name);
 }
 
@@ -121,12 +115,22 @@ static enum dtype cpu_dtype(enum dtype want)
     return backend_cpu_has_bf16() ? DTYPE_BF16 : DTYPE_F32;
 }
 
+void model_resolve_backend(const struct model_opts *opts, enum be_device *device,
+                           enum dtype *dtype)
+{
+    enum be_device dev = opts->device;
+    if (dev == BE_DEVICE_AUTO) dev = backend_cuda_device_count() > 0 ? BE_DEVICE_CUDA : BE_DEVICE_CPU;
+    *device = dev;
+    *dtype = dev == BE_DEVICE_CUDA ? DTYPE_F16 : cpu_dtype(opts->dtype);
+}
+
 /* The backend of opts->device (auto: CUDA when a GPU is there, else CPU). A dtype
  * the backend cannot compute in is replaced, never silently: the user asked for it. */
 static int create_backend(struct model *m, const struct model_opts *opts)
 {
-    enum be_device dev = opts->device;
-    if (dev == BE_DEVICE_AUTO) dev = backend_cuda_device_count() > 0 ? BE_DEVICE_CUDA : BE_DEVICE_CPU;
+    enum be_device dev;
+    enum dtype dt;
+    model_resolve_backend(opts, &dev, &dt);
     if (dev == BE_DEVICE_CUDA) {
         struct be_cuda_opts co = {.tensor_parallel = opts->tensor_parallel,
                                   .gpu_memory_utilization = opts->gpu_memory_utilization,
@@ -136,10 +140,9 @@ static int create_backend(struct model *m, const struct model_opts *opts)
             log_warn("dtype %s is not supported by the CUDA backend, which computes in "
                      "fp16: running fp16",
                      dtype_name(opts->dtype));
-        m->dtype = DTYPE_F16;
+        m->dtype = dt;
         return backend_cuda_create(&m->be, &co);
     }
-    const enum dtype dt = cpu_dtype(opts->dtype);
     if (dt != opts->dtype)
         log_warn("dtype fp16 is not supported by the CPU backend (as in vLLM, float16 "
                  "runs as bfloat16 on CPUs): running %s%s",

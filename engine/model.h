@@ -92,6 +92,15 @@ int model_parse_device(const char *s, enum be_device *out);
 int model_parse_dtype(const char *s, enum dtype *out);
 
 /*
+ * What model_load will run opts on: the device (auto: CUDA where this build has it
+ * and a GPU is present, else the CPU; no CUDA call at all without an NVIDIA driver)
+ * and the dtype that device computes in (fp16 on CUDA; on the CPU opts->dtype, fp16
+ * replaced by bf16, or fp32 without AVX512-BF16). Thread: any.
+ */
+void model_resolve_backend(const struct model_opts *opts, enum be_device *device,
+                           enum dtype *dtype);
+
+/*
  * Load `name`: a checkpoint folder (config.json, weights, and vocab.json +
  * merges.txt; without them a byte-level tokenizer is used and a warning logged), or
  * a built-in dummy model "dummy:NAME". Returns 0, or an engine error with a one-line
@@ -110,17 +119,11 @@ int model_load(struct model **out, const char *name, const struct model_opts *op
 int model_resolve(const char *name, char *buf, size_t cap, const char **out);
 
 /*
- * Only the config of model `name` (resolved as model_load resolves it: "default",
- * "dummy:NAME" or a folder), for callers that need no weights. Returns 0 or an
- * engine error (err_msg). Thread: any.
+ * Only the tokenizer of model `name` (as model_load would make it), and its config in
+ * *cfg_out unless NULL, for commands that need no weights. Owns: *out
+ * (tokenizer_destroy). Thread: any.
  */
-int model_load_config(struct opt_config *cfg, const char *name);
-
-/*
- * Only the tokenizer of model `name` (as model_load would make it), for commands
- * that need no weights. Owns: *out (tokenizer_destroy). Thread: any.
- */
-int model_load_tokenizer(struct tokenizer **out, const char *name);
+int model_load_tokenizer(struct tokenizer **out, struct opt_config *cfg_out, const char *name);
 
 /* Free everything. NULL is fine. Thread: engine. */
 void model_destroy(struct model *m);

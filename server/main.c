@@ -353,12 +353,12 @@ static int cmd_generate(int argc, char **argv)
                         i, r->prompt_tokens, r->n_tokens, r->kv_slots, r->kv_blocks_max);
             else
                 fprintf(stderr, "seq %d: %d prompt + %d generated tokens, kv %s H=%d R=%d "
-                                "(floor %d): %d slots per head, %d blocks, %.1f tokens "
+                                "(floor %d): %d slots per head, %d blocks, %lld tokens "
                                 "evicted per head\n",
                         i, r->prompt_tokens, r->n_tokens, kv_policy_name(r->budget.policy),
                         r->budget.heavy, r->budget.recent, proto.kv.min_budget, r->kv_slots,
                         r->kv_blocks_max,
-                        (double)r->kv_evicted / (m->cfg.n_layer * m->cfg.n_head));
+                        (long long)r->kv_evicted_tokens);
             gen_result_free(&res[i]);
         }
         fprintf(stderr, "%d prompts, %ld prompt tokens, %ld generated tokens in %.2f s "
@@ -429,7 +429,7 @@ static int cmd_tokenize(int argc, char **argv)
         return 2;
     }
     struct tokenizer *tok = NULL;
-    int err = model_load_tokenizer(&tok, model_name);
+    int err = model_load_tokenizer(&tok, NULL, model_name);
     if (err) {
         fprintf(stderr, "h2oserve: %s\n", err_msg());
         return 1;

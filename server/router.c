@@ -149,7 +149,8 @@ static void handle_metrics(struct exch *x)
     size_t len = 0, cap = 8192;
     char *out = xmalloc(cap);
     out[0] = '\0';
-    char *label = model_label(s->model_id);
+    if (!s->metrics_label) s->metrics_label = model_label(s->model_id); /* once */
+    const char *label = s->metrics_label;
 #define GAUGE(name, help, v)                                                                    \
     appendf(&out, &len, &cap, "# HELP h2oserve:" name " " help "\n# TYPE h2oserve:" name      \
                               " gauge\nh2oserve:" name "{%s} %lld\n", label, (long long)(v))
@@ -190,7 +191,6 @@ static void handle_metrics(struct exch *x)
              &s->m.e2e);
     put_hist(&out, &len, &cap, label, "request_queue_time_seconds",
              "Time waiting for admission.", &s->m.queue);
-    free(label);
     exch_respond(x, 200, "text/plain; version=0.0.4", out, len, NULL);
     free(out);
 }

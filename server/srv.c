@@ -181,8 +181,16 @@ static void start_drain(struct srv *s)
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct srv *s = h->data;
+    if (s->draining && s->drain_cancelled) {
+        /* A third: the responses the cancel ended are not waited for either. */
+        log_warn("signal %d again: closing every connection now", signum);
+        stop_everything(s);
+        return;
+    }
     if (s->draining) {
-        log_warn("second signal %d: stopping now", signum);
+        /* A second: the grace period ends now; the next tick cancels what runs, and
+         * each response still ends with its finish (on_tick). */
+        log_warn("second signal %d: cancelling what still runs", signum);
         s->drain_deadline = uv_now(s->loop);
     }
     start_drain(s);
@@ -272,15 +280,14 @@ int srv_run(const struct cfg *cfg)
 
     /* The loop thread tokenizes and counts prompt tokens itself (the tokenizer is
      * read-only), so it needs the model's config and tokenizer, not its weights. */
-    if (model_load_tokenizer(&s->tok, cfg->model)) {
+    if (model_load_tokenizer(&s->tok, &s->mcfg, cfg->model)) {
         log_error("%s", err_msg());
         free(s);
         return 1;
     }
     /* A --max-model-len the model cannot run is refused here, before anything
      * listens (the engine would refuse it too, later and only in its log). */
-    if (model_load_config(&s->mcfg, cfg->model) ||
-        sched_context_len(cfg->max_model_len, &s->mcfg, &s->max_model_len)) {
+    if (sched_context_len(cfg->max_model_len, &s->mcfg, &s->max_model_len)) {
         log_error("%s", err_msg());
         tokenizer_destroy(s->tok);
         free(s);
@@ -336,6 +343,7 @@ out_early:
     int code = s->exit_code;
     tokenizer_destroy(s->tok);
     free(s->model_id);
+    free(s->metrics_label);
     free(s->reg);
     free(s);
     return code;

@@ -107,6 +107,7 @@ struct srv {
     struct opt_config mcfg;
     int32_t max_model_len;     /* the context length: cfg's max_model_len, else mcfg's */
     char *model_id;
+    char *metrics_label;       /* model_name="..." for /metrics, made on first use */
     struct conn *conns;
     int32_t n_conns;
     struct srv_reg_slot *reg;  /* open addressing, linear probing, power of two */
