@@ -75,17 +75,8 @@ static const char *const field_names[F_COUNT] = {
 
 /* ---- error helpers: every client mistake is a 400 naming the param ---- */
 
-#define BAD_VALUE(err, param, ...)                                                         \
-    api_error_set((err), 400, API_ERR_INVALID, (param), NULL, __VA_ARGS__)
 
 /* ---- typed readers: item is never NULL or JSON null here ---- */
-
-static int read_bool(const cJSON *item, const char *param, bool *out, struct api_error *err)
-{
-    if (!cJSON_IsBool(item)) return api_error_type(err, param, "a boolean", item);
-    *out = cJSON_IsTrue(item);
-    return 0;
-}
 
 static int read_number(const cJSON *item, const char *param, double lo, double hi,
                        float *out, struct api_error *err)
@@ -93,7 +84,7 @@ static int read_number(const cJSON *item, const char *param, double lo, double h
     if (!cJSON_IsNumber(item)) return api_error_type(err, param, "a number", item);
     const double d = item->valuedouble;
     if (!(d >= lo && d <= hi)) /* also catches 1e400 (inf) */
-        return BAD_VALUE(err, param, "Invalid value for '%s': %g is not between %g and %g.",
+        return API_BAD_VALUE(err, param, "Invalid value for '%s': %g is not between %g and %g.",
                          param, d, lo, hi);
     *out = (float)d;
     return 0;
@@ -105,10 +96,10 @@ static int read_int(const cJSON *item, const char *param, int64_t lo, int64_t hi
     if (!cJSON_IsNumber(item)) return api_error_type(err, param, "an integer", item);
     const double d = item->valuedouble;
     if (isfinite(d) && d != floor(d))
-        return BAD_VALUE(err, param, "Invalid value for '%s': %g is not an integer.", param,
+        return API_BAD_VALUE(err, param, "Invalid value for '%s': %g is not an integer.", param,
                          d);
     if (!json_int_in(item, lo, hi, out))
-        return BAD_VALUE(err, param,
+        return API_BAD_VALUE(err, param,
                          "Invalid value for '%s': %g is not between %lld and %lld.", param,
                          d, (long long)lo, (long long)hi);
     return 0;
@@ -133,7 +124,7 @@ static int parse_stop(const cJSON *item, struct cmpl_params *p, struct api_error
     if (cJSON_IsArray(item)) {
         n = cJSON_GetArraySize(item);
         if (n < 1 || n > REQ_MAX_STOPS)
-            return BAD_VALUE(err, "stop",
+            return API_BAD_VALUE(err, "stop",
                              "Invalid value for 'stop': give 1 to %d strings, not %d.",
                              REQ_MAX_STOPS, n);
         int32_t i = 0;
@@ -148,10 +139,10 @@ static int parse_stop(const cJSON *item, struct cmpl_params *p, struct api_error
         if (!cJSON_IsString(s)) return api_error_type(err, "stop", "a string", s);
         const size_t len = strlen(s->valuestring);
         if (len == 0)
-            return BAD_VALUE(err, "stop",
+            return API_BAD_VALUE(err, "stop",
                              "Invalid value for 'stop': stop strings must not be empty.");
         if (len > CMPL_MAX_STOP_BYTES)
-            return BAD_VALUE(err, "stop",
+            return API_BAD_VALUE(err, "stop",
                              "Invalid value for 'stop': a stop string may be at "
                              "most %d bytes, not %zu.",
                              CMPL_MAX_STOP_BYTES, len);
@@ -191,7 +182,7 @@ static int parse_logit_bias(const cJSON *item, const struct api_model *m,
     for (const cJSON *c = item->child; c; c = c->next) {
         int32_t id = 0;
         if (!parse_token_key(c->string, m->vocab_size, &id))
-            return BAD_VALUE(err, "logit_bias",
+            return API_BAD_VALUE(err, "logit_bias",
                              "Invalid key in 'logit_bias': \"%.*s\" is not a "
                              "token id in 0..%d.",
                              json_clip_len(c->string, 64), c->string, m->vocab_size - 1);
@@ -209,7 +200,7 @@ static int parse_logit_bias(const cJSON *item, const struct api_model *m,
         if (sorted[i] == sorted[i - 1]) dup = sorted[i];
     free(sorted);
     if (dup >= 0)
-        return BAD_VALUE(err, "logit_bias",
+        return API_BAD_VALUE(err, "logit_bias",
                          "Invalid value for 'logit_bias': token %d is given twice.", dup);
     return 0;
 }
@@ -222,7 +213,7 @@ static int parse_stream_options(const cJSON *item, struct cmpl_params *p,
     /* Other keys are OpenAI's newer options (include_obfuscation): ignored. */
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(item, "include_usage");
     if (u && !cJSON_IsNull(u))
-        return read_bool(u, "stream_options.include_usage", &p->include_usage, err);
+        return api_read_bool(u, "stream_options.include_usage", &p->include_usage, err);
     return 0;
 }
 
@@ -240,7 +231,7 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
     if (cJSON_IsObject(item)) {
         policy = cJSON_GetObjectItemCaseSensitive(item, "policy");
         if (!policy || cJSON_IsNull(policy))
-            return BAD_VALUE(err, "kv_cache.policy",
+            return API_BAD_VALUE(err, "kv_cache.policy",
                              "'kv_cache' needs a 'policy' (\"full\", "
                              "\"h2o\" or \"local\").");
     } else if (!cJSON_IsString(item)) {
@@ -252,7 +243,7 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
         return -1;
     struct kv_spec kv = m->kv_default;
     if (kv_policy_parse(pname, &kv.policy))
-        return BAD_VALUE(err, "kv_cache.policy",
+        return API_BAD_VALUE(err, "kv_cache.policy",
                          "Invalid value for 'kv_cache.policy': \"%.*s\" "
                          "is not one of \"full\", \"h2o\", \"local\".",
                          json_clip_len(pname, 64), pname);
@@ -278,7 +269,7 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
         for (int i = 0; i < 4; i++)
             if (strcmp(k, names[i]) == 0) which = i;
         if (which < 0)
-            return BAD_VALUE(err, "kv_cache",
+            return API_BAD_VALUE(err, "kv_cache",
                              "Unknown key in 'kv_cache': \"%.*s\" (expected "
                              "policy, heavy, recent, heavy_ratio, recent_ratio, "
                              "min_budget).",
@@ -287,10 +278,10 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
         snprintf(param, sizeof param, "kv_cache.%s", names[which]);
         const bool is_heavy = which < 2, is_ratio = which % 2 == 1;
         if (kv.policy == KV_POLICY_FULL || (kv.policy == KV_POLICY_LOCAL && is_heavy))
-            return BAD_VALUE(err, param, "'%s' does not apply to the %s policy.", param,
+            return API_BAD_VALUE(err, param, "'%s' does not apply to the %s policy.", param,
                              kv_policy_name(kv.policy));
         if (seen[which ^ 1])
-            return BAD_VALUE(err, param,
+            return API_BAD_VALUE(err, param,
                              "'kv_cache' takes a count or a ratio for each size, "
                              "not both.");
         seen[which] = true;
@@ -326,20 +317,13 @@ static int prompt_set_ids(struct cmpl_prompt *pr, const cJSON *arr,
 {
     const int32_t n = cJSON_GetArraySize(arr);
     if (n == 0)
-        return BAD_VALUE(err, "prompt",
+        return API_BAD_VALUE(err, "prompt",
                          "Invalid value for '%s': a token prompt must not be empty.",
                          param);
     pr->ids = xmalloc((size_t)n * sizeof *pr->ids);
-    for (const cJSON *c = arr->child; c; c = c->next) {
-        int64_t v = 0;
-        if (!cJSON_IsNumber(c))
-            return api_error_type(err, "prompt", "a token id (integer)", c);
-        if (!json_int_in(c, 0, m->vocab_size - 1, &v))
-            return BAD_VALUE(err, "prompt",
-                             "Invalid value for '%s': %g is not a token id in 0..%d.",
-                             param, c->valuedouble, m->vocab_size - 1);
-        pr->ids[pr->n_ids++] = (int32_t)v;
-    }
+    const int32_t got = api_read_token_ids(arr, m->vocab_size, "prompt", param, pr->ids, err);
+    if (got < 0) return -1;
+    pr->n_ids = got;
     return 0;
 }
 
@@ -361,7 +345,7 @@ static int parse_prompt(const cJSON *item, const struct api_model *m, struct cmp
     } else if (cJSON_IsArray(item)) {
         const cJSON *first = item->child;
         if (!first)
-            return BAD_VALUE(err, "prompt",
+            return API_BAD_VALUE(err, "prompt",
                              "Invalid value for 'prompt': the array is empty.");
         if (cJSON_IsNumber(first)) { /* one prompt of token ids */
             p->prompts = xcalloc(1, sizeof *p->prompts);
@@ -370,7 +354,7 @@ static int parse_prompt(const cJSON *item, const struct api_model *m, struct cmp
         } else if (cJSON_IsString(first) || cJSON_IsArray(first)) {
             const int32_t n = cJSON_GetArraySize(item);
             if (n > m->max_prompts)
-                return BAD_VALUE(err, "prompt",
+                return API_BAD_VALUE(err, "prompt",
                                  "Invalid value for 'prompt': %d prompts, at most "
                                  "%d per request.",
                                  n, m->max_prompts);
@@ -459,13 +443,13 @@ static int parse_fields(const cJSON *const *f, const struct api_model *m,
             return -1;
         p->best_of = (int32_t)v;
     }
-    if (f[F_STREAM] && read_bool(f[F_STREAM], "stream", &p->stream, err)) return -1;
+    if (f[F_STREAM] && api_read_bool(f[F_STREAM], "stream", &p->stream, err)) return -1;
     if (f[F_STREAM_OPTIONS] && parse_stream_options(f[F_STREAM_OPTIONS], p, err)) return -1;
     if (f[F_LOGPROBS]) {
         if (read_int(f[F_LOGPROBS], "logprobs", 0, CMPL_MAX_LOGPROBS, &v, err)) return -1;
         p->logprobs = (int32_t)v;
     }
-    if (f[F_ECHO] && read_bool(f[F_ECHO], "echo", &p->echo, err)) return -1;
+    if (f[F_ECHO] && api_read_bool(f[F_ECHO], "echo", &p->echo, err)) return -1;
     if (f[F_STOP] && parse_stop(f[F_STOP], p, err)) return -1;
     if (f[F_PRESENCE] &&
         read_number(f[F_PRESENCE], "presence_penalty", -2, 2, &p->presence_penalty, err))
@@ -486,9 +470,9 @@ static int parse_fields(const cJSON *const *f, const struct api_model *m,
         if (read_string(f[F_SUFFIX], "suffix", &s, err)) return -1;
         /* An empty suffix asks for nothing, so it is fine. */
         if (*s)
-            return BAD_VALUE(err, "suffix", "'suffix' is not supported by this server.");
+            return API_BAD_VALUE(err, "suffix", "'suffix' is not supported by this server.");
     }
-    if (f[F_IGNORE_EOS] && read_bool(f[F_IGNORE_EOS], "ignore_eos", &p->ignore_eos, err))
+    if (f[F_IGNORE_EOS] && api_read_bool(f[F_IGNORE_EOS], "ignore_eos", &p->ignore_eos, err))
         return -1;
     bool floor_in_kv = false;
     if (f[F_KV_CACHE] && parse_kv_cache(f[F_KV_CACHE], m, p, &floor_in_kv, err)) return -1;
@@ -496,7 +480,7 @@ static int parse_fields(const cJSON *const *f, const struct api_model *m,
     if (f[F_KV_MIN_BUDGET]) {
         if (read_int(f[F_KV_MIN_BUDGET], "kv_min_budget", 0, INT32_MAX, &v, err)) return -1;
         if (floor_in_kv && v != p->kv.min_budget)
-            return BAD_VALUE(err, "kv_min_budget",
+            return API_BAD_VALUE(err, "kv_min_budget",
                              "'kv_min_budget' (%lld) and 'kv_cache.min_budget' (%d) "
                              "disagree; give the floor once.",
                              (long long)v, p->kv.min_budget);
@@ -505,17 +489,17 @@ static int parse_fields(const cJSON *const *f, const struct api_model *m,
 
     /* Fields that depend on each other. */
     if (p->best_of < p->n)
-        return BAD_VALUE(err, "best_of",
+        return API_BAD_VALUE(err, "best_of",
                          "Invalid value for 'best_of': %d is less than n (%d); "
                          "best_of must be >= n.",
                          p->best_of, p->n);
     /* best_of == n selects nothing, so only best_of > n is incompatible with a stream. */
     if (p->stream && p->best_of > p->n)
-        return BAD_VALUE(err, "best_of",
+        return API_BAD_VALUE(err, "best_of",
                          "'best_of' cannot be used with 'stream': the best "
                          "completions are known only at the end.");
     if (f[F_STREAM_OPTIONS] && !p->stream)
-        return BAD_VALUE(err, "stream_options",
+        return API_BAD_VALUE(err, "stream_options",
                          "'stream_options' is only allowed when 'stream' is true.");
     return 0;
 }
@@ -538,25 +522,21 @@ static int parse_body(const char *body, size_t len, const struct api_model *m,
 
     const char *model = NULL;
     if (!f[F_MODEL]) {
-        BAD_VALUE(err, "model", "You must provide a model parameter.");
+        API_BAD_VALUE(err, "model", "You must provide a model parameter.");
         goto done;
     }
     if (read_string(f[F_MODEL], "model", &model, err)) goto done;
     if (!f[F_PROMPT]) {
-        BAD_VALUE(err, "prompt", "You must provide a prompt parameter.");
+        API_BAD_VALUE(err, "prompt", "You must provide a prompt parameter.");
         goto done;
     }
     if (parse_fields(f, m, p, err)) goto done;
-    if (strcmp(model, m->id) != 0) {
-        api_error_set(err, 404, API_ERR_INVALID, "model", "model_not_found",
-                      "The model `%.*s` does not exist.", json_clip_len(model, 256), model);
-        goto done;
-    }
+    if (api_model_check(f[F_MODEL], m->id, err)) goto done;
     p->model = xstrdup(model);
     if (parse_prompt(f[F_PROMPT], m, p, err)) goto done;
     const int64_t seqs = (int64_t)p->n_prompts * cmpl_params_seqs(p);
     if (m->max_seqs > 0 && seqs > m->max_seqs) {
-        BAD_VALUE(err, "n",
+        API_BAD_VALUE(err, "n",
                   "This request asks for %lld completions (prompts x max(n, "
                   "best_of)); the server allows at most %d per request.",
                   (long long)seqs, m->max_seqs);

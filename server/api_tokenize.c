@@ -18,8 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BAD_VALUE(err, param, ...)                                                         \
-    api_error_set((err), 400, API_ERR_INVALID, (param), NULL, __VA_ARGS__)
 
 int api_no_chat_template(struct api_error *err, const char *model_id)
 {
@@ -33,16 +31,6 @@ int api_no_chat_template(struct api_error *err, const char *model_id)
                          "longer allowed, and this model's tokenizer does not define one. "
                          "Use /v1/completions with a text prompt instead.",
                          json_clip_len(model_id, 256), model_id);
-}
-
-int api_model_check(const cJSON *item, const char *served_id, struct api_error *err)
-{
-    if (!item) return 0;
-    if (!cJSON_IsString(item)) return api_error_type(err, "model", "a string", item);
-    if (strcmp(item->valuestring, served_id) == 0) return 0;
-    return api_error_set(err, 404, API_ERR_INVALID, "model", "model_not_found",
-                         "The model `%.*s` does not exist.",
-                         json_clip_len(item->valuestring, 256), item->valuestring);
 }
 
 /* ---- the response, written as it goes ---- */
@@ -116,14 +104,6 @@ static char *out_take(struct out *o, size_t *out_len)
 
 /* ---- POST /tokenize ---- */
 
-static int read_bool(const cJSON *item, const char *param, bool *out, struct api_error *err)
-{
-    if (!item) return 0; /* absent or null: the default */
-    if (!cJSON_IsBool(item)) return api_error_type(err, param, "a boolean", item);
-    *out = cJSON_IsTrue(item);
-    return 0;
-}
-
 /* {"count","max_model_len","tokens","token_strs"}, vLLM's field order. */
 static char *tokenize_body(const struct api_model *m, const int32_t *ids, int32_t n,
                            bool strs, size_t *out_len)
@@ -172,13 +152,13 @@ char *api_tokenize(const char *body, size_t len, const struct api_model *m, size
         api_error_type(err, "messages", "an array of messages", messages);
         goto done;
     }
-    if (read_bool(json_field(root, "add_special_tokens"), "add_special_tokens",
+    if (api_read_bool(json_field(root, "add_special_tokens"), "add_special_tokens",
                   &add_special, err) ||
-        read_bool(json_field(root, "return_token_strs"), "return_token_strs", &strs, err))
+        api_read_bool(json_field(root, "return_token_strs"), "return_token_strs", &strs, err))
         goto done;
     if (api_model_check(json_field(root, "model"), m->id, err)) goto done;
     if (prompt && messages) {
-        BAD_VALUE(err, "messages",
+        API_BAD_VALUE(err, "messages",
                   "Give either 'prompt' (text) or 'messages' (a chat), not both.");
         goto done;
     }
@@ -187,7 +167,7 @@ char *api_tokenize(const char *body, size_t len, const struct api_model *m, size
         goto done;
     }
     if (!prompt) {
-        BAD_VALUE(err, "prompt", "You must provide a prompt parameter.");
+        API_BAD_VALUE(err, "prompt", "You must provide a prompt parameter.");
         goto done;
     }
     /* The body has no raw NUL and no \u0000, so the C string is all of the prompt. */
@@ -214,30 +194,18 @@ static int read_ids(const cJSON *tokens, const struct api_model *m, int32_t **ou
     for (const cJSON *c = tokens->child; c; c = c->next)
         n++;
     if (n > INT32_MAX)
-        return BAD_VALUE(err, "tokens", "Too many tokens: at most %d per request.",
+        return API_BAD_VALUE(err, "tokens", "Too many tokens: at most %d per request.",
                          INT32_MAX);
     const int32_t tok_vocab = tokenizer_vocab_size(m->tok);
     int32_t *ids = xmalloc((n ? n : 1) * sizeof *ids);
-    int32_t k = 0;
-    size_t i = 0;
-    for (const cJSON *c = tokens->child; c; c = c->next, i++) {
-        int64_t v = 0;
-        if (!cJSON_IsNumber(c)) {
-            free(ids);
-            return BAD_VALUE(err, "tokens",
-                             "Invalid type for 'tokens[%zu]': expected a token id "
-                             "(integer), but got %s instead.",
-                             i, json_type_name(c));
-        }
-        if (!json_int_in(c, 0, m->vocab_size - 1, &v)) {
-            free(ids);
-            return BAD_VALUE(err, "tokens",
-                             "Invalid value for 'tokens[%zu]': %.15g is not a token id "
-                             "in 0..%d.",
-                             i, c->valuedouble, m->vocab_size - 1);
-        }
-        if (v < tok_vocab) ids[k++] = (int32_t)v;
+    const int32_t got = api_read_token_ids(tokens, m->vocab_size, "tokens", "tokens", ids, err);
+    if (got < 0) {
+        free(ids);
+        return -1;
     }
+    int32_t k = 0;
+    for (int32_t i = 0; i < got; i++)
+        if (ids[i] < tok_vocab) ids[k++] = ids[i];
     *out = ids;
     *n_out = k;
     return 0;
@@ -259,7 +227,7 @@ char *api_detokenize(const char *body, size_t len, const struct api_model *m,
     }
     if (api_model_check(json_field(root, "model"), m->id, err)) goto done;
     if (!tokens) {
-        BAD_VALUE(err, "tokens", "You must provide a tokens parameter.");
+        API_BAD_VALUE(err, "tokens", "You must provide a tokens parameter.");
         goto done;
     }
     if (read_ids(tokens, m, &ids, &n, err)) goto done;

@@ -59,12 +59,4 @@ char *api_detokenize(const char *body, size_t len, const struct api_model *m,
  */
 int api_no_chat_template(struct api_error *err, const char *model_id);
 
-/*
- * The model check of the endpoints where "model" is optional: `item` is the body's
- * "model" field (NULL when absent or null: the served model). A string must equal
- * served_id: 404 model_not_found otherwise, as /v1/completions answers; anything else
- * is a 400. Returns 0 or -1 with err set.
- */
-int api_model_check(const cJSON *item, const char *served_id, struct api_error *err);
-
 #endif

@@ -37,6 +37,45 @@ int api_error_type(struct api_error *e, const char *param, const char *expected,
                          expected, json_type_name(got));
 }
 
+int api_read_bool(const cJSON *item, const char *param, bool *out, struct api_error *e)
+{
+    if (!item || cJSON_IsNull(item)) return 0;
+    if (!cJSON_IsBool(item)) return api_error_type(e, param, "a boolean", item);
+    *out = cJSON_IsTrue(item);
+    return 0;
+}
+
+int api_model_check(const cJSON *item, const char *served_id, struct api_error *e)
+{
+    if (!item || cJSON_IsNull(item)) return 0;
+    if (!cJSON_IsString(item)) return api_error_type(e, "model", "a string", item);
+    if (strcmp(item->valuestring, served_id) == 0) return 0;
+    return api_error_set(e, 404, API_ERR_INVALID, "model", "model_not_found",
+                         "The model `%.*s` does not exist.",
+                         json_clip_len(item->valuestring, 256), item->valuestring);
+}
+
+int api_read_token_ids(const cJSON *arr, int32_t vocab, const char *param, const char *name,
+                       int32_t *ids, struct api_error *e)
+{
+    int32_t n = 0;
+    for (const cJSON *c = arr->child; c; c = c->next, n++) {
+        int64_t v = 0;
+        if (!cJSON_IsNumber(c))
+            return API_BAD_VALUE(e, param,
+                                 "Invalid type for '%s[%d]': expected a token id "
+                                 "(integer), but got %s instead.",
+                                 name, n, json_type_name(c));
+        if (!json_int_in(c, 0, vocab - 1, &v))
+            return API_BAD_VALUE(e, param,
+                                 "Invalid value for '%s[%d]': %.15g is not a token id in "
+                                 "0..%d.",
+                                 name, n, c->valuedouble, vocab - 1);
+        ids[n] = (int32_t)v;
+    }
+    return n;
+}
+
 void api_error_clear(struct api_error *e)
 {
     free(e->message);

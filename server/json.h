@@ -57,6 +57,30 @@ int api_error_set(struct api_error *e, int status, const char *type, const char 
 int api_error_type(struct api_error *e, const char *param, const char *expected,
                    const cJSON *got);
 
+/* The 400 for a value out of range or otherwise wrong (param = the field), with a
+ * printf-formatted message. Returns -1, like api_error_set. */
+#define API_BAD_VALUE(e, param, ...) \
+    api_error_set((e), 400, API_ERR_INVALID, (param), NULL, __VA_ARGS__)
+
+/* An optional boolean field: absent or null (item NULL) leaves *out, its default;
+ * anything but true or false is api_error_type's 400. Returns 0 or -1. */
+int api_read_bool(const cJSON *item, const char *param, bool *out, struct api_error *e);
+
+/* An optional "model" field (item NULL when absent or null): a string equal to the
+ * served id, else 400 (not a string) or 404 model_not_found, worded as OpenAI's.
+ * Returns 0 or -1. */
+int api_model_check(const cJSON *item, const char *served_id, struct api_error *e);
+
+/*
+ * A JSON array of token ids, each an integer in 0..vocab-1, into ids[] (room for
+ * cJSON_GetArraySize(arr)). Errors are 400 with `param` as their param and name the
+ * element by `name` and its index: "Invalid type for 'prompt[2][0]': expected a token
+ * id (integer), but got a string instead." or "Invalid value for 'tokens[3]': -1 is
+ * not a token id in 0..50271.". Returns the count, or -1.
+ */
+int api_read_token_ids(const cJSON *arr, int32_t vocab, const char *param, const char *name,
+                       int32_t *ids, struct api_error *e);
+
 /* Free the message and param and zero `e`. A zeroed or cleared error is fine. */
 void api_error_clear(struct api_error *e);
 
