@@ -57,16 +57,14 @@ int lg_result_path(char *buf, size_t len, const struct lg_opts *o,
         snprintf(name, sizeof name, "%s-%sqps%s-%s-%s.json", o->label ? o->label : o->backend,
                  rate, conc, slash ? slash + 1 : run->model, run->date);
     }
+    if (o->result_dir && mkdir_parents(o->result_dir) != 0)
+        return -1;
     int n;
     if (o->result_dir && name[0] != '/') {  /* os.path.join keeps an absolute name */
-        if (mkdir_parents(o->result_dir) != 0)
-            return -1;
         size_t dl = strlen(o->result_dir);
         n = snprintf(buf, len, "%s%s%s", o->result_dir,
                      o->result_dir[dl - 1] == '/' ? "" : "/", name);
     } else {
-        if (o->result_dir && mkdir_parents(o->result_dir) != 0)
-            return -1;
         n = snprintf(buf, len, "%s", name);
     }
     if (n < 0 || (size_t)n >= len || strlen(name) + 1 >= sizeof name) {

@@ -9,9 +9,9 @@
 # runs the peers). One table of tokens/s with ours / peer goes to OUT_DIR/bench-table.txt
 # and every result to OUT_DIR/bench.jsonl as it comes; the log is stdout.
 #
-# One deadline for the whole stage: BENCH_DEADLINE (seconds since the epoch) or now +
-# BENCH_SECONDS if set; else, when run.sh started this, its start + RUN_SECONDS (480:
-# the 8 minutes the GPU run may take) - 20; else now + 300. A run is not started when less
+# One deadline for the whole stage: BENCH_DEADLINE (seconds since the epoch; run.sh
+# sets it from its own start and RUN_SECONDS), or now + BENCH_SECONDS if set, else
+# now + 300. A run is not started when less
 # than three quarters of its estimate is left, and every run's time limit ends at the
 # deadline: the table then says SKIPPED or FAILED for it, with the reason.
 #
@@ -30,15 +30,6 @@ build=${1:?usage: tests/gpu/bench.sh BUILD_DIR OUT_DIR}
 out=${2:?usage: tests/gpu/bench.sh BUILD_DIR OUT_DIR}
 mkdir -p "$out"
 
-# When a process started, in seconds since the epoch (from /proc; no ps needed).
-started_at() {
-    local ticks btime hz
-    ticks=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | awk '{print $20}') || return 1
-    btime=$(awk '/^btime/ {print $2}' /proc/stat) || return 1
-    hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
-    [ -n "$ticks" ] && [ -n "$btime" ] && echo $((btime + ticks / hz))
-}
-
 now=$(date +%s)
 if [ -n "${BENCH_DEADLINE:-}" ]; then
     deadline=$BENCH_DEADLINE
@@ -46,10 +37,6 @@ if [ -n "${BENCH_DEADLINE:-}" ]; then
 elif [ -n "${BENCH_SECONDS:-}" ]; then
     deadline=$((now + BENCH_SECONDS))
     why="BENCH_SECONDS $BENCH_SECONDS"
-elif tr '\0' ' ' <"/proc/$PPID/cmdline" 2>/dev/null | grep -q 'tests/gpu/run.sh' &&
-    t0=$(started_at "$PPID"); then
-    deadline=$((t0 + ${RUN_SECONDS:-480} - 20))
-    why="run.sh started $((now - t0)) s ago; its ${RUN_SECONDS:-480} s end then, less 20"
 else
     deadline=$((now + 300))
     why="300 s, not under run.sh"
