@@ -8,11 +8,9 @@
 #     HTTP 200 and a completion with non-empty text, and exit 0 on SIGTERM.
 # The commands are read from README.md, not copied here, so they cannot drift.
 #
-# Usage: .ci/readme.sh [LOG_OUT]   (from the repository to test; LOG_OUT receives a
-# copy of the clone's meson testlog.json for .ci/run's count). Exit 0 when all hold.
+# Usage: .ci/readme.sh   (from the repository to test). Exit 0 when all hold.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-log_out=${1:-}
 
 # The n-th (1-based) ```sh block of README.md, joined into one line where a
 # backslash continues it.
@@ -46,7 +44,6 @@ else
     echo "readme: FAILED: the test command"
     status=1
 fi
-[ -n "$log_out" ] && cp build/meson-logs/testlog.json "$log_out" 2>/dev/null
 
 echo "readme: \$ $serve_cmd"
 bash -c "$serve_cmd" >serve.log 2>&1 &
