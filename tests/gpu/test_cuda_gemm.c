@@ -55,7 +55,7 @@ static struct cuda_gemm *gemm;
 
 /* The random inputs (gpu_rnd_*): the same data on every run, replayed by
  * tests/unit/test_gemm_tol.c (its seed and its list of shapes follow this file). */
-static uint64_t rng = 0x51a3f2d4c9e7b601ull;
+static uint64_t rng = GEMM_TEST_SEED;
 
 /* Compare cuda_gemm_linear with the host on one shape; returns the bad outputs. */
 static int64_t check_shape(int32_t m, int32_t n, int32_t k, bool bias, bool relu)
@@ -68,6 +68,7 @@ static int64_t check_shape(int32_t m, int32_t n, int32_t k, bool bias, bool relu
     uint16_t *y = malloc((size_t)m * n * sizeof *y);
     uint16_t *d_x = NULL, *d_w = NULL, *d_b = NULL, *d_y = NULL;
     float *xf = malloc((size_t)k * sizeof *xf), *wf = malloc((size_t)n * k * sizeof *wf);
+    int32_t *rows = malloc((size_t)m * sizeof *rows); /* the rows checked */
     for (int64_t i = 0; i < (int64_t)n * k; i++) wf[i] = f16_to_f32(w[i]);
 
     CUDA_OK(cudaMalloc((void **)&d_x, (size_t)m * k * 2));
@@ -89,12 +90,10 @@ static int64_t check_shape(int32_t m, int32_t n, int32_t k, bool bias, bool relu
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(y, d_y, (size_t)m * n * 2, cudaMemcpyDeviceToHost));
 
-    /* Every row when the host work is small, else 16 rows spread over m. */
-    const bool all = (double)m * n * k <= 3e8;
-    const int32_t n_rows = all ? m : (m < 16 ? m : 16);
+    const int32_t n_rows = gemm_check_rows(m, n, k, rows);
     double worst = 0.0;
     for (int32_t ri = 0; ri < n_rows; ri++) {
-        const int32_t r = all || n_rows == m ? ri : (int32_t)((int64_t)ri * (m - 1) / 15);
+        const int32_t r = rows[ri];
         for (int32_t j = 0; j < k; j++) xf[j] = f16_to_f32(x[(int64_t)r * k + j]);
         for (int32_t c = 0; c < n; c++) {
             const float *wr = wf + (int64_t)c * k;
@@ -122,7 +121,7 @@ static int64_t check_shape(int32_t m, int32_t n, int32_t k, bool bias, bool relu
            n, k, b ? " +bias" : "", relu ? " +relu" : "", n_rows, worst);
 out:
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_b), cudaFree(d_y);
-    free(x), free(w), free(b), free(y), free(xf), free(wf);
+    free(x), free(w), free(b), free(y), free(xf), free(wf), free(rows);
     return bad;
 }
 
@@ -144,6 +143,7 @@ static int64_t check_shape_f32(int32_t m, int32_t n, int32_t k)
     uint16_t *d_x = NULL, *d_w = NULL;
     float *d_y = NULL;
     float *xf = malloc((size_t)k * sizeof *xf), *wf = malloc((size_t)n * k * sizeof *wf);
+    int32_t *rows = malloc((size_t)m * sizeof *rows); /* the rows checked */
     for (int64_t i = 0; i < (int64_t)n * k; i++)
         wf[i] = f16_to_f32(w[i]);
 
@@ -162,12 +162,11 @@ static int64_t check_shape_f32(int32_t m, int32_t n, int32_t k)
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(y, d_y, (size_t)m * n * 4, cudaMemcpyDeviceToHost));
 
-    const bool all = (double)m * n * k <= 3e8;
-    const int32_t n_rows = all ? m : (m < 16 ? m : 16);
+    const int32_t n_rows = gemm_check_rows(m, n, k, rows);
     double worst = 0.0;
     int64_t n_f16 = 0, n_checked = 0;
     for (int32_t ri = 0; ri < n_rows; ri++) {
-        const int32_t r = all || n_rows == m ? ri : (int32_t)((int64_t)ri * (m - 1) / 15);
+        const int32_t r = rows[ri];
         for (int32_t j = 0; j < k; j++)
             xf[j] = f16_to_f32(x[(int64_t)r * k + j]);
         for (int32_t c = 0; c < n; c++) {
@@ -200,58 +199,41 @@ static int64_t check_shape_f32(int32_t m, int32_t n, int32_t k)
            m, n, k, n_rows, worst, (long long)n_f16);
 out:
     cudaFree(d_x), cudaFree(d_w), cudaFree(d_y);
-    free(x), free(w), free(y), free(xf), free(wf);
+    free(x), free(w), free(y), free(xf), free(wf), free(rows);
     return bad;
 }
 
-static const int32_t ms[] = {1, 3, 17, 512};
-
-/* qkv, out_proj, fc1 (+ReLU), fc2 of a model with hidden hd and ffn f, every m. */
-static void check_model(int32_t hd, int32_t f)
+/* The cases of one group (tests/gemm_tol.h, gemm_cases: the order the inputs are
+ * drawn in, which test_gemm_tol replays). */
+static void check_group(const char *group)
 {
-    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
-        EXPECT_EQ(check_shape(ms[i], 3 * hd, hd, true, false), 0);
-        EXPECT_EQ(check_shape(ms[i], hd, hd, true, false), 0);
-        EXPECT_EQ(check_shape(ms[i], f, hd, true, true), 0);
-        EXPECT_EQ(check_shape(ms[i], hd, f, true, false), 0);
+    struct gemm_case c[64];
+    const int32_t n = gemm_cases(c);
+    for (int32_t i = 0; i < n; i++) {
+        if (strcmp(c[i].group, group) != 0) continue;
+        if (c[i].f32)
+            EXPECT_EQ(check_shape_f32(c[i].m, c[i].n, c[i].k), 0);
+        else
+            EXPECT_EQ(check_shape(c[i].m, c[i].n, c[i].k, c[i].bias, c[i].relu), 0);
     }
 }
 
-TEST(opt_125m_projections)
-{
-    check_model(768, 3072);
-}
+/* OPT-125m's projections: qkv, out_proj, fc1 + ReLU, fc2, for 1, 3, 17 and 512
+ * tokens. */
+TEST(opt_125m_projections) { check_group("opt-125m"); }
 
-TEST(opt_125m_lm_head_without_bias)
-{
-    /* The tied LM head: [vocab, hidden], no bias; the decode rows of a step. */
-    EXPECT_EQ(check_shape(1, 50272, 768, false, false), 0);
-    EXPECT_EQ(check_shape(17, 50272, 768, false, false), 0);
-}
+/* The tied LM head: [vocab, hidden], no bias; the decode rows of a step. */
+TEST(opt_125m_lm_head_without_bias) { check_group("lm-head"); }
 
-TEST(lm_head_in_fp32)
-{
-    /* cuda_gemm_linear_f32: OPT-125m's and OPT-6.7B's tied LM heads [50272, hidden]
-     * for the decode rows of a step, then odd shapes (cuBLAS's fallbacks). */
-    EXPECT_EQ(check_shape_f32(1, 50272, 768), 0);
-    EXPECT_EQ(check_shape_f32(17, 50272, 768), 0);
-    EXPECT_EQ(check_shape_f32(3, 50272, 4096), 0);
-    EXPECT_EQ(check_shape_f32(64, 50272, 4096), 0);
-    EXPECT_EQ(check_shape_f32(5, 37, 29), 0);
-    EXPECT_EQ(check_shape_f32(1, 1, 1), 0);
-}
+/* cuda_gemm_linear_f32: OPT-125m's and OPT-6.7B's tied LM heads [50272, hidden] for
+ * the decode rows of a step, then odd shapes (cuBLAS's fallbacks). */
+TEST(lm_head_in_fp32) { check_group("lm-head-f32"); }
 
-TEST(opt_6_7b_projections)
-{
-    check_model(4096, 16384);
-}
+TEST(opt_6_7b_projections) { check_group("opt-6.7b"); }
 
-TEST(odd_shapes_and_no_bias)
-{
-    /* n, k not multiples of 8 (cuBLAS's non-tensor-core fallbacks), no bias. */
-    EXPECT_EQ(check_shape(5, 37, 29, false, false), 0);
-    EXPECT_EQ(check_shape(3, 38, 29, true, true), 0);
-}
+/* n, k not multiples of 8 (cuBLAS's non-tensor-core fallbacks), with and without a
+ * bias. */
+TEST(odd_shapes_and_no_bias) { check_group("odd"); }
 
 /* Achieved TFLOP/s of one projection (m = 512), from 20 calls after a warm-up. */
 static void time_shape(const char *name, int32_t m, int32_t n, int32_t k, bool relu)

@@ -62,11 +62,6 @@ static const char *const dev_names[N_DEV] = {"exact",    "forward",     "reverse
                                              "pairwise", "tensor-core", "truncating"};
 
 /* One shape of test_cuda_gemm, in its order. */
-struct shape {
-    const char *model;
-    int32_t m, n, k;
-    bool bias, relu, f32;
-};
 
 /* What one shape's replay found, per device. */
 struct tally {
@@ -83,8 +78,7 @@ struct out {
     double s, mag;
 };
 
-/* The seed of test_cuda_gemm's stream. */
-static const uint64_t seed = 0x51a3f2d4c9e7b601ull;
+static const uint64_t seed = GEMM_TEST_SEED;
 
 /* gpu_rnd_skip's powers of the step, made once in main. */
 static struct gpu_rnd_jump jump;
@@ -181,25 +175,14 @@ static void draw_rows(uint64_t *st, uint16_t *out, int64_t rows, int32_t k,
     gpu_rnd_skip(&jump, st, (uint64_t)(rows * k - at));
 }
 
-/* The rows test_cuda_gemm checks for m, n, k: all when m n k <= 3e8, else 16 spread
- * over m (its first, last and 14 between). Returns the count; idx holds m. */
-static int32_t gpu_rows(int32_t m, int32_t n, int32_t k, int32_t *idx)
-{
-    const bool all = (double)m * n * k <= 3e8;
-    const int32_t n_rows = all ? m : (m < 16 ? m : 16);
-    for (int32_t ri = 0; ri < n_rows; ri++)
-        idx[ri] = all || n_rows == m ? ri : (int32_t)((int64_t)ri * (m - 1) / 15);
-    return n_rows;
-}
-
 /* Replay one shape from *st, tallying into t. Columns: every one, or `max_cols`
  * spread over n. */
-static void replay(uint64_t *st, const struct shape *sh, int32_t max_cols, struct tally *t)
+static void replay(uint64_t *st, const struct gemm_case *sh, int32_t max_cols, struct tally *t)
 {
     const int32_t m = sh->m, n = sh->n, k = sh->k;
     const float ws = 1.0f / sqrtf((float)k); /* as test_cuda_gemm */
     int32_t *rows = xmalloc((size_t)m * sizeof *rows);
-    const int32_t n_rows = gpu_rows(m, n, k, rows);
+    const int32_t n_rows = gemm_check_rows(m, n, k, rows);
     const int32_t n_cols = MIN(n, max_cols);
     int32_t *cols = xmalloc((size_t)n_cols * sizeof *cols);
     for (int32_t i = 0; i < n_cols; i++)
@@ -265,7 +248,7 @@ static void replay(uint64_t *st, const struct shape *sh, int32_t max_cols, struc
                 }
                 if (!(e <= tol) && t->miss[d]++ < 3)
                     TEST_FAIL("%s %s m=%d n=%d k=%d y[%d, %d] = %.8g, exact %.8g, tol %.3g",
-                              dev_names[d], sh->model, m, n, k, rows[ri], cols[ci], got, r,
+                              dev_names[d], sh->group, m, n, k, rows[ri], cols[ci], got, r,
                               tol);
                 if (!(e <= tol0)) t->miss_old[d]++;
                 t->worst[d] = MAX(t->worst[d], e / tol);
@@ -275,41 +258,6 @@ static void replay(uint64_t *st, const struct shape *sh, int32_t max_cols, struc
         }
     }
     free(xf), free(wf), free(o), free(x), free(w), free(b), free(rows), free(cols);
-}
-
-/* test_cuda_gemm's shapes in the order its main draws them. */
-static int32_t gpu_shapes(struct shape *out)
-{
-    int32_t n = 0;
-    static const int32_t ms[] = {1, 3, 17, 512};
-    const struct {
-        const char *name;
-        int32_t hd, f;
-    } models[2] = {{"opt-125m", 768, 3072}, {"opt-6.7b", 4096, 16384}};
-    for (int mi = 0; mi < 2; mi++) {
-        const int32_t hd = models[mi].hd, f = models[mi].f;
-        for (int i = 0; i < 4; i++) { /* check_model */
-            out[n++] =
-                (struct shape){models[mi].name, ms[i], 3 * hd, hd, true, false, false};
-            out[n++] = (struct shape){models[mi].name, ms[i], hd, hd, true, false, false};
-            out[n++] = (struct shape){models[mi].name, ms[i], f, hd, true, true, false};
-            out[n++] = (struct shape){models[mi].name, ms[i], hd, f, true, false, false};
-        }
-        if (mi == 1) break;
-        /* opt_125m_lm_head_without_bias, then lm_head_in_fp32. */
-        out[n++] = (struct shape){"lm-head", 1, 50272, 768, false, false, false};
-        out[n++] = (struct shape){"lm-head", 17, 50272, 768, false, false, false};
-        static const int32_t f32[6][3] = {{1, 50272, 768},  {17, 50272, 768},
-                                          {3, 50272, 4096}, {64, 50272, 4096},
-                                          {5, 37, 29},      {1, 1, 1}};
-        for (int i = 0; i < 6; i++)
-            out[n++] = (struct shape){"lm-head-f32", f32[i][0], f32[i][1], f32[i][2],
-                                      false,         false,     true};
-    }
-    /* odd_shapes_and_no_bias */
-    out[n++] = (struct shape){"odd", 5, 37, 29, false, false, false};
-    out[n++] = (struct shape){"odd", 3, 38, 29, true, true, false};
-    return n;
 }
 
 TEST(the_generator_skips_exactly)
@@ -357,22 +305,22 @@ TEST(the_bound_at_the_edges_of_fp16)
 }
 
 /* The replay, once: every shape of test_cuda_gemm in its order. */
-static struct shape shapes[64];
+static struct gemm_case shapes[64];
 static struct tally tallies[64];
 static int32_t n_shapes;
 
 static void replay_all(void)
 {
-    n_shapes = gpu_shapes(shapes);
+    n_shapes = gemm_cases(shapes);
     uint64_t st = seed;
     for (int32_t i = 0; i < n_shapes; i++) {
-        const struct shape *sh = &shapes[i];
-        const bool all_cols = !strcmp(sh->model, "opt-125m") || !strcmp(sh->model, "odd");
+        const struct gemm_case *sh = &shapes[i];
+        const bool all_cols = !strcmp(sh->group, "opt-125m") || !strcmp(sh->group, "odd");
         replay(&st, sh, all_cols ? INT32_MAX : 128, &tallies[i]);
         const struct tally *t = &tallies[i];
         printf("# %-11s m=%3d n=%5d k=%5d%-11s %6lld outputs, old bound misses %4lld; "
                "err/tol",
-               sh->model, sh->m, sh->n, sh->k,
+               sh->group, sh->m, sh->n, sh->k,
                sh->relu   ? " +bias+relu"
                : sh->bias ? " +bias"
                           : "",
@@ -396,7 +344,7 @@ static int64_t total_out(const char *model)
 {
     int64_t n = 0;
     for (int32_t i = 0; i < n_shapes; i++)
-        if (!model || !strcmp(shapes[i].model, model)) n += tallies[i].n_out;
+        if (!model || !strcmp(shapes[i].group, model)) n += tallies[i].n_out;
     return n;
 }
 
@@ -404,7 +352,7 @@ static int64_t total_miss(const char *model, int d, bool old)
 {
     int64_t n = 0;
     for (int32_t i = 0; i < n_shapes; i++)
-        if (!model || !strcmp(shapes[i].model, model))
+        if (!model || !strcmp(shapes[i].group, model))
             n += old ? tallies[i].miss_old[d] : tallies[i].miss[d];
     return n;
 }
