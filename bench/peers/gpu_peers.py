@@ -312,17 +312,11 @@ def opt_config(model):
                      bos_token_id=2, eos_token_id=2)
 
 
-def prompts(batch, prompt_len, seed):
-    """batch x prompt_len ids among OPT's real tokens (4 .. 50264), as peer.py."""
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    return rng.integers(4, 50265, size=(batch, prompt_len), dtype=np.int64)
-
-
 def run_hf(a):
     import torch
     import transformers
     from transformers import OPTForCausalLM
+    from peer import prompts  # the CPU peers' prompts, so both runs time the same work
 
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
