@@ -33,7 +33,7 @@
  */
 #include "bench_args.h"
 #include "err.h"
-#include "h2o.h"
+#include "kv_budget.h"
 #include "kv_pool.h"
 #include "model.h"
 #include "req.h"

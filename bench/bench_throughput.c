@@ -37,7 +37,7 @@
 #include "bench_args.h"
 #include "engine.h"
 #include "err.h"
-#include "h2o.h"
+#include "kv_budget.h"
 #include "model.h"
 #include "util.h"
 #include "workload.h"

@@ -11,7 +11,7 @@
 #ifndef H2O_BENCH_WORKLOAD_H
 #define H2O_BENCH_WORKLOAD_H
 
-#include "h2o.h"
+#include "kv_budget.h"
 #include "backend.h"
 #include "model.h"
 

@@ -32,7 +32,7 @@
 #define H2O_CFG_H
 
 #include "engine.h"
-#include "h2o.h"
+#include "kv_budget.h"
 
 #include <stdbool.h>
 #include <stddef.h>

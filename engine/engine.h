@@ -24,7 +24,7 @@
 #ifndef H2O_ENGINE_H
 #define H2O_ENGINE_H
 
-#include "h2o.h"
+#include "kv_budget.h"
 #include "model.h"
 #include "req.h"
 #include "sched.h"

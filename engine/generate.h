@@ -10,7 +10,7 @@
 #ifndef H2O_GENERATE_H
 #define H2O_GENERATE_H
 
-#include "h2o.h"
+#include "kv_budget.h"
 #include "model.h"
 #include "sampler.h"
 

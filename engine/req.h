@@ -12,7 +12,7 @@
 #ifndef H2O_REQ_H
 #define H2O_REQ_H
 
-#include "h2o.h"
+#include "kv_budget.h"
 #include "sampler.h"
 
 #include <stdbool.h>

@@ -24,7 +24,7 @@
 #ifndef H2O_SERVER_API_COMPLETIONS_H
 #define H2O_SERVER_API_COMPLETIONS_H
 
-#include "h2o.h"
+#include "kv_budget.h"
 #include "json.h"
 #include "req.h"
 

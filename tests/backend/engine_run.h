@@ -20,7 +20,7 @@
 #include "err.h"
 #include "generate.h"
 #include "golden.h"
-#include "h2o.h"
+#include "kv_budget.h"
 #include "h2o_ref.h"
 
 #define STEPS 64

@@ -9,7 +9,7 @@
 #include "test.h"
 
 #include "err.h"
-#include "h2o.h"
+#include "kv_budget.h"
 #include "kv_pool.h"
 #include "model.h"
 #include "req.h"

@@ -6,6 +6,7 @@
 #include "test.h"
 
 #include "h2o.h"
+#include "kv_budget.h"
 #include "h2o_ref.h"
 #include "util.h"
 

@@ -14,7 +14,7 @@
 #ifndef H2O_BENCH_QUALITY_H
 #define H2O_BENCH_QUALITY_H
 
-#include "h2o.h"
+#include "kv_budget.h"
 #include "model.h"
 
 #include <stdint.h>

@@ -3,6 +3,8 @@
  */
 #include "kv_seq.h"
 
+#include "h2o.h"
+
 #include "backend.h"
 #include "err.h"
 #include "kv_pool.h"

@@ -1,13 +1,14 @@
 /*
- * h2o.h - the KV-cache policies (full, h2o, local) as pure functions.
+ * kv_budget.h - the KV-cache policies (full, h2o, local) and their budgets.
  *
- * Budgets and the two H2O decisions of DESIGN.md section 5, with no knowledge of
- * blocks or backends: which prompt tokens survive the prefill, and which token a
- * full head evicts after a decode step. kv_seq.c applies them to the paged cache.
+ * How a request or the configuration states a policy (struct kv_spec) and what it
+ * resolves to for one sequence (struct kv_budget): B = heavy + recent slots per
+ * (layer, head), as DESIGN.md section 5 defines them. Pure functions; h2o.h holds the
+ * two selection rules that apply a budget, kv_seq.c applies both to the paged cache.
  * Thread: any (no state).
  */
-#ifndef H2O_H2O_H
-#define H2O_H2O_H
+#ifndef H2O_KV_BUDGET_H
+#define H2O_KV_BUDGET_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -72,24 +73,5 @@ int32_t kv_budget_slots(const struct kv_budget *b);
  */
 int32_t kv_budget_peak_slots(const struct kv_budget *b, int32_t prompt_len,
                              int32_t max_tokens);
-
-/*
- * Prefill selection for one (layer, head). n slots hold the prompt's tokens, with
- * positions pos[] and accumulated column sums col[]. If n <= B - 1 every slot is
- * kept; else the R - 1 newest positions plus the H largest col among the rest (ties:
- * older position first). Writes the kept slot indices in ascending order to keep[]
- * and returns their count. scratch holds n int32. Expected O(n) (quickselect), no
- * full sort.
- */
-int32_t h2o_select_prefill(const float *col, const int32_t *pos, int32_t n, int32_t heavy,
-                           int32_t recent, int32_t *keep, int32_t *scratch);
-
-/*
- * Decode eviction for one full (layer, head): among the n slots (all occupied),
- * the argmin score, skipping the R - 1 newest tokens (positions > t - (R - 1), t the
- * current token's position); ties: older position first. O(n). Returns the slot.
- */
-int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int32_t t,
-                         int32_t recent);
 
 #endif

@@ -27,7 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "h2o.h"
+#include "kv_budget.h"
 
 struct kv_pool;
 struct backend;

@@ -1,13 +1,14 @@
 /*
- * model_config.c - OPT configurations: Hugging Face config.json and the built-in
- * dummy sizes (see model.h).
+ * opt_config.c - OPT configurations: Hugging Face config.json and the built-in
+ * dummy sizes (see opt_config.h).
  *
  * Owns nothing past a call: the JSON tree lives only while one file is parsed.
  * Invariant: a config this file returns is usable as is: sizes positive, hidden
  * divisible by the heads, special token ids inside the vocabulary.
  */
+#include "opt_config.h"
+
 #include "err.h"
-#include "model.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
