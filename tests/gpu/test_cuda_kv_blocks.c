@@ -15,7 +15,7 @@
  * Without a CUDA device it prints "no CUDA device: skipping" and exits 77 (SKIP).
  */
 #include "cuda_kernels.h"
-#include "decode_case.h"
+#include "paged_case.h"
 #include "dtype.h"
 #include "test.h"
 

@@ -4,7 +4,7 @@
  * chunked prefill): the fp16 case data widened to the engine's fp32, and one
  * cpu_attn_forward call set up as the CPU backend makes it.
  *
- * The cases (tests/decode_case.h, tests/prefill_case.h) hold fp16 K/V and qkv, as the
+ * The cases (tests/lib/paged_case.h) hold fp16 K/V and qkv, as the
  * kernels read them; the engine runs on fp32 holding the same values widened, which
  * is exact, so any difference comes from the attention itself.
  */

@@ -16,7 +16,7 @@
 #include "test.h"
 
 #include "cuda_ref.h"
-#include "decode_case.h"
+#include "paged_case.h"
 
 #include <stdint.h>
 #include <string.h>
