@@ -1,8 +1,8 @@
 /*
- * test_api_parse.c - POST /v1/completions bodies without the network: the request
- * parser against tables of valid and invalid bodies, the limits that come from the
- * model, the error body, robustness against garbage, and the engine requests the
- * parsed body becomes.
+ * test_api_completions.c - POST /v1/completions bodies without the network
+ * (server/api_completions.c): the request parser against tables of valid and invalid
+ * bodies, the limits that come from the model, the error body, robustness against
+ * garbage, and the engine requests the parsed body becomes.
  */
 #include "api_testlib.h"
 #include "rnd.h"
