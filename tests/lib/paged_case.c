@@ -402,3 +402,18 @@ void cc_free(struct compact_case *c)
     free(c->keep);
     memset(c, 0, sizeof *c);
 }
+
+/* ---- KV block state. ---- */
+
+const int32_t kb_block_sizes[4] = {1, 16, 64, 5};
+
+void kb_fill_pool(uint64_t *st, uint16_t *v, int32_t *pos, float *score, int64_t n_state,
+                  int32_t head_dim)
+{
+    for (int64_t e = 0; e < n_state * head_dim; e++)
+        v[e] = dc_int(st, 4) == 0 ? 0x7e00 : f32_to_f16(dc_float(st, -4.0f, 4.0f));
+    for (int64_t e = 0; e < n_state; e++) {
+        pos[e] = dc_int(st, 1001) - 1;
+        score[e] = dc_float(st, -1.0f, 100.0f);
+    }
+}

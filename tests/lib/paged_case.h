@@ -28,6 +28,9 @@
  * filled, those outside the table must stay untouched) and per head an ascending
  * random keep list as h2o_prefill_keep makes.
  *
+ * kb_fill_pool: the raw slot state (V, pos, score) the KV block kernels reset and
+ * gather, with NaNs and negative scores a reset must overwrite.
+ *
  * Every case draws from the caller's rnd.h state; ownership: the case owns its
  * arrays, freed by its *_free. Thread: any.
  */
@@ -172,5 +175,15 @@ static inline int64_t cc_slots(const struct compact_case *c) /* pool slots per h
 }
 
 struct cuda_kv_compact_args cc_args(struct compact_case *c);
+
+/* ---- KV block state: cuda_kv_init_blocks and cuda_kv_gather_state's tests. ---- */
+
+/* The block sizes those tests draw from: 1, OPT's 16 and 64, and an odd 5. */
+extern const int32_t kb_block_sizes[4];
+
+/* A random fp16 pool of n_state slots with head_dim values each: V NaN (1 in 4) or
+ * random in [-4, 4), pos in [-1, 1000), scores in [-1, 100). */
+void kb_fill_pool(uint64_t *st, uint16_t *v, int32_t *pos, float *score, int64_t n_state,
+                  int32_t head_dim);
 
 #endif
