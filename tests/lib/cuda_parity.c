@@ -12,7 +12,10 @@
 
 struct parity_worst parity_worst;
 
-bool parity_run(struct erun *r, const char *name, enum be_device dev, int tp, int32_t chunk)
+/* Every case of engine_run.h's table on `dev` with `tp` ranks, prompts in chunks of
+ * `chunk`. */
+static bool parity_run(struct erun *r, const char *name, enum be_device dev, int tp,
+                       int32_t chunk)
 {
     struct model_opts mo;
     /* The CPU reference keeps its slot state as a device does (a victim keeps its pos

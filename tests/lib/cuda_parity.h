@@ -43,7 +43,7 @@
  * {30, 25, 25} evicts token 13 on the CPU and 14 on CUDA in one head, a near-tie of
  * scores that leaves tokens and logits equal; these sequences have no such tie on the
  * tiny models. dummy:opt-125m (144 heads) has such ties with this seed too, so
- * test_cuda_model checks it with exact_heads false (see compare). */
+ * test_cuda_model checks it with exact_heads false (see cuda_parity.c's compare). */
 #define PARITY_SEED 700
 
 /* The largest differences seen so far, for the test's summary line. */
@@ -52,14 +52,9 @@ struct parity_worst {
 };
 extern struct parity_worst parity_worst;
 
-/* Every case of engine_run.h's table on `dev` with `tp` ranks, prompts in chunks of
- * `chunk`. */
-bool parity_run(struct erun *r, const char *name, enum be_device dev, int tp,
-                int32_t chunk);
-
 /* CUDA with `tp` ranks (as many devices) against the CPU backend in fp32; with tp > 1
  * also against CUDA with one rank. Prompts in chunks of `chunk`. exact_heads: as in
- * compare. */
+ * cuda_parity.c's compare. */
 void parity_check_model(const char *name, int32_t chunk, int tp, bool exact_heads);
 
 /*
