@@ -3,7 +3,7 @@
  * dummy sizes and config.json parsing, including each way a config.json can be wrong.
  */
 #include "err.h"
-#include "model.h"
+#include "opt_config.h"
 #include "test.h"
 
 #include <stdlib.h>
