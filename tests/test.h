@@ -6,6 +6,9 @@
  * EXPECT* marks the current test failed and goes on, so one run shows every broken
  * expectation. meson reads the TAP stream (protocol: 'tap').
  * Tests find their data (tests/data) through H2O_TEST_DATA (set by meson).
+ * The counters live in tests/lib/test.c, so that the shared harnesses of tests/lib
+ * (compiled once, into a library) fail the test that calls them: every test program
+ * links that library (test_dep in tests/meson.build).
  */
 #ifndef H2O_TEST_H
 #define H2O_TEST_H
@@ -15,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int test_n_run, test_n_failed, test_cur_failed;
+/* Tests run and failed so far; whether the current one has failed. Thread: the main
+ * test thread only (EXPECT is not thread-safe). */
+extern int test_n_run, test_n_failed, test_cur_failed;
 
 #define TEST(name) static void test_##name(void)
 

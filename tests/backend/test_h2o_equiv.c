@@ -1,7 +1,7 @@
 /*
  * test_h2o_equiv.c - the paged H2O engine against the dense reference.
  *
- * tests/backend/h2o_ref.c keeps every token's K/V and masks evicted tokens out,
+ * tests/lib/h2o_ref.c keeps every token's K/V and masks evicted tokens out,
  * written from DESIGN.md section 5 for clarity. The engine keeps only B slots per
  * (layer, head) in paged blocks, compacts after the prompt and refills holes per
  * head. For several budgets (B below the prompt, B above prompt + generation,

@@ -1,6 +1,6 @@
 /*
  * test_h2o_rules.c - the engine's H2O selection rules (engine/h2o.c) against the
- * reference's (tests/backend/h2o_ref.c), on many random cases full of ties, and the
+ * reference's (tests/lib/h2o_ref.c), on many random cases full of ties, and the
  * budget arithmetic.
  */
 #include "test.h"
@@ -8,13 +8,8 @@
 #include "h2o.h"
 #include "kv_budget.h"
 #include "h2o_ref.h"
+#include "rnd.h"
 #include "util.h"
-
-static uint64_t lcg(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return *s >> 33;
-}
 
 /* Scores from a small set of values, so that ties are common. */
 static float tie_value(uint64_t *s)

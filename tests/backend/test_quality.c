@@ -1,7 +1,7 @@
 /*
  * test_quality.c - bench/quality.c's streaming perplexity against two references:
  * one dense forward of the engine over each whole segment (every row's logits, no
- * cache policy), and tests/backend/h2o_ref.c, the dense masked reference, which
+ * cache policy), and tests/lib/h2o_ref.c, the dense masked reference, which
  * with H = 0 is a sliding window: the query at position t sees only the R newest
  * positions (the prompt itself attended in full, as in generation).
  */

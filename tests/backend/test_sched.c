@@ -25,6 +25,8 @@
  * (also when the compacted prompt holds one block more than its slots need, and with
  * the slot state served as a device's);
  * requests that cannot run get one error event and leave the scheduler working;
+ * an absolute budget near INT32_MAX runs like a full cache, and greedy forks equal
+ * the lone request at every budget shape (both found reviewing the KV path);
  * the same pool holds 4.5x as many H2O 20% sequences of 512 + 512 tokens as full
  * ones; and a seeded stress run of 1000 random requests with random cancels.
  * The tests that found engine bugs say so where they are.
@@ -827,6 +829,90 @@ TEST(request_without_prompt)
     h_close(&h);
 }
 
+/* ---- Budgets near INT32_MAX. ---- */
+
+/*
+ * The API accepts any absolute heavy / recent count up to INT32_MAX. H + R then
+ * overflowed int32 in kv_budget_slots (and ceil(B / block_size) for values just
+ * below it), so the scheduler computed a negative decode share and aborted on its
+ * own invariants: one request could take the server down. A budget that large can
+ * never evict anything, so it must run exactly like a full cache.
+ */
+TEST(huge_absolute_budget)
+{
+    const int32_t hr[][2] = {
+        {INT32_MAX, 1}, {1, INT32_MAX}, {INT32_MAX, INT32_MAX}, {INT32_MAX - 20, 5}};
+    struct kv_budget b;
+    for (int32_t c = 0; c < (int32_t)ARRAY_LEN(hr); c++) {
+        const struct kv_spec kv = spec_abs(KV_POLICY_H2O, hr[c][0], hr[c][1]);
+        CHECK(kv_budget_resolve(&kv, 20, 8, &b) == 0);
+        const int64_t B = (int64_t)b.heavy + b.recent;
+        /* Still no eviction: B above every token the sequence can hold. */
+        EXPECT(B >= 28);
+        /* ceil(B / block_size) must not overflow either. */
+        EXPECT(B <= INT32_MAX - 4096);
+        EXPECT_EQ((int64_t)kv_budget_slots(&b), B);
+    }
+
+    struct harness h;
+    if (!h_open(&h, 64, 8, 64, 16)) return;
+    for (int32_t c = 0; c < (int32_t)ARRAY_LEN(hr); c++) {
+        const struct kv_spec kv = spec_abs(KV_POLICY_H2O, hr[c][0], hr[c][1]);
+        h_add(&h, mkreq((uint64_t)(2 * c), 20, 8, 2, REQ_PRIO_BATCH, kv, 9));
+        h_add(&h, mkreq((uint64_t)(2 * c + 1), 20, 8, 1, REQ_PRIO_BATCH, spec_full(), 9));
+        h_run_idle(&h, 200);
+    }
+    h_check_all_answered(&h);
+    for (int32_t c = 0; c < (int32_t)ARRAY_LEN(hr); c++) {
+        const struct req_obs *big = &h.o.r[2 * c], *full = &h.o.r[2 * c + 1];
+        for (int32_t k = 0; k < 2; k++)
+            if (big->seq[k].tok_hash != full->seq[0].tok_hash)
+                TEST_FAIL("H %d R %d seq %d: differs from the full cache", hr[c][0],
+                          hr[c][1], k);
+    }
+    h_close(&h);
+}
+
+/* ---- Forks at every budget shape. ---- */
+
+/*
+ * Greedy forks must each produce the lone request's tokens: the fork copies blocks,
+ * slot state and n_slots, and every later eviction must see the same state in every
+ * fork. Budgets: below the prompt (compacted), the prompt exactly B - 1 and B, above
+ * the prompt but reached while decoding, never reached; max_tokens 1 (the forks never
+ * decode) and 2 (one decode step, not cached after).
+ */
+TEST(forks_match_lone_request)
+{
+    const int32_t cases[][4] = {
+        /* P, H, R, max_tokens */
+        {40, 4, 3, 30}, {9, 5, 5, 30}, {10, 5, 5, 30}, {12, 10, 10, 30}, {20, 40, 40, 20},
+        {40, 4, 3, 1},  {40, 4, 3, 2}, {9, 5, 5, 2},   {17, 0, 1, 20},   {16, 8, 9, 25},
+    };
+    const int32_t n_cases = (int32_t)ARRAY_LEN(cases);
+    struct harness h;
+    if (!h_open(&h, 128, 8, 64, 2 * n_cases)) return;
+    for (int32_t c = 0; c < n_cases; c++) {
+        const struct kv_spec kv = spec_abs(KV_POLICY_H2O, cases[c][1], cases[c][2]);
+        h_add(&h, mkreq((uint64_t)(2 * c), cases[c][0], cases[c][3], 1, REQ_PRIO_BATCH, kv,
+                        31));
+        h_add(&h, mkreq((uint64_t)(2 * c + 1), cases[c][0], cases[c][3], 4, REQ_PRIO_BATCH,
+                        kv, 31));
+    }
+    h_run_idle(&h, 2000);
+    h_check_all_answered(&h);
+    for (int32_t c = 0; c < n_cases; c++) {
+        const struct req_obs *one = &h.o.r[2 * c], *four = &h.o.r[2 * c + 1];
+        for (int32_t k = 0; k < 4; k++) {
+            EXPECT_EQ(four->seq[k].n_tok, cases[c][3]);
+            if (four->seq[k].tok_hash != one->seq[0].tok_hash)
+                TEST_FAIL("P %d H %d R %d T %d: fork %d differs from the lone request",
+                          cases[c][0], cases[c][1], cases[c][2], cases[c][3], k);
+        }
+    }
+    h_close(&h);
+}
+
 int main(void)
 {
     RUN(fcfs_one_seq_at_a_time);
@@ -847,5 +933,7 @@ int main(void)
     RUN(invalid_options);
     RUN(max_model_len_limits_the_context);
     RUN(request_without_prompt);
+    RUN(huge_absolute_budget);
+    RUN(forks_match_lone_request);
     return test_done();
 }

@@ -7,7 +7,7 @@
  * The host reference widens the fp16 values and sums in double (so its own error is
  * negligible); the device sums fp32 products in fp32 in an order cuBLAS picks and
  * rounds to fp16 once, twice with a bias (the GEMM's store, then the bias add). Each
- * output must be within gemm_tol_f16 of the reference (tests/gemm_tol.h): half an
+ * output must be within gemm_tol_f16 of the reference (tests/lib/gemm_tol.h): half an
  * fp16 ulp of the bias-free sum for the first rounding, half an ulp of the result for
  * the second, plus 2^-22 sqrt(k) sum |x w| for the fp32 accumulation. The first
  * rounding is at the scale of the product sum, which a cancelling bias can make far
@@ -203,7 +203,7 @@ out:
     return bad;
 }
 
-/* The cases of one group (tests/gemm_tol.h, gemm_cases: the order the inputs are
+/* The cases of one group (tests/lib/gemm_tol.h, gemm_cases: the order the inputs are
  * drawn in, which test_gemm_tol replays). */
 static void check_group(const char *group)
 {

@@ -12,7 +12,7 @@
  *
  * Decode attention (cuda_decode_attn) is compared with its host reference
  * cuda_ref_decode_attn (cuda/cuda_ref.c, itself checked against the CPU engine by
- * tests/unit/test_cuda_ref.c) on the same random paged states (tests/decode_case.h):
+ * tests/unit/test_cuda_ref.c) on the same random paged states (tests/lib/paged_case.h):
  * K/V writes and positions bit-identical, scores within 1e-5, outputs within half an
  * fp16 ulp of the unrounded reference plus 1e-5, victims identical (with ties on,
  * where every probability is exactly 1/n on both sides, and otherwise unless the two
@@ -20,16 +20,15 @@
  *
  * The prefill compaction (cuda_kv_compact) only moves values, so the whole pool (K,
  * V, pos, score, blocks outside the table included) must equal cuda_ref_kv_compact's
- * bit for bit on the random states of tests/compact_case.h, which
+ * bit for bit on the random states of tests/lib/paged_case.h, which
  * tests/unit/test_cuda_ref.c checks against the CPU backend's own compaction.
  *
  * Without a CUDA device (cudaGetDeviceCount finds none, or no driver) it prints
  * "no CUDA device: skipping" and exits 77, meson's skip code. Run on a GPU machine
  * with tests/gpu/run.sh.
  */
-#include "compact_case.h"
+#include "paged_case.h"
 #include "cuda_kernels.h"
-#include "decode_case.h"
 #include "dtype.h"
 #include "test.h"
 
@@ -282,18 +281,19 @@ TEST(residual_add_any_length)
  * Returns the number of evictions, or -1 after a failure. */
 static int64_t check_decode_case(struct decode_case *c)
 {
-    const int32_t H = c->n_head, D = c->head_dim, BS = c->block_size;
-    const int64_t pool_el = (int64_t)c->n_pool * H * BS, n_out = (int64_t)c->n_seq * H * D;
+    const int32_t H = c->pool.n_head, D = c->pool.head_dim, BS = c->pool.block_size;
+    const int64_t pool_el = (int64_t)c->pool.n_pool * H * BS,
+                  n_out = (int64_t)c->n_seq * H * D;
     const int64_t n_sh = (int64_t)c->n_seq * H;
 
     /* The device copies first: the reference then updates c in place. */
     struct cuda_decode_attn_args d = dc_args(c);
     d.qkv = DEV(c->qkv, (int64_t)c->n_seq * 3 * H * D * 2);
-    d.k = DEV(c->k, pool_el * D * 2);
-    d.v = DEV(c->v, pool_el * D * 2);
-    d.pos = DEV(c->pos, pool_el * 4);
-    d.score = DEV(c->score, pool_el * 4);
-    d.blocks = DEV(c->blocks, (int64_t)c->n_seq * c->max_blocks * 4);
+    d.k = DEV(c->pool.k, pool_el * D * 2);
+    d.v = DEV(c->pool.v, pool_el * D * 2);
+    d.pos = DEV(c->pool.pos, pool_el * 4);
+    d.score = DEV(c->pool.score, pool_el * 4);
+    d.blocks = DEV(c->pool.blocks, (int64_t)c->n_seq * c->pool.max_blocks * 4);
     d.seqs = DEV(c->seqs, (int64_t)c->n_seq * (int64_t)sizeof *c->seqs);
     d.new_slot = DEV(c->new_slot, n_sh * 4);
     d.out = NULL;
@@ -328,14 +328,14 @@ static int64_t check_decode_case(struct decode_case *c)
 
     int64_t bad = 0, n_evict = 0, near_ties = 0;
     double worst = 0.0, worst_score = 0.0;
-    bad += count_bit_diffs("k", gk, c->k, pool_el * D);
-    bad += count_bit_diffs("v", gv, c->v, pool_el * D);
+    bad += count_bit_diffs("k", gk, c->pool.k, pool_el * D);
+    bad += count_bit_diffs("v", gv, c->pool.v, pool_el * D);
     for (int64_t i = 0; i < pool_el; i++) {
-        const double err = fabs((double)gscore[i] - c->score[i]);
+        const double err = fabs((double)gscore[i] - c->pool.score[i]);
         if (err > worst_score) worst_score = err;
-        if ((gpos[i] != c->pos[i] || !(err <= 1e-5)) && bad++ < 5)
+        if ((gpos[i] != c->pool.pos[i] || !(err <= 1e-5)) && bad++ < 5)
             TEST_FAIL("slot state %lld: pos %d score %.9g, expected pos %d score %.9g",
-                      (long long)i, gpos[i], gscore[i], c->pos[i], c->score[i]);
+                      (long long)i, gpos[i], gscore[i], c->pool.pos[i], c->pool.score[i]);
     }
     bad += gpu_f16_misses("out", got, want, n_out, &worst);
     for (int64_t i = 0; i < n_sh; i++) {
@@ -346,8 +346,8 @@ static int64_t check_decode_case(struct decode_case *c)
         const int32_t seq = (int32_t)(i / H), head = (int32_t)(i % H);
         bool near = gvic[i] >= 0 && c->victim[i] >= 0 && gvic[i] < c->seqs[seq].n_slots;
         if (near) {
-            const float sg = c->score[dc_index(c, seq, gvic[i], head)];
-            const float sr = c->score[dc_index(c, seq, c->victim[i], head)];
+            const float sg = c->pool.score[dc_index(c, seq, gvic[i], head)];
+            const float sr = c->pool.score[dc_index(c, seq, c->victim[i], head)];
             near = fabsf(sg - sr) <= 1e-5f;
         }
         if (near) {
@@ -491,7 +491,7 @@ TEST(decode_attn_timing)
 
 /* ---- kv_compact ------------------------------------------------------------------- */
 
-/* One random compaction (tests/compact_case.h) on the device and with
+/* One random compaction (tests/lib/paged_case.h) on the device and with
  * cuda_ref_kv_compact on the host: the whole pool (K, V, pos, score) bit-identical.
  * Returns the differing elements. */
 static int64_t check_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS, int32_t n_slots,
@@ -502,11 +502,11 @@ static int64_t check_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS, int
     const int64_t ns = cc_slots(&c);
     const int32_t nb = (n_slots + BS - 1) / BS;
     struct cuda_kv_compact_args d = cc_args(&c);
-    d.k = gpu_to_dev(c.k, (size_t)ns * D * 2);
-    d.v = gpu_to_dev(c.v, (size_t)ns * D * 2);
-    d.pos = gpu_to_dev(c.pos, (size_t)ns * 4);
-    d.score = gpu_to_dev(c.score, (size_t)ns * 4);
-    d.blocks = gpu_to_dev(c.blocks, (size_t)(nb ? nb : 1) * 4);
+    d.k = gpu_to_dev(c.pool.k, (size_t)ns * D * 2);
+    d.v = gpu_to_dev(c.pool.v, (size_t)ns * D * 2);
+    d.pos = gpu_to_dev(c.pool.pos, (size_t)ns * 4);
+    d.score = gpu_to_dev(c.pool.score, (size_t)ns * 4);
+    d.blocks = gpu_to_dev(c.pool.blocks, (size_t)(nb ? nb : 1) * 4);
     d.keep = gpu_to_dev(c.keep, (size_t)H * (n_keep ? n_keep : 1) * 4);
     uint16_t *k = malloc((size_t)ns * D * 2), *v = malloc((size_t)ns * D * 2);
     int32_t *pos = malloc((size_t)ns * 4);
@@ -524,12 +524,14 @@ static int64_t check_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS, int
     } else {
         struct cuda_kv_compact_args r = cc_args(&c);
         cuda_ref_kv_compact(&r);
-        bad = count_bit_diffs("K", k, c.k, ns * D) + count_bit_diffs("V", v, c.v, ns * D);
+        bad = count_bit_diffs("K", k, c.pool.k, ns * D) +
+              count_bit_diffs("V", v, c.pool.v, ns * D);
         for (int64_t i = 0; i < ns; i++) {
-            if (pos[i] == c.pos[i] && memcmp(&score[i], &c.score[i], 4) == 0) continue;
+            if (pos[i] == c.pool.pos[i] && memcmp(&score[i], &c.pool.score[i], 4) == 0)
+                continue;
             if (bad++ < 5)
                 TEST_FAIL("slot state %lld: pos %d score %g, expected %d %g", (long long)i,
-                          pos[i], score[i], c.pos[i], c.score[i]);
+                          pos[i], score[i], c.pool.pos[i], c.pool.score[i]);
         }
         if (bad)
             TEST_FAIL("H=%d D=%d BS=%d n=%d keep=%d: %lld differences", H, D, BS, n_slots,

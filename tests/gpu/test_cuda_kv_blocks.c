@@ -15,7 +15,7 @@
  * Without a CUDA device it prints "no CUDA device: skipping" and exits 77 (SKIP).
  */
 #include "cuda_kernels.h"
-#include "decode_case.h"
+#include "paged_case.h"
 #include "dtype.h"
 #include "test.h"
 
@@ -25,20 +25,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-
-static const int32_t block_sizes[] = {1, 16, 64, 5};
-
-/* A random pool: V NaN (1 in 4) or random fp16, pos in [-1, 1000), scores. */
-static void fill_pool(uint64_t *st, uint16_t *v, int32_t *pos, float *score,
-                      int64_t n_state, int32_t head_dim)
-{
-    for (int64_t e = 0; e < n_state * head_dim; e++)
-        v[e] = dc_int(st, 4) == 0 ? 0x7e00 : f32_to_f16(dc_float(st, -4.0f, 4.0f));
-    for (int64_t e = 0; e < n_state; e++) {
-        pos[e] = dc_int(st, 1001) - 1;
-        score[e] = dc_float(st, -1.0f, 100.0f);
-    }
-}
 
 /* How many of n 4-byte words differ; reports the first few as `what`[i]. */
 static int64_t count_word_diffs(const char *what, const void *got, const void *want,
@@ -62,7 +48,7 @@ static int64_t check_init(uint64_t *st, int32_t H, int32_t D, int32_t BS, int32_
     int32_t *pos = malloc((size_t)ns * 4), *pos_got = malloc((size_t)ns * 4);
     float *score = malloc((size_t)ns * 4), *score_got = malloc((size_t)ns * 4);
     int32_t *blocks = malloc((size_t)(n ? n : 1) * 4);
-    fill_pool(st, v, pos, score, ns, D);
+    kb_fill_pool(st, v, pos, score, ns, D);
     dc_shuffle_blocks(st, blocks, n_pool, n);
     uint16_t *d_v = gpu_to_dev(v, (size_t)nv * 2);
     int32_t *d_pos = gpu_to_dev(pos, (size_t)ns * 4);
@@ -99,7 +85,7 @@ TEST(init_blocks_matches_reference_bit_for_bit)
 {
     uint64_t st = 101;
     for (int r = 0; r < 150; r++) {
-        const int32_t BS = block_sizes[r % 4], H = 1 + dc_int(&st, 7);
+        const int32_t BS = kb_block_sizes[r % 4], H = 1 + dc_int(&st, 7);
         const int32_t D = r % 5 == 0 ? 2 : 2 * (1 + dc_int(&st, 128));
         const int32_t n_pool = 1 + dc_int(&st, 12);
         const int32_t n = r % 7 == 0 ? 0 : r % 7 == 1 ? n_pool : dc_int(&st, n_pool + 1);
@@ -123,7 +109,7 @@ static int64_t check_gather(uint64_t *st, int32_t H, int32_t BS, int32_t n_slots
     float *score = malloc((size_t)ns * 4);
     int32_t *pos_out = malloc((size_t)n_out * 4), *pos_got = malloc((size_t)n_out * 4);
     float *score_out = malloc((size_t)n_out * 4), *score_got = malloc((size_t)n_out * 4);
-    fill_pool(st, v, pos, score, ns, 2);
+    kb_fill_pool(st, v, pos, score, ns, 2);
     dc_shuffle_blocks(st, blocks, n_pool, nb);
     /* Recognisable garbage in the outputs, the guard word (last) included. */
     memset(pos_out, 0xa5, (size_t)n_out * 4);
@@ -164,7 +150,7 @@ TEST(gather_state_matches_reference_bit_for_bit)
 {
     uint64_t st = 202;
     for (int r = 0; r < 200; r++) {
-        const int32_t BS = block_sizes[r % 4], H = 1 + dc_int(&st, 9);
+        const int32_t BS = kb_block_sizes[r % 4], H = 1 + dc_int(&st, 9);
         const int32_t n = r % 11 == 0   ? 0
                           : r % 11 == 1 ? BS * (1 + dc_int(&st, 4))
                                         : 1 + dc_int(&st, 1200);

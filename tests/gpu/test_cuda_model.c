@@ -3,7 +3,7 @@
  * logits, greedy tokens, H2O evictions and slot state, through the engine's own step
  * driver, and the scheduler's path.
  *
- * The checks are tests/backend/cuda_parity.h's, the very ones test_cuda_host runs on
+ * The checks are tests/lib/cuda_parity.c's, the very ones test_cuda_host runs on
  * a fake device: the same sequences (engine_run.h's table: batched, prompts in
  * chunks, 64 greedy decode steps, budgets that evict during the prompt and
  * mid-decode, R = 1, H = 0, and full) on the CPU backend in fp32 and on the CUDA

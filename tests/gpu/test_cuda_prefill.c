@@ -2,7 +2,7 @@
  * test_cuda_prefill.c - the CUDA prefill attention (cuda_prefill_attn) against its
  * host reference cuda_ref_prefill_attn (cuda/cuda_ref.c, itself checked against the
  * CPU engine's chunked prefill by tests/unit/test_cuda_prefill_ref.c) on the same
- * random chunked prefills (tests/prefill_case.h).
+ * random chunked prefills (tests/lib/paged_case.h).
  *
  * Each case runs step by step on a device copy of the pool and on the host copy: K/V
  * writes and positions must be bit-identical, scores (the accumulated column sums)
@@ -15,7 +15,7 @@
  */
 #include "cuda_kernels.h"
 #include "dtype.h"
-#include "prefill_case.h"
+#include "paged_case.h"
 #include "test.h"
 
 #include "gpu_testlib.h"
@@ -41,8 +41,8 @@ struct dev_pool {
 static int check_step(struct prefill_case *c, struct dev_pool *dp, int32_t step,
                       double *worst_out, double *worst_score)
 {
-    const int32_t H = c->n_head, D = c->head_dim;
-    const int64_t pool_el = (int64_t)c->n_pool * H * c->block_size;
+    const int32_t H = c->pool.n_head, D = c->pool.head_dim;
+    const int64_t pool_el = (int64_t)c->pool.n_pool * H * c->pool.block_size;
     struct prefill_batch b;
     pc_batch(c, step, &b);
     const int64_t n_out = (int64_t)b.n_tok * H * D;
@@ -52,7 +52,7 @@ static int check_step(struct prefill_case *c, struct dev_pool *dp, int32_t step,
     d.qkv = gpu_to_dev(b.qkv, (int64_t)b.n_tok * 3 * H * D * 2);
     d.tok_pos = gpu_to_dev(b.tok_pos, (int64_t)b.n_tok * 4);
     d.seqs = gpu_to_dev(b.seqs, (int64_t)b.n_seq * (int64_t)sizeof *b.seqs);
-    d.blocks = gpu_to_dev(b.blocks, (int64_t)b.n_seq * c->max_blocks * 4);
+    d.blocks = gpu_to_dev(b.blocks, (int64_t)b.n_seq * c->pool.max_blocks * 4);
     d.out = NULL, d.lse = NULL;
     cudaMalloc((void **)&d.out, (size_t)n_out * 2);
     cudaMalloc((void **)&d.lse, (size_t)b.n_tok * H * 4);
@@ -85,15 +85,16 @@ static int check_step(struct prefill_case *c, struct dev_pool *dp, int32_t step,
 
     int64_t bad = 0;
     for (int64_t i = 0; i < pool_el * D; i++)
-        if ((gk[i] != c->k[i] || gv[i] != c->v[i]) && bad++ < 5)
+        if ((gk[i] != c->pool.k[i] || gv[i] != c->pool.v[i]) && bad++ < 5)
             TEST_FAIL("step %d: K/V element %lld differs", step, (long long)i);
     for (int64_t i = 0; i < pool_el; i++) {
-        const double err = fabs((double)gscore[i] - c->score[i]);
+        const double err = fabs((double)gscore[i] - c->pool.score[i]);
         if (err > *worst_score) *worst_score = err;
-        if ((gpos[i] != c->pos[i] || !close5(gscore[i], c->score[i])) && bad++ < 5)
+        if ((gpos[i] != c->pool.pos[i] || !close5(gscore[i], c->pool.score[i])) &&
+            bad++ < 5)
             TEST_FAIL(
                 "step %d slot state %lld: pos %d score %.9g, expected pos %d score %.9g",
-                step, (long long)i, gpos[i], gscore[i], c->pos[i], c->score[i]);
+                step, (long long)i, gpos[i], gscore[i], c->pool.pos[i], c->pool.score[i]);
     }
     for (int64_t i = 0; i < (int64_t)b.n_tok * H; i++)
         if (!close5(glse[i], b.lse[i]) && bad++ < 5)
@@ -114,13 +115,13 @@ out:
 /* A whole case: the pool to the device, then every step compared. */
 static void check_case(struct prefill_case *c)
 {
-    const int32_t H = c->n_head, D = c->head_dim;
-    const int64_t pool_el = (int64_t)c->n_pool * H * c->block_size;
+    const int32_t H = c->pool.n_head, D = c->pool.head_dim;
+    const int64_t pool_el = (int64_t)c->pool.n_pool * H * c->pool.block_size;
     struct dev_pool dp = {
-        .k = gpu_to_dev(c->k, pool_el * D * 2),
-        .v = gpu_to_dev(c->v, pool_el * D * 2),
-        .pos = gpu_to_dev(c->pos, pool_el * 4),
-        .score = gpu_to_dev(c->score, pool_el * 4),
+        .k = gpu_to_dev(c->pool.k, pool_el * D * 2),
+        .v = gpu_to_dev(c->pool.v, pool_el * D * 2),
+        .pos = gpu_to_dev(c->pool.pos, pool_el * 4),
+        .score = gpu_to_dev(c->pool.score, pool_el * 4),
     };
     double worst_out = 0.0, worst_score = 0.0;
     if (!dp.k || !dp.v || !dp.pos || !dp.score) {
@@ -131,7 +132,8 @@ static void check_case(struct prefill_case *c)
     }
     printf("# prefill n_seq=%d heads=%d head_dim=%d block=%d max_p=%d steps=%d: max |out "
            "err| %.3g, max |score err| %.3g\n",
-           c->n_seq, H, D, c->block_size, c->max_p, c->n_steps, worst_out, worst_score);
+           c->n_seq, H, D, c->pool.block_size, c->max_p, c->n_steps, worst_out,
+           worst_score);
     cudaFree(dp.k), cudaFree(dp.v), cudaFree(dp.pos), cudaFree(dp.score);
 }
 

@@ -16,25 +16,10 @@
 #include "test.h"
 
 #include "cuda_ref.h"
-#include "decode_case.h"
+#include "paged_case.h"
 
 #include <stdint.h>
 #include <string.h>
-
-/* Pool sizes the tests draw from: OPT's block sizes and 1, odd head counts. */
-static const int32_t block_sizes[] = {1, 16, 64, 5};
-
-/* A random fp16 pool of n_pool blocks: V NaN or random, pos in [-1, 1000), score any. */
-static void fill_pool(uint64_t *st, uint16_t *v, int32_t *pos, float *score,
-                      int64_t n_state, int32_t head_dim)
-{
-    for (int64_t e = 0; e < n_state * head_dim; e++)
-        v[e] = dc_int(st, 4) == 0 ? 0x7e00 : f32_to_f16(dc_float(st, -4.0f, 4.0f));
-    for (int64_t e = 0; e < n_state; e++) {
-        pos[e] = dc_int(st, 1001) - 1;
-        score[e] = dc_float(st, -1.0f, 100.0f);
-    }
-}
 
 /* One random init: returns the wrong bytes or slots. */
 static int64_t check_init(uint64_t *st, int32_t H, int32_t D, int32_t BS, int32_t n_pool,
@@ -49,7 +34,7 @@ static int64_t check_init(uint64_t *st, int32_t H, int32_t D, int32_t BS, int32_
           *score0 = dc_alloc((size_t)(ns + 1) * sizeof *score0);
     int32_t *blocks = dc_alloc((size_t)(n ? n : 1) * sizeof *blocks);
     bool *listed = dc_alloc((size_t)n_pool * sizeof *listed);
-    fill_pool(st, v, pos, score, ns, D);
+    kb_fill_pool(st, v, pos, score, ns, D);
     dc_shuffle_blocks(st, blocks, n_pool, n);
     memcpy(v0, v, (size_t)ns * D * sizeof *v);
     memcpy(pos0, pos, (size_t)ns * sizeof *pos);
@@ -89,7 +74,7 @@ TEST(init_blocks_frees_listed_blocks_only)
      * block of the pool listed. */
     uint64_t st = 31;
     for (int r = 0; r < 200; r++) {
-        const int32_t BS = block_sizes[r % 4], H = 1 + dc_int(&st, 7);
+        const int32_t BS = kb_block_sizes[r % 4], H = 1 + dc_int(&st, 7);
         const int32_t D = r % 5 == 0 ? 2 : 2 * (1 + dc_int(&st, 64));
         const int32_t n_pool = 1 + dc_int(&st, 12);
         const int32_t n = r % 7 == 0 ? 0 : r % 7 == 1 ? n_pool : dc_int(&st, n_pool + 1);
@@ -110,7 +95,7 @@ static int64_t check_gather(uint64_t *st, int32_t H, int32_t BS, int32_t n_slots
     /* One guard element past each output: the reference writes exactly [H, n_slots]. */
     int32_t *pos_out = dc_alloc((size_t)(n_out + 1) * sizeof *pos_out);
     float *score_out = dc_alloc((size_t)(n_out + 1) * sizeof *score_out);
-    fill_pool(st, v, pos, score, ns, 2);
+    kb_fill_pool(st, v, pos, score, ns, 2);
     dc_shuffle_blocks(st, blocks, n_pool, nb);
     pos_out[n_out] = 12345;
     score_out[n_out] = 6.5f;
@@ -151,7 +136,7 @@ TEST(gather_state_matches_a_walk_of_the_block_table)
     /* n_slots 0, below, at and past block multiples; block sizes 1, 16, 64 and 5. */
     uint64_t st = 47;
     for (int r = 0; r < 300; r++) {
-        const int32_t BS = block_sizes[r % 4], H = 1 + dc_int(&st, 9);
+        const int32_t BS = kb_block_sizes[r % 4], H = 1 + dc_int(&st, 9);
         const int32_t n = r % 11 == 0   ? 0
                           : r % 11 == 1 ? BS * (1 + dc_int(&st, 4))
                                         : 1 + dc_int(&st, 400);

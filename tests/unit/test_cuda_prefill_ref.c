@@ -5,7 +5,7 @@
  * adds every query's probabilities to the attended slots' scores (the H2O column sums
  * of DESIGN section 5, accumulated over chunks).
  *
- * Both run the same random chunked prefills (tests/prefill_case.h) step by step, each
+ * Both run the same random chunked prefills (tests/lib/paged_case.h) step by step, each
  * on its own copy of the pool: the reference on fp16 K/V, the engine on fp32 K/V
  * holding the same values widened (exactly). The engine uses fast_exp, 16-lane sums
  * and adds p into the scores query by query; the reference uses expf, plain sums, and
@@ -18,7 +18,7 @@
 
 #include "cpu_attn.h"
 #include "cuda_ref.h"
-#include "prefill_case.h"
+#include "paged_case.h"
 #include "util.h"
 
 #include "cuda_ref_testlib.h"
@@ -34,7 +34,7 @@ static bool close5(float got, float want)
 static void engine_step(const struct prefill_case *c, const struct prefill_batch *pb,
                         float *out, float *k32, float *v32, int32_t *pos, float *score)
 {
-    const int32_t H = c->n_head, D = c->head_dim, BS = c->block_size;
+    const int32_t H = c->pool.n_head, D = c->pool.head_dim, BS = c->pool.block_size;
     float *qkv = xmalloc((size_t)pb->n_tok * 3 * H * D * sizeof *qkv);
     cuda_ref_test_widen(qkv, pb->qkv, (int64_t)pb->n_tok * 3 * H * D);
     struct be_seq *seqs = xmalloc((size_t)pb->n_seq * sizeof *seqs);
@@ -42,7 +42,7 @@ static void engine_step(const struct prefill_case *c, const struct prefill_batch
     for (int32_t i = 0; i < pb->n_seq; i++) {
         const struct cuda_prefill_seq *sq = &pb->seqs[i];
         seqs[i] = (struct be_seq){
-            .blocks = pb->blocks + (int64_t)i * c->max_blocks,
+            .blocks = pb->blocks + (int64_t)i * c->pool.max_blocks,
             .n_blocks = CEIL_DIV(sq->n_slots, BS),
             .tok_start = sq->tok_start,
             .n_tok = sq->n_tok,
@@ -68,16 +68,16 @@ static void engine_step(const struct prefill_case *c, const struct prefill_batch
  */
 static int32_t compare_case(struct prefill_case *c)
 {
-    const int32_t H = c->n_head, D = c->head_dim;
-    const int64_t pool_el = (int64_t)c->n_pool * H * c->block_size;
+    const int32_t H = c->pool.n_head, D = c->pool.head_dim;
+    const int64_t pool_el = (int64_t)c->pool.n_pool * H * c->pool.block_size;
     float *k32 = xmalloc((size_t)(pool_el * D) * 4),
           *v32 = xmalloc((size_t)(pool_el * D) * 4);
     int32_t *pos = xmalloc((size_t)pool_el * 4);
     float *score = xmalloc((size_t)pool_el * 4);
-    cuda_ref_test_widen(k32, c->k, pool_el * D);
-    cuda_ref_test_widen(v32, c->v, pool_el * D);
-    memcpy(pos, c->pos, (size_t)pool_el * 4);
-    memcpy(score, c->score, (size_t)pool_el * 4);
+    cuda_ref_test_widen(k32, c->pool.k, pool_el * D);
+    cuda_ref_test_widen(v32, c->pool.v, pool_el * D);
+    memcpy(pos, c->pool.pos, (size_t)pool_el * 4);
+    memcpy(score, c->pool.score, (size_t)pool_el * 4);
 
     int32_t bad = 0, n_later = 0;
     for (int32_t step = 0; step < c->n_steps && bad == 0; step++) {
@@ -89,7 +89,7 @@ static int32_t compare_case(struct prefill_case *c)
         float *before = xmalloc((size_t)pool_el * 4);
         engine_step(c, &b, out, k32, v32, pos, score);
         struct cuda_prefill_attn_args a = pc_args(c, &b);
-        memcpy(before, c->score, (size_t)pool_el * 4);
+        memcpy(before, c->pool.score, (size_t)pool_el * 4);
         cuda_ref_prefill_attn(&a, ref_out);
         n_later += step > 0;
 
@@ -106,19 +106,19 @@ static int32_t compare_case(struct prefill_case *c)
             }
         }
         for (int64_t e = 0; e < pool_el && bad < 5; e++) {
-            if (pos[e] != c->pos[e]) {
+            if (pos[e] != c->pool.pos[e]) {
                 TEST_FAIL("step %d pos[%lld]: engine %d, reference %d", step, (long long)e,
-                          pos[e], c->pos[e]);
+                          pos[e], c->pool.pos[e]);
                 bad++;
             }
-            if (!close5(c->score[e], score[e])) {
+            if (!close5(c->pool.score[e], score[e])) {
                 TEST_FAIL("step %d score[%lld]: engine %.9g, reference %.9g", step,
-                          (long long)e, score[e], c->score[e]);
+                          (long long)e, score[e], c->pool.score[e]);
                 bad++;
             }
         }
         for (int64_t e = 0; e < pool_el * D && bad < 5; e++)
-            if (k32[e] != f16_to_f32(c->k[e]) || v32[e] != f16_to_f32(c->v[e])) {
+            if (k32[e] != f16_to_f32(c->pool.k[e]) || v32[e] != f16_to_f32(c->pool.v[e])) {
                 TEST_FAIL("step %d: K/V element %lld written differently", step,
                           (long long)e);
                 bad++;
@@ -128,15 +128,14 @@ static int32_t compare_case(struct prefill_case *c)
          * (a query sees itself, so lse is finite). */
         for (int32_t i = 0; i < b.n_seq && bad < 5; i++) {
             const struct cuda_prefill_seq *sq = &b.seqs[i];
-            struct decode_case dc = {.n_head = H,
-                                     .block_size = c->block_size,
-                                     .max_blocks = c->max_blocks,
-                                     .blocks = b.blocks};
+            /* The batch's tables over the case's pool. */
+            struct paged_pool bp = c->pool;
+            bp.blocks = b.blocks;
             for (int32_t h = 0; h < H; h++) {
                 double added = 0.0;
                 for (int32_t s = 0; s < sq->n_slots; s++) {
-                    const int64_t e = dc_index(&dc, i, s, h);
-                    added += c->score[e] - (s < sq->slot_start ? before[e] : 0.0f);
+                    const int64_t e = paged_pool_index(&bp, i, s, h);
+                    added += c->pool.score[e] - (s < sq->slot_start ? before[e] : 0.0f);
                 }
                 if (!(fabs(added - sq->n_tok) <= 1e-4 * sq->n_tok)) {
                     TEST_FAIL("step %d seq %d head %d: scores grew by %.7g, expected %d",
@@ -232,12 +231,12 @@ TEST(column_sums_do_not_depend_on_chunking)
         pc_batch_free(&b);
     }
     EXPECT_EQ(row, P);
-    const int64_t pool_el = (int64_t)one.n_pool * 2 * 5;
+    const int64_t pool_el = (int64_t)one.pool.n_pool * 2 * 5;
     for (int64_t e = 0; e < pool_el; e++) {
-        EXPECT_EQ(many.pos[e], one.pos[e]);
-        if (!close5(many.score[e], one.score[e]))
+        EXPECT_EQ(many.pool.pos[e], one.pool.pos[e]);
+        if (!close5(many.pool.score[e], one.pool.score[e]))
             TEST_FAIL("score[%lld]: chunked %.9g, one chunk %.9g", (long long)e,
-                      many.score[e], one.score[e]);
+                      many.pool.score[e], one.pool.score[e]);
     }
     for (int64_t e = 0; e < (int64_t)P * 2 * 64; e++)
         if (!close5(out_many[e], out_one[e]))
@@ -246,8 +245,8 @@ TEST(column_sums_do_not_depend_on_chunking)
     /* The first token is seen by every query: its column sum is the largest sum of
      * p(i, 0) over the 40 queries, and slot 0's score is above 1 (its own p = 1). */
     printf("# P = %d, score of the first token (head 0): %.4f\n", P,
-           one.score[(int64_t)one.blocks[0] * 2 * 5]);
-    EXPECT(one.score[(int64_t)one.blocks[0] * 2 * 5] >= 1.0f);
+           one.pool.score[(int64_t)one.pool.blocks[0] * 2 * 5]);
+    EXPECT(one.pool.score[(int64_t)one.pool.blocks[0] * 2 * 5] >= 1.0f);
     free(out_one);
     free(out_many);
     pc_free(&one);

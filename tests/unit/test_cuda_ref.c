@@ -4,7 +4,7 @@
  * attention, H2O score update) followed by the eviction kv_seq_after_decode does
  * (h2o_select_evict over the head's slots once n_slots reaches B).
  *
- * Both run on the same random steps (tests/decode_case.h): the reference on fp16 K/V,
+ * Both run on the same random steps (tests/lib/paged_case.h): the reference on fp16 K/V,
  * the engine on fp32 K/V holding the same values widened (exactly). The engine uses
  * its fast_exp and 16-lane sums, the reference expf and plain sums, so outputs and
  * scores agree within 1e-5, not bit for bit; K/V writes, positions and victims must be
@@ -17,8 +17,7 @@
 
 #include "cpu_attn.h"
 #include "cuda_ref.h"
-#include "compact_case.h"
-#include "decode_case.h"
+#include "paged_case.h"
 #include "h2o.h"
 #include "util.h"
 
@@ -30,12 +29,12 @@
 static void engine_step(const struct decode_case *c, float *out, float *k32, float *v32,
                         int32_t *pos, float *score, int32_t *victim)
 {
-    const int32_t H = c->n_head, D = c->head_dim, BS = c->block_size;
-    const int64_t pool_el = (int64_t)c->n_pool * H * BS;
-    cuda_ref_test_widen(k32, c->k, pool_el * D);
-    cuda_ref_test_widen(v32, c->v, pool_el * D);
-    memcpy(pos, c->pos, (size_t)pool_el * sizeof *pos);
-    memcpy(score, c->score, (size_t)pool_el * sizeof *score);
+    const int32_t H = c->pool.n_head, D = c->pool.head_dim, BS = c->pool.block_size;
+    const int64_t pool_el = (int64_t)c->pool.n_pool * H * BS;
+    cuda_ref_test_widen(k32, c->pool.k, pool_el * D);
+    cuda_ref_test_widen(v32, c->pool.v, pool_el * D);
+    memcpy(pos, c->pool.pos, (size_t)pool_el * sizeof *pos);
+    memcpy(score, c->pool.score, (size_t)pool_el * sizeof *score);
     float *qkv = xmalloc((size_t)c->n_seq * 3 * H * D * sizeof *qkv);
     cuda_ref_test_widen(qkv, c->qkv, (int64_t)c->n_seq * 3 * H * D);
 
@@ -45,7 +44,7 @@ static void engine_step(const struct decode_case *c, float *out, float *k32, flo
     for (int32_t i = 0; i < c->n_seq; i++) {
         const struct cuda_decode_seq *sq = &c->seqs[i];
         seqs[i] = (struct be_seq){
-            .blocks = c->blocks + (int64_t)i * c->max_blocks,
+            .blocks = c->pool.blocks + (int64_t)i * c->pool.max_blocks,
             .n_blocks = CEIL_DIV(sq->n_slots, BS),
             .tok_start = i,
             .n_tok = 1,
@@ -90,8 +89,9 @@ static void engine_step(const struct decode_case *c, float *out, float *k32, flo
 /* Runs both on one case and compares everything; returns the evictions seen. */
 static int32_t compare_case(struct decode_case *c)
 {
-    const int32_t H = c->n_head, D = c->head_dim, BS = c->block_size;
-    const int64_t pool_el = (int64_t)c->n_pool * H * BS, n_out = (int64_t)c->n_seq * H * D;
+    const int32_t H = c->pool.n_head, D = c->pool.head_dim, BS = c->pool.block_size;
+    const int64_t pool_el = (int64_t)c->pool.n_pool * H * BS,
+                  n_out = (int64_t)c->n_seq * H * D;
     float *out = xmalloc((size_t)n_out * sizeof *out),
           *ref_out = xmalloc((size_t)n_out * 4);
     float *k32 = xmalloc((size_t)(pool_el * D) * 4),
@@ -117,19 +117,19 @@ static int32_t compare_case(struct decode_case *c)
             bad++;
         }
     for (int64_t e = 0; e < pool_el && bad < 5; e++) {
-        if (pos[e] != c->pos[e]) {
+        if (pos[e] != c->pool.pos[e]) {
             TEST_FAIL("pos[%lld]: engine %d, reference %d", (long long)e, pos[e],
-                      c->pos[e]);
+                      c->pool.pos[e]);
             bad++;
         }
-        if (!(fabsf(score[e] - c->score[e]) <= 1e-5f)) {
+        if (!(fabsf(score[e] - c->pool.score[e]) <= 1e-5f)) {
             TEST_FAIL("score[%lld]: engine %.9g, reference %.9g", (long long)e, score[e],
-                      c->score[e]);
+                      c->pool.score[e]);
             bad++;
         }
     }
     for (int64_t e = 0; e < pool_el * D && bad < 5; e++)
-        if (k32[e] != f16_to_f32(c->k[e]) || v32[e] != f16_to_f32(c->v[e])) {
+        if (k32[e] != f16_to_f32(c->pool.k[e]) || v32[e] != f16_to_f32(c->pool.v[e])) {
             TEST_FAIL("K/V element %lld written differently", (long long)e);
             bad++;
         }
@@ -192,10 +192,10 @@ static int32_t small_victim(int32_t heavy, int32_t recent, const int32_t *p, con
     struct decode_case c;
     uint64_t st = 11;
     dc_make(&c, &st, 1, 1, 16, 4, 4, true);
-    c.blocks[0] = 0;
+    c.pool.blocks[0] = 0;
     for (int32_t j = 0; j < 4; j++) {
-        c.pos[j] = j < 3 ? p[j] : -1;
-        c.score[j] = j < 3 ? s[j] : 0.0f;
+        c.pool.pos[j] = j < 3 ? p[j] : -1;
+        c.pool.score[j] = j < 3 ? s[j] : 0.0f;
     }
     c.new_slot[0] = 3;
     c.seqs[0] = (struct cuda_decode_seq){
@@ -204,7 +204,7 @@ static int32_t small_victim(int32_t heavy, int32_t recent, const int32_t *p, con
     compare_case(&c); /* the engine agrees on this one too */
     const int32_t v = c.victim[0];
     for (int32_t j = 0; j < 4; j++)
-        EXPECT_NEAR(c.score[j], (j < 3 ? s[j] : 0.0f) + 0.25f, 0);
+        EXPECT_NEAR(c.pool.score[j], (j < 3 ? s[j] : 0.0f) + 0.25f, 0);
     dc_free(&c);
     return v;
 }
@@ -251,24 +251,24 @@ static int64_t compare_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS,
     int32_t *pos = xmalloc((size_t)ns * sizeof *pos), *pos0 = xmalloc((size_t)ns * sizeof *pos0);
     float *score = xmalloc((size_t)ns * sizeof *score), *score0 = xmalloc((size_t)ns * sizeof *score0);
     for (int64_t e = 0; e < ns * D; e++) {
-        k0[e] = k32[e] = f16_to_f32(c.k[e]);
-        v0[e] = v32[e] = f16_to_f32(c.v[e]);
+        k0[e] = k32[e] = f16_to_f32(c.pool.k[e]);
+        v0[e] = v32[e] = f16_to_f32(c.pool.v[e]);
     }
-    memcpy(pos, c.pos, (size_t)ns * sizeof *pos);
-    memcpy(pos0, c.pos, (size_t)ns * sizeof *pos);
-    memcpy(score, c.score, (size_t)ns * sizeof *score);
-    memcpy(score0, c.score, (size_t)ns * sizeof *score);
+    memcpy(pos, c.pool.pos, (size_t)ns * sizeof *pos);
+    memcpy(pos0, c.pool.pos, (size_t)ns * sizeof *pos);
+    memcpy(score, c.pool.score, (size_t)ns * sizeof *score);
+    memcpy(score0, c.pool.score, (size_t)ns * sizeof *score);
 
     struct cuda_kv_compact_args a = cc_args(&c);
     cuda_ref_kv_compact(&a);
     const struct cpu_kv_layer kv = {.k = k32, .v = v32, .pos = pos, .score = score};
     for (int32_t h = 0; h < H; h++)
-        cpu_kv_compact_head(&kv, sizeof(float), H, D, BS, h, c.blocks, n_slots,
+        cpu_kv_compact_head(&kv, sizeof(float), H, D, BS, h, c.pool.blocks, n_slots,
                             c.keep + (int64_t)h * n_keep, n_keep);
 
     int64_t bad = 0;
     for (int64_t e = 0; e < ns * D; e++) {
-        const float rk = f16_to_f32(c.k[e]), rv = f16_to_f32(c.v[e]);
+        const float rk = f16_to_f32(c.pool.k[e]), rv = f16_to_f32(c.pool.v[e]);
         if (memcmp(&rk, &k32[e], 4) != 0 || memcmp(&rv, &v32[e], 4) != 0) {
             if (bad++ < 5)
                 TEST_FAIL("H=%d D=%d BS=%d n=%d keep=%d: K/V element %lld: ref %g/%g, cpu %g/%g",
@@ -276,24 +276,25 @@ static int64_t compare_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS,
         }
     }
     for (int64_t e = 0; e < ns; e++) {
-        if (c.pos[e] != pos[e] || memcmp(&c.score[e], &score[e], 4) != 0) {
+        if (c.pool.pos[e] != pos[e] || memcmp(&c.pool.score[e], &score[e], 4) != 0) {
             if (bad++ < 5)
-                TEST_FAIL("H=%d D=%d BS=%d n=%d keep=%d: slot state %lld: ref %d/%g, cpu %d/%g",
-                          H, D, BS, n_slots, n_keep, (long long)e, c.pos[e], c.score[e], pos[e],
-                          score[e]);
+                TEST_FAIL(
+                    "H=%d D=%d BS=%d n=%d keep=%d: slot state %lld: ref %d/%g, cpu %d/%g",
+                    H, D, BS, n_slots, n_keep, (long long)e, c.pool.pos[e], c.pool.score[e],
+                    pos[e], score[e]);
         }
     }
     /* The rule, from the saved original state. */
     for (int32_t h = 0; h < H; h++)
         for (int32_t i = 0; i < n_slots; i++) {
-            const int64_t td = (int64_t)c.blocks[i / BS] * H + h, od = i % BS;
+            const int64_t td = (int64_t)c.pool.blocks[i / BS] * H + h, od = i % BS;
             const int64_t di = td * BS + od;
             if (i >= n_keep) {
                 if (pos[di] != -1 || score[di] != 0.0f) bad++;
                 continue;
             }
             const int32_t src = c.keep[(int64_t)h * n_keep + i];
-            const int64_t ts = (int64_t)c.blocks[src / BS] * H + h, os = src % BS;
+            const int64_t ts = (int64_t)c.pool.blocks[src / BS] * H + h, os = src % BS;
             const int64_t si = ts * BS + os;
             bool ok = pos[di] == pos0[si] && score[di] == score0[si];
             for (int32_t d = 0; d < D; d++)

@@ -1,5 +1,5 @@
 /*
- * test_gemm_tol.c - the tolerances of tests/gpu/test_cuda_gemm.c (tests/gemm_tol.h)
+ * test_gemm_tol.c - the tolerances of tests/gpu/test_cuda_gemm.c (tests/lib/gemm_tol.h)
  * against a simulated device on that test's own data, in CI, where no GPU is.
  *
  * The replay. test_cuda_gemm draws every shape's x [m, k], w [n, k] and bias [n]

@@ -7,7 +7,7 @@
  * mid-write), a temporary upload or an orphan body; the store is then reopened and
  * must neither lose nor duplicate anything. Run under ASan: nothing may leak.
  * Here: files, batches and their states, the database itself; a batch's requests
- * and results, crashes among them, are test_jobstore_results.c.
+ * and results, crashes among them, are test_jobstore_batch.c.
  */
 #include "jobstore_testlib.h"
 

@@ -1,10 +1,11 @@
 /*
- * test_api_parse.c - POST /v1/completions bodies without the network: the request
- * parser against tables of valid and invalid bodies, the limits that come from the
- * model, the error body, robustness against garbage, and the engine requests the
- * parsed body becomes.
+ * test_api_completions.c - POST /v1/completions bodies without the network
+ * (server/api_completions.c): the request parser against tables of valid and invalid
+ * bodies, the limits that come from the model, the error body, robustness against
+ * garbage, and the engine requests the parsed body becomes.
  */
 #include "api_testlib.h"
+#include "rnd.h"
 
 /* ---- valid requests ---- */
 
@@ -434,12 +435,6 @@ TEST(error_body_has_all_four_keys)
 }
 
 /* ---- robustness: nothing a client sends may crash or hang the parser ---- */
-
-static uint64_t lcg(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return *s >> 33;
-}
 
 /* Parse len bytes; any outcome is fine but a crash, a leak, or an error without a
  * 4xx status and a message. */

@@ -1,6 +1,6 @@
 /*
- * test_jobstore_results.c - a batch's requests and results in the job store
- * (server/jobstore.c): requests added all or nothing, each result counted once and
+ * test_jobstore_batch.c - a batch's requests and results in the job store
+ * (server/jobstore_batch.c): requests added all or nothing, each result counted once and
  * published in order, cancelling keeps what was written, and the crashes between a
  * result's write and its commit (an uncounted line, a torn last line) neither lose
  * nor duplicate anything on reopen. Each test has its own mkdtemp data dir.

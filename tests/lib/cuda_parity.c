@@ -1,62 +1,21 @@
 /*
- * cuda_parity.h - the CUDA backend against the CPU backend: the checks that
- * test_cuda_host (on a fake device, tests/fakecuda) and tests/gpu/test_cuda_model (on
- * a real GPU) both run, so that the two hold the backend to the same bar.
- *
- * The bar: the same sequences (engine_run.h's table: batched, prompts in chunks, 64
- * greedy decode steps, H2O budgets that evict during the prompt and mid-decode,
- * R = 1, H = 0, and full) on the CPU backend in fp32 and on the CUDA backend in fp16
- * give logits within TOL_LOGIT, the same greedy tokens up to a near-tie, and the same
- * evictions, slots and blocks; with tensor_parallel 2, also the same against CUDA at
- * TP = 1 within TOL_TP; and after each sequence the slot state that kv_read_state
- * returns equals the CPU's (positions exactly, scores within TOL_SCORE), and a
- * kv_copy_blocks copy of it reads back bit for bit. The scheduler's path
- * (generate_run) runs on CUDA, keeps the budget and repeats itself.
- *
- * Nothing here knows the fake device: a test that sets the fake's GPUs or counts its
- * allocations does so around these calls. The caller must have as many CUDA devices
- * as the tensor-parallel size it asks for.
- *
- * Header-only and static, like engine_run.h: each test program includes it once.
+ * cuda_parity.c - the CUDA backend against the CPU backend (cuda_parity.h): runs of
+ * engine_run.h's table on both, compared step by step and slot by slot.
  */
-#ifndef H2O_TEST_CUDA_PARITY_H
-#define H2O_TEST_CUDA_PARITY_H
+#include "cuda_parity.h"
 
-#include "engine_run.h"
+#include "test.h"
 
 #include "cuda_ref.h"
 
 #include <math.h>
 
-/* fp16 activations and weights over 2-12 layers against fp32: the measured
- * differences are printed (about 1e-2 on the tiny models); these bounds leave room
- * above them without hiding a wrong head, slot, row or scale (which move logits by
- * whole units). TP = 2 against TP = 1 differs only in fp16 summation order. */
-#define TOL_LOGIT 5e-2
-#define TOL_TP 2e-2
-/* Scores are sums of fp32 probabilities computed from fp16 K/V and queries: relative
- * to max(1, score) (measured about 3e-3). */
-#define TOL_SCORE 2e-2
-
-/* The prompts of case c come from seed PARITY_SEED + c, for both tests, so that a
- * real GPU's log reads line for line against the fake device's. The per-head state
- * check is exact about which tokens a head holds: on the fake device with seed 500
- * (test_cuda_model's seed before the two shared this header) the tiny OPT-350m's case
- * {30, 25, 25} evicts token 13 on the CPU and 14 on CUDA in one head, a near-tie of
- * scores that leaves tokens and logits equal; these sequences have no such tie on the
- * tiny models. dummy:opt-125m (144 heads) has such ties with this seed too, so
- * test_cuda_model checks it with exact_heads false (see compare). */
-#define PARITY_SEED 700
-
-/* The largest differences seen so far, for the test's summary line. */
-static struct {
-    double logit, tp, score;
-} parity_worst;
+struct parity_worst parity_worst;
 
 /* Every case of engine_run.h's table on `dev` with `tp` ranks, prompts in chunks of
  * `chunk`. */
-static inline bool parity_run(struct erun *r, const char *name, enum be_device dev, int tp,
-                              int32_t chunk)
+static bool parity_run(struct erun *r, const char *name, enum be_device dev, int tp,
+                       int32_t chunk)
 {
     struct model_opts mo;
     /* The CPU reference keeps its slot state as a device does (a victim keeps its pos
@@ -68,7 +27,7 @@ static inline bool parity_run(struct erun *r, const char *name, enum be_device d
 }
 
 /* The gap between the two largest logits of a row. */
-static inline double top2_gap(const float *x, int32_t n)
+static double top2_gap(const float *x, int32_t n)
 {
     float a = -INFINITY, b = -INFINITY;
     for (int32_t i = 0; i < n; i++) {
@@ -85,8 +44,7 @@ static inline double top2_gap(const float *x, int32_t n)
 /* One sequence's slot state of every layer from a backend: kv_read_state where the
  * state is on the device, else gathered from kv_state's host arrays.
  * pos, score [n_layer, n_head, n_slots]. */
-static inline void read_state(struct model *m, const struct kv_seq *kv, int32_t *pos,
-                              float *score)
+static void read_state(struct model *m, const struct kv_seq *kv, int32_t *pos, float *score)
 {
     const struct be_ops *ops = m->be.ops;
     const int32_t L = m->cfg.n_layer, H = m->cfg.n_head, n = kv->n_slots;
@@ -104,7 +62,7 @@ static inline void read_state(struct model *m, const struct kv_seq *kv, int32_t 
 }
 
 /* Sort a head's slots by position (insertion sort: a few dozen slots). */
-static inline void sort_by_pos(int32_t *pos, float *score, int32_t n)
+static void sort_by_pos(int32_t *pos, float *score, int32_t n)
 {
     for (int32_t i = 1; i < n; i++)
         for (int32_t j = i; j > 0 && pos[j - 1] > pos[j]; j--) {
@@ -120,8 +78,8 @@ static inline void sort_by_pos(int32_t *pos, float *score, int32_t n)
 /* kv_copy_blocks (a fork): copy sequence e's blocks to fresh ones of the pool and read
  * the copy's state back; it must equal the original's bit for bit. want_pos /
  * want_score are the original's state, already sorted per head by sort_by_pos. */
-static inline void check_copy(struct erun *r, const struct eseq *e, const int32_t *want_pos,
-                              const float *want_score)
+static void check_copy(struct erun *r, const struct eseq *e, const int32_t *want_pos,
+                       const float *want_score)
 {
     const int32_t nb = e->kv.n_blocks, ns = e->kv.n_slots;
     const size_t n = (size_t)r->m->cfg.n_layer * (size_t)r->m->cfg.n_head * (size_t)ns;
@@ -150,8 +108,8 @@ static inline void check_copy(struct erun *r, const struct eseq *e, const int32_
  * one head in fifty (at least one) may differ. The fake device runs the host
  * references, so test_cuda_host asks for exact heads; a real GPU rounds its own way,
  * so test_cuda_model does not. */
-static inline void compare(struct erun *ref, struct erun *got, double tol, double *worst,
-                           const char *what, bool exact_heads)
+static void compare(struct erun *ref, struct erun *got, double tol, double *worst,
+                    const char *what, bool exact_heads)
 {
     const int32_t V = ref->m->cfg.vocab_size, L = ref->m->cfg.n_layer,
                   H = ref->m->cfg.n_head;
@@ -237,11 +195,7 @@ static inline void compare(struct erun *ref, struct erun *got, double tol, doubl
     }
 }
 
-/* CUDA with `tp` ranks (as many devices) against the CPU backend in fp32; with tp > 1
- * also against CUDA with one rank. Prompts in chunks of `chunk`. exact_heads: as in
- * compare. */
-static inline void parity_check_model(const char *name, int32_t chunk, int tp,
-                                      bool exact_heads)
+void parity_check_model(const char *name, int32_t chunk, int tp, bool exact_heads)
 {
     struct erun cpu = {0}, gpu = {0}, one = {0};
     char what[128];
@@ -266,19 +220,7 @@ static inline void parity_check_model(const char *name, int32_t chunk, int tp,
     erun_free(&one);
 }
 
-/*
- * The scheduler's path (h2oserve generate) on `name`: three prompts, H2O with H = 4,
- * R = 4, greedy, max_tokens each, 16 tokens a step, on the CPU backend in fp32 and on
- * CUDA with 1 rank (twice) and, where max_tp >= 2, 2 ranks. Every CUDA run gives
- * max_tokens tokens, evicts and keeps the budget; the second TP = 1 run repeats the
- * first token for token; and the count of leading tokens the CPU's shares is
- * printed. With `same_as_cpu` every token must be the CPU's: the fake device's
- * kernels are the host references, so no near-tie can flip there; a real GPU's
- * summation order may flip one, so there it is reported, and test_cuda_model's
- * logit comparison above holds the tokens to the near-tie rule.
- */
-static inline void parity_generate(const char *name, int32_t max_tokens, int max_tp,
-                                   bool same_as_cpu)
+void parity_generate(const char *name, int32_t max_tokens, int max_tp, bool same_as_cpu)
 {
     static const char *const prompts[] = {"The quick brown fox", "In a hole in the ground",
                                           "Tensor parallelism splits every layer"};
@@ -326,5 +268,3 @@ static inline void parity_generate(const char *name, int32_t max_tokens, int max
             gen_result_free(&out[k][i]);
     }
 }
-
-#endif

@@ -63,7 +63,7 @@
  * The f32-out path (cuda_gemm_linear_f32, the LM head) has no fp16 rounding: y is
  * a itself, within E of s.
  *
- * Header-only (static inline). Thread: any.
+ * Thread: any.
  */
 #ifndef H2O_GEMM_TOL_H
 #define H2O_GEMM_TOL_H
@@ -77,20 +77,10 @@
 
 /* The spacing of binary16 at |v|: 2^(e - 10) in the binade [2^e, 2^(e+1)), and 2^-24
  * for |v| < 2^-14 (subnormals). Meaningful below GEMM_TOL_F16_INF. */
-static inline double gemm_tol_ulp16(double v)
-{
-    v = fabs(v);
-    if (v < 0x1p-14) return 0x1p-24;
-    int e;
-    frexp(v, &e); /* v = f 2^e, 0.5 <= f < 1 */
-    return ldexp(1.0, e - 11);
-}
+double gemm_tol_ulp16(double v);
 
 /* E: the bound on |a - s| for a k-term fp32 sum of products with sum |x_j w_j| = mag. */
-static inline double gemm_tol_acc(double mag, int32_t k)
-{
-    return 0x1p-22 * sqrt((double)k) * mag;
-}
+double gemm_tol_acc(double mag, int32_t k);
 
 /*
  * The tolerance of one fp16 output of cuda_gemm_linear: y against the exact
@@ -99,27 +89,14 @@ static inline double gemm_tol_acc(double mag, int32_t k)
  * without one. ReLU needs no argument: the bound holds through it (above).
  * INFINITY where the device may overflow to inf.
  */
-static inline double gemm_tol_f16(double sum, double bias, double mag, int32_t k,
-                                  bool has_bias)
-{
-    const double e = gemm_tol_acc(mag, k);
-    if (fabs(sum) + e >= GEMM_TOL_F16_INF) return INFINITY;
-    const double t1 = gemm_tol_ulp16(fabs(sum) + e) / 2; /* the GEMM's fp16 store */
-    if (!has_bias) return e + t1;
-    const double p = fabs(sum + bias) + e + t1; /* |h + b| at most */
-    if (p >= GEMM_TOL_F16_INF) return INFINITY;
-    return e + t1 + gemm_tol_ulp16(p) / 2 + 0x1p-24 * p; /* the bias epilogue */
-}
+double gemm_tol_f16(double sum, double bias, double mag, int32_t k, bool has_bias);
 
 /* The tolerance of one fp32 output of cuda_gemm_linear_f32 against the exact sum. */
-static inline double gemm_tol_f32(double mag, int32_t k)
-{
-    return gemm_tol_acc(mag, k);
-}
+double gemm_tol_f32(double mag, int32_t k);
 
 /* ---- test_cuda_gemm's cases, which test_gemm_tol replays on the CPU ---- */
 
-/* The seed of test_cuda_gemm's input stream (tests/gpu_rnd.h). */
+/* The seed of test_cuda_gemm's input stream (tests/lib/gpu_rnd.h). */
 #define GEMM_TEST_SEED 0x51a3f2d4c9e7b601ull
 
 /* One projection the GPU test checks: y [m, n] = x [m, k] w^T (+ bias, ReLU), fp16
@@ -133,49 +110,11 @@ struct gemm_case {
 /* Every case in the order test_cuda_gemm draws their inputs (its tests run the groups
  * in this order), so that a replay from GEMM_TEST_SEED sees the same numbers. Returns
  * the count (at most 64). */
-static inline int32_t gemm_cases(struct gemm_case *out)
-{
-    static const int32_t ms[] = {1, 3, 17, 512};
-    static const struct {
-        const char *name;
-        int32_t hd, f;
-    } models[2] = {{"opt-125m", 768, 3072}, {"opt-6.7b", 4096, 16384}};
-    static const int32_t f32[6][3] = {{1, 50272, 768},  {17, 50272, 768}, {3, 50272, 4096},
-                                      {64, 50272, 4096}, {5, 37, 29},      {1, 1, 1}};
-    int32_t n = 0;
-    for (int mi = 0; mi < 2; mi++) {
-        const int32_t hd = models[mi].hd, f = models[mi].f;
-        for (int i = 0; i < 4; i++) { /* qkv, out_proj, fc1 + ReLU, fc2 */
-            out[n++] = (struct gemm_case){models[mi].name, ms[i], 3 * hd, hd, true, false, false};
-            out[n++] = (struct gemm_case){models[mi].name, ms[i], hd, hd, true, false, false};
-            out[n++] = (struct gemm_case){models[mi].name, ms[i], f, hd, true, true, false};
-            out[n++] = (struct gemm_case){models[mi].name, ms[i], hd, f, true, false, false};
-        }
-        if (mi == 1) break;
-        /* OPT-125m's tied LM head without bias, then the fp32-out heads. */
-        out[n++] = (struct gemm_case){"lm-head", 1, 50272, 768, false, false, false};
-        out[n++] = (struct gemm_case){"lm-head", 17, 50272, 768, false, false, false};
-        for (int i = 0; i < 6; i++)
-            out[n++] = (struct gemm_case){"lm-head-f32", f32[i][0], f32[i][1], f32[i][2],
-                                          false,         false,     true};
-    }
-    /* n, k not multiples of 8 (cuBLAS's non-tensor-core fallbacks), with and without
-     * a bias. */
-    out[n++] = (struct gemm_case){"odd", 5, 37, 29, false, false, false};
-    out[n++] = (struct gemm_case){"odd", 3, 38, 29, true, true, false};
-    return n;
-}
+int32_t gemm_cases(struct gemm_case *out);
 
 /* The rows of an m x n x k case the GPU test checks against its host GEMM: every row
  * when the host work is small, else 16 spread over m (the first, the last, 14 in
  * between). Writes their indices to idx (room for m) and returns the count. */
-static inline int32_t gemm_check_rows(int32_t m, int32_t n, int32_t k, int32_t *idx)
-{
-    const bool all = (double)m * n * k <= 3e8;
-    const int32_t n_rows = all ? m : (m < 16 ? m : 16);
-    for (int32_t ri = 0; ri < n_rows; ri++)
-        idx[ri] = all || n_rows == m ? ri : (int32_t)((int64_t)ri * (m - 1) / 15);
-    return n_rows;
-}
+int32_t gemm_check_rows(int32_t m, int32_t n, int32_t k, int32_t *idx);
 
 #endif

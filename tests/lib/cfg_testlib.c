@@ -1,26 +1,15 @@
 /*
- * cfg_testlib.h - what the configuration tests share: a temporary folder for files,
- * cfg_parse_args on a list, the last error's text, and raw field access through the
- * option table (independent of cfg.c's own accessors). Header-only, like test.h; each
- * test's main makes tmp_dir with mkdtemp.
+ * cfg_testlib.c - the configuration tests' helpers (cfg_testlib.h).
  */
-#ifndef H2O_TEST_CFG_TESTLIB_H
-#define H2O_TEST_CFG_TESTLIB_H
+#include "cfg_testlib.h"
 
-#include "cfg.h"
-#include "err.h"
-#include "test.h"
-
-#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-/* Made by each test's main (mkdtemp), removed at its end. */
-static char tmp_dir[] = "/tmp/h2o_test_cfg_XXXXXX";
+char tmp_dir[] = "/tmp/h2o_test_cfg_XXXXXX";
 
-/* Write `text` (len bytes, or strlen) to tmp_dir/name; returns the path (static). */
-static inline const char *write_file(const char *name, const char *text, size_t len)
+const char *write_file(const char *name, const char *text, size_t len)
 {
     static char path[4][256];
     static int k;
@@ -33,8 +22,7 @@ static inline const char *write_file(const char *name, const char *text, size_t 
     return p;
 }
 
-/* cfg_parse_args on a NULL-terminated list; argv[0] is "serve". */
-static inline int parse(struct cfg *c, int *next, const char *const *args)
+int parse(struct cfg *c, int *next, const char *const *args)
 {
     char *argv[64] = {"serve"};
     int argc = 1;
@@ -45,18 +33,15 @@ static inline int parse(struct cfg *c, int *next, const char *const *args)
     int dummy;
     return cfg_parse_args(c, argc, argv, next ? next : &dummy);
 }
-#define PARSE(c, ...) parse((c), NULL, (const char *const[]){__VA_ARGS__, NULL})
 
-/* Whether the last error message contains `needle`. */
-static inline int msg_has(const char *needle)
+int msg_has(const char *needle)
 {
     if (strstr(err_msg(), needle)) return 1;
     printf("# message \"%s\" lacks \"%s\"\n", err_msg(), needle);
     return 0;
 }
 
-/* A field's raw value through the table (independent of cfg.c's accessors). */
-static inline int64_t field_int(const struct cfg *c, const struct cfg_opt *o)
+int64_t field_int(const struct cfg *c, const struct cfg_opt *o)
 {
     const char *p = (const char *)c + o->offset;
     if (o->type == CFG_T_BOOL) return *(const bool *)p;
@@ -65,17 +50,17 @@ static inline int64_t field_int(const struct cfg *c, const struct cfg_opt *o)
     return *(const int64_t *)p;
 }
 
-static inline double field_float(const struct cfg *c, const struct cfg_opt *o)
+double field_float(const struct cfg *c, const struct cfg_opt *o)
 {
     return *(const double *)((const char *)c + o->offset);
 }
 
-static inline const char *field_str(const struct cfg *c, const struct cfg_opt *o)
+const char *field_str(const struct cfg *c, const struct cfg_opt *o)
 {
     return *(char *const *)((const char *)c + o->offset);
 }
 
-static inline char *flag_of(const struct cfg_opt *o, char *buf, size_t len)
+char *flag_of(const struct cfg_opt *o, char *buf, size_t len)
 {
     snprintf(buf, len, "--%s", o->key);
     for (char *p = buf; *p; p++)
@@ -83,9 +68,8 @@ static inline char *flag_of(const struct cfg_opt *o, char *buf, size_t len)
     return buf;
 }
 
-/* A value of o that differs from its default, as flag text and as JSON. */
-static inline void other_value(const struct cfg *d, const struct cfg_opt *o, char *text,
-                        char *json, size_t len)
+void other_value(const struct cfg *d, const struct cfg_opt *o, char *text, char *json,
+                 size_t len)
 {
     int64_t v;
     double f;
@@ -124,9 +108,8 @@ static inline void other_value(const struct cfg *d, const struct cfg_opt *o, cha
     }
 }
 
-/* o in c holds the value `text` stands for, and every other option its default. */
-static inline void expect_only_changed(const struct cfg *c, const struct cfg *d,
-                                const struct cfg_opt *o, const char *text, const char *how)
+void expect_only_changed(const struct cfg *c, const struct cfg *d, const struct cfg_opt *o,
+                         const char *text, const char *how)
 {
     size_t n;
     const struct cfg_opt *t = cfg_opts(&n);
@@ -150,5 +133,3 @@ static inline void expect_only_changed(const struct cfg *c, const struct cfg *d,
     case CFG_T_ENUM: EXPECT_STR(o->values[field_int(c, o)], text); break;
     }
 }
-
-#endif

@@ -1,94 +1,15 @@
 /*
- * sched_harness.h - the scheduler test harness shared by test_sched.c and
- * test_sched_stress.c: dummy:tiny on one thread, an observer that checks every event
- * as it arrives (see test_sched.c's header for the rules), and request builders.
+ * sched_harness.c - the scheduler harness of sched_harness.h: the observer that checks
+ * every event as it arrives, the harness around a scheduler on dummy:tiny, and the
+ * request builders.
  */
-#ifndef H2O_TEST_SCHED_HARNESS_H
-#define H2O_TEST_SCHED_HARNESS_H
+#include "sched_harness.h"
 
 #include "test.h"
 
-#include "err.h"
-#include "kv_budget.h"
-#include "kv_pool.h"
-#include "model.h"
-#include "req.h"
-#include "sched.h"
-#include "util.h"
-
 #include <stdarg.h>
 
-#define BS 16        /* block size of every pool here */
-#define MAXN 4       /* most sequences per request in these tests */
-#define VOCAB 512    /* dummy:tiny */
-#define MAX_POS 2048 /* dummy:tiny */
-
-static inline uint64_t lcg(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return *s >> 33;
-}
-
-/* A uniform integer in [lo, hi]. */
-static inline int32_t lcg_range(uint64_t *s, int32_t lo, int32_t hi)
-{
-    return lo + (int32_t)(lcg(s) % (uint64_t)(hi - lo + 1));
-}
-
-static inline uint64_t hash_mix(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
-/* ---- What a test observes: every event, checked as it arrives. ---- */
-
-struct seq_obs {
-    int32_t n_tok; /* token events */
-    int32_t n_fin; /* finishing events */
-    enum req_finish fin;
-    size_t text_len;     /* bytes of text so far */
-    int32_t last_blocks; /* kv_blocks of the newest token event */
-    uint64_t tok_hash, text_hash;
-    uint64_t lp_hash; /* the token events' logprobs and alternatives, bit for bit */
-};
-
-struct req_obs {
-    bool added;
-    bool expect_error; /* built to be rejected */
-    bool cancelled;    /* sched_cancel returned for it */
-    int32_t n, max_tokens, n_prompt;
-    int32_t n_err; /* seq -1 events */
-    char err_msg[256]; /* the message of its error event */
-    int32_t n_events;
-    int32_t n_fin;            /* finishing events over its sequences */
-    int64_t add_step;         /* steps taken when it was added */
-    int64_t first_token_step; /* the step of its first token, -1 before */
-    int64_t finish_step;      /* the step of its last finishing event, -1 before */
-    struct seq_obs seq[MAXN];
-};
-
-struct obs {
-    struct req_obs *r;
-    int32_t cap;  /* ids 0..cap-1 */
-    int64_t step; /* sched_step calls so far; events of call k carry k */
-    int64_t n_token_events;
-    int64_t n_violations;
-    uint64_t in_cancel; /* id + 1 while sched_cancel(id) runs, else 0 */
-    bool in_cancel_all;
-    int32_t n_decoding;    /* sequences with a token and no finish */
-    int32_t max_kv_blocks; /* over token events */
-    int32_t max_budget_blocks;
-    int32_t *first_order, n_first;   /* ids in the order of their first token */
-    int32_t *fin_order, n_fin_order; /* ids in the order their last sequence ended */
-};
-
-/* A broken expectation inside the event stream: reported (the first 20), counted. */
-static inline void violation(struct obs *o, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static inline void violation(struct obs *o, const char *fmt, ...)
+void violation(struct obs *o, const char *fmt, ...)
 {
     test_cur_failed = 1;
     if (o->n_violations++ >= 20) return;
@@ -100,7 +21,7 @@ static inline void violation(struct obs *o, const char *fmt, ...)
     va_end(ap);
 }
 
-static inline void on_event(void *arg, struct req_event *ev)
+void on_event(void *arg, struct req_event *ev)
 {
     struct obs *o = arg;
     const uint64_t id = ev->req_id;
@@ -217,12 +138,7 @@ static inline void on_event(void *arg, struct req_event *ev)
     req_event_free(ev);
 }
 
-/* ---- A scheduler on dummy:tiny with its pool and observer. ---- */
-
-/* dummy:tiny in fp32 with a KV pool of n_blocks blocks of BS (test_model's job), on
- * one thread: its forwards take microseconds, so waking OpenMP threads for each of
- * the thousands of steps here costs 20x the work itself. */
-static inline struct model *tiny_model_ex(int32_t n_blocks, bool device_state)
+struct model *tiny_model_ex(int32_t n_blocks, bool device_state)
 {
     struct model_opts mo;
     model_opts_default(&mo);
@@ -238,25 +154,13 @@ static inline struct model *tiny_model_ex(int32_t n_blocks, bool device_state)
     return m;
 }
 
-static inline struct model *tiny_model(int32_t n_blocks)
+struct model *tiny_model(int32_t n_blocks)
 {
     return tiny_model_ex(n_blocks, false);
 }
 
-struct harness {
-    struct model *m;
-    struct kv_pool pool;
-    struct sched *s;
-    struct sched_opts so;
-    struct obs o;
-    int64_t n_forwards; /* sched_step calls that ran a forward */
-    int32_t max_n_seqs; /* stats n_seqs, the most after any step */
-};
-
-/* h_open on a model whose slot state is served as a device's when device_state
- * (model_opts.device_state): the scheduler then runs the engine's device path. */
-static inline bool h_open_ex(struct harness *h, int32_t n_blocks, int32_t max_num_seqs,
-                             int32_t max_batched_tokens, int32_t n_ids, bool device_state)
+bool h_open_ex(struct harness *h, int32_t n_blocks, int32_t max_num_seqs,
+               int32_t max_batched_tokens, int32_t n_ids, bool device_state)
 {
     memset(h, 0, sizeof *h);
     h->m = tiny_model_ex(n_blocks, device_state);
@@ -280,21 +184,20 @@ static inline bool h_open_ex(struct harness *h, int32_t n_blocks, int32_t max_nu
     return true;
 }
 
-static inline bool h_open(struct harness *h, int32_t n_blocks, int32_t max_num_seqs,
-                          int32_t max_batched_tokens, int32_t n_ids)
+bool h_open(struct harness *h, int32_t n_blocks, int32_t max_num_seqs,
+            int32_t max_batched_tokens, int32_t n_ids)
 {
     return h_open_ex(h, n_blocks, max_num_seqs, max_batched_tokens, n_ids, false);
 }
 
-static inline struct sched_stats h_stats(const struct harness *h)
+struct sched_stats h_stats(const struct harness *h)
 {
     struct sched_stats st;
     sched_get_stats(h->s, &st);
     return st;
 }
 
-/* Stats that must hold between any two calls. */
-static inline void h_check_stats(struct harness *h)
+void h_check_stats(struct harness *h)
 {
     struct sched_stats st = h_stats(h);
     if (st.blocks_used != h->pool.n_blocks - h->pool.n_free ||
@@ -313,7 +216,7 @@ static inline void h_check_stats(struct harness *h)
     h->max_n_seqs = MAX(h->max_n_seqs, st.n_seqs);
 }
 
-static inline int h_step(struct harness *h)
+int h_step(struct harness *h)
 {
     h->o.step++;
     int n = sched_step(h->s);
@@ -326,8 +229,7 @@ static inline int h_step(struct harness *h)
     return n;
 }
 
-/* Step until idle; every step of a busy scheduler must make progress. */
-static inline int64_t h_run_idle(struct harness *h, int64_t max_steps)
+int64_t h_run_idle(struct harness *h, int64_t max_steps)
 {
     int64_t k = 0;
     while (!sched_idle(h->s)) {
@@ -344,7 +246,7 @@ static inline int64_t h_run_idle(struct harness *h, int64_t max_steps)
     return k;
 }
 
-static inline void h_add(struct harness *h, struct req *r)
+void h_add(struct harness *h, struct req *r)
 {
     CHECK(r->id < (uint64_t)h->o.cap && !h->o.r[r->id].added);
     struct req_obs *q = &h->o.r[r->id];
@@ -357,7 +259,7 @@ static inline void h_add(struct harness *h, struct req *r)
     h_check_stats(h);
 }
 
-static inline void h_cancel(struct harness *h, uint64_t id)
+void h_cancel(struct harness *h, uint64_t id)
 {
     h->o.in_cancel = id + 1;
     sched_cancel(h->s, id);
@@ -366,7 +268,7 @@ static inline void h_cancel(struct harness *h, uint64_t id)
     h_check_stats(h);
 }
 
-static inline void h_cancel_all(struct harness *h)
+void h_cancel_all(struct harness *h)
 {
     h->o.in_cancel_all = true;
     sched_cancel_all(h->s);
@@ -376,9 +278,7 @@ static inline void h_cancel_all(struct harness *h)
     h_check_stats(h);
 }
 
-/* Every added request is answered: an error event alone, or one finishing event per
- * sequence. */
-static inline void h_check_all_answered(struct harness *h)
+void h_check_all_answered(struct harness *h)
 {
     int32_t bad = 0;
     for (int32_t i = 0; i < h->o.cap; i++) {
@@ -398,7 +298,7 @@ static inline void h_check_all_answered(struct harness *h)
     }
 }
 
-static inline void h_close(struct harness *h)
+void h_close(struct harness *h)
 {
     if (!h->s) return;
     struct sched_stats st = h_stats(h);
@@ -421,9 +321,7 @@ static inline void h_close(struct harness *h)
     free(h->o.fin_order);
 }
 
-/* ---- Requests. ---- */
-
-static inline struct kv_spec spec_full(void)
+struct kv_spec spec_full(void)
 {
     struct kv_spec k;
     kv_spec_default(&k);
@@ -431,7 +329,7 @@ static inline struct kv_spec spec_full(void)
     return k;
 }
 
-static inline struct kv_spec spec_ratio(enum kv_policy p, float heavy, float recent)
+struct kv_spec spec_ratio(enum kv_policy p, float heavy, float recent)
 {
     struct kv_spec k;
     kv_spec_default(&k);
@@ -442,7 +340,7 @@ static inline struct kv_spec spec_ratio(enum kv_policy p, float heavy, float rec
     return k;
 }
 
-static inline struct kv_spec spec_abs(enum kv_policy p, int32_t heavy, int32_t recent)
+struct kv_spec spec_abs(enum kv_policy p, int32_t heavy, int32_t recent)
 {
     struct kv_spec k;
     kv_spec_default(&k);
@@ -453,9 +351,8 @@ static inline struct kv_spec spec_abs(enum kv_policy p, int32_t heavy, int32_t r
     return k;
 }
 
-/* A greedy, ignore_eos request of P token ids in [4, 511] drawn from `seed`. */
-static inline struct req *mkreq(uint64_t id, int32_t P, int32_t max_tokens, int32_t n,
-                         enum req_priority prio, struct kv_spec kv, uint64_t seed)
+struct req *mkreq(uint64_t id, int32_t P, int32_t max_tokens, int32_t n,
+                  enum req_priority prio, struct kv_spec kv, uint64_t seed)
 {
     struct req *r = req_new(id, &kv);
     r->prompt_ids = xmalloc((size_t)MAX(P, 1) * sizeof *r->prompt_ids);
@@ -470,9 +367,7 @@ static inline struct req *mkreq(uint64_t id, int32_t P, int32_t max_tokens, int3
     return r;
 }
 
-/* Blocks one sequence of a request keeps after its prompt (sched.c's decode share,
- * from the public budget rules of h2o.h and docs/kv-cache.md). */
-static inline int32_t decode_blocks(const struct kv_spec *kv, int32_t P, int32_t max_tokens)
+int32_t decode_blocks(const struct kv_spec *kv, int32_t P, int32_t max_tokens)
 {
     struct kv_budget b;
     CHECK(kv_budget_resolve(kv, P, max_tokens, &b) == 0);
@@ -481,15 +376,12 @@ static inline int32_t decode_blocks(const struct kv_spec *kv, int32_t P, int32_t
     return (int32_t)CEIL_DIV(slots, BS);
 }
 
-/* What admission reserves: max(prompt blocks, n * decode blocks). */
-static inline int32_t admit_blocks(const struct kv_spec *kv, int32_t P, int32_t max_tokens,
-                            int32_t n)
+int32_t admit_blocks(const struct kv_spec *kv, int32_t P, int32_t max_tokens, int32_t n)
 {
     return MAX(CEIL_DIV(P, BS), n * decode_blocks(kv, P, max_tokens));
 }
 
-static inline void expect_order(const int32_t *got, const int32_t *want, int32_t n,
-                         const char *what)
+void expect_order(const int32_t *got, const int32_t *want, int32_t n, const char *what)
 {
     for (int32_t i = 0; i < n; i++)
         if (got[i] != want[i]) {
@@ -502,7 +394,3 @@ static inline void expect_order(const int32_t *got, const int32_t *want, int32_t
             return;
         }
 }
-
-/* ---- 1. First come, first served within a class. ---- */
-
-#endif

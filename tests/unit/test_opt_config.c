@@ -1,9 +1,9 @@
 /*
- * test_config.c - OPT configurations: the built-in dummy sizes and config.json parsing,
- * including each way a config.json can be wrong.
+ * test_opt_config.c - OPT configurations (engine/model/opt_config.c): the built-in
+ * dummy sizes and config.json parsing, including each way a config.json can be wrong.
  */
 #include "err.h"
-#include "model.h"
+#include "opt_config.h"
 #include "test.h"
 
 #include <stdlib.h>

@@ -1,45 +1,25 @@
 /*
- * golden.h - read the golden logits that tests/data/make_golden.py saved from
- * Hugging Face transformers, and small helpers shared by the backend tests.
+ * golden.c - the golden fixtures of golden.h and the backend tests' model loader.
  */
-#ifndef H2O_TEST_GOLDEN_H
-#define H2O_TEST_GOLDEN_H
+#include "golden.h"
 
-#include "batch.h"
-#include "err.h"
-#include "kv_pool.h"
-#include "kv_seq.h"
-#include "model.h"
-#include "util.h"
+#include "test.h"
 
 #include <cjson/cJSON.h>
-#include <stdlib.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
 
-#define GOLDEN_MAX_PROMPTS 8
-
-struct golden_prompt {
-    int32_t *tokens, n_tok;
-    int32_t *decode, n_decode;
-    const float *prefill; /* [n_tok, vocab] */
-    const float *logits;  /* [n_decode, vocab]: after feeding decode[k] */
-};
-
-struct golden {
-    int32_t vocab, n_prompts;
-    struct golden_prompt p[GOLDEN_MAX_PROMPTS];
-    float *data;
-};
-
-static inline int32_t *golden_ints(const cJSON *arr, int32_t *n)
+static int32_t *golden_ints(const cJSON *arr, int32_t *n)
 {
     *n = cJSON_GetArraySize(arr);
     int32_t *v = xmalloc((size_t)(*n ? *n : 1) * sizeof *v);
-    for (int32_t i = 0; i < *n; i++) v[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
+    for (int32_t i = 0; i < *n; i++)
+        v[i] = (int32_t)cJSON_GetArrayItem(arr, i)->valuedouble;
     return v;
 }
 
-/* Load tests/data/golden/<name>/golden.{json,bin}. Aborts on malformed fixtures. */
-static inline void golden_load(struct golden *g, const char *name)
+void golden_load(struct golden *g, const char *name)
 {
     char path[512];
     char *text = NULL, *bin = NULL;
@@ -71,7 +51,7 @@ static inline void golden_load(struct golden *g, const char *name)
     free(text);
 }
 
-static inline void golden_free(struct golden *g)
+void golden_free(struct golden *g)
 {
     for (int32_t i = 0; i < g->n_prompts; i++) {
         free(g->p[i].tokens);
@@ -80,7 +60,7 @@ static inline void golden_free(struct golden *g)
     free(g->data);
 }
 
-static inline double max_abs_diff(const float *a, const float *b, int64_t n)
+double max_abs_diff(const float *a, const float *b, int64_t n)
 {
     double m = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -90,7 +70,7 @@ static inline double max_abs_diff(const float *a, const float *b, int64_t n)
     return m;
 }
 
-static inline int32_t argmax(const float *x, int32_t n)
+int32_t argmax(const float *x, int32_t n)
 {
     int32_t best = 0;
     for (int32_t i = 1; i < n; i++)
@@ -98,9 +78,8 @@ static inline int32_t argmax(const float *x, int32_t n)
     return best;
 }
 
-/* Load a model from tests/data/<rel> (or "dummy:NAME") in `dt`, with a KV pool. */
-static inline struct model *test_model(const char *rel, enum dtype dt, int32_t n_blocks,
-                                int32_t block_size)
+struct model *test_model(const char *rel, enum dtype dt, int32_t n_blocks,
+                         int32_t block_size)
 {
     struct model_opts mo;
     model_opts_default(&mo);
@@ -115,5 +94,3 @@ static inline struct model *test_model(const char *rel, enum dtype dt, int32_t n
     CHECK(m->be.ops->kv_alloc(m->be.ctx, n_blocks, block_size) == 0);
     return m;
 }
-
-#endif

@@ -1,26 +1,14 @@
 /*
- * jobstore_testlib.h - what the job store tests share: a fresh data dir per test and
- * its removal, opening a store that must open, reading and appending raw files,
- * result lines, a batch in progress, and driving a batch to a state. Header-only,
- * like test.h.
+ * jobstore_testlib.c - the job store tests' helpers (jobstore_testlib.h).
  */
-#ifndef H2O_TEST_JOBSTORE_TESTLIB_H
-#define H2O_TEST_JOBSTORE_TESTLIB_H
+#include "jobstore_testlib.h"
 
-#include "err.h"
-#include "jobstore.h"
-#include "test.h"
-#include "util.h"
-
-#include <sqlite3.h>
-
-#include <dirent.h>
 #include <ftw.h>
-#include <stdbool.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-static inline char *tmp_dir(void)
+char *tmp_dir(void)
 {
     char tmpl[] = "/tmp/test_jobstore.XXXXXX";
     char *d = mkdtemp(tmpl);
@@ -28,19 +16,19 @@ static inline char *tmp_dir(void)
     return xstrdup(d);
 }
 
-static inline int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb, (void)flag, (void)ftw;
     return remove(path);
 }
 
-static inline void rm_rf(char *dir)
+void rm_rf(char *dir)
 {
     nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     free(dir);
 }
 
-static inline struct jobstore *open_ok(const char *dir)
+struct jobstore *open_ok(const char *dir)
 {
     struct jobstore *js = NULL;
     int err = jobstore_open(&js, dir);
@@ -48,7 +36,7 @@ static inline struct jobstore *open_ok(const char *dir)
     return js;
 }
 
-static inline char *slurp(const char *path, size_t *len)
+char *slurp(const char *path, size_t *len)
 {
     char *s = NULL;
     size_t n = 0;
@@ -57,13 +45,13 @@ static inline char *slurp(const char *path, size_t *len)
     return s;
 }
 
-static inline bool exists(const char *path)
+bool exists(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0;
 }
 
-static inline void append_raw(const char *path, const char *text)
+void append_raw(const char *path, const char *text)
 {
     FILE *f = fopen(path, "a");
     if (!f) abort();
@@ -71,7 +59,7 @@ static inline void append_raw(const char *path, const char *text)
     fclose(f);
 }
 
-static inline int count_substr(const char *s, const char *needle)
+int count_substr(const char *s, const char *needle)
 {
     int n = 0;
     for (const char *p = s; p && (p = strstr(p, needle)) != NULL; p += strlen(needle))
@@ -79,8 +67,7 @@ static inline int count_substr(const char *s, const char *needle)
     return n;
 }
 
-/* An OpenAI batch output line for `cid` with usage 3 + 5 tokens. */
-static inline const char *result_line(const char *cid)
+const char *result_line(const char *cid)
 {
     static char buf[512];
     snprintf(
@@ -92,8 +79,7 @@ static inline const char *result_line(const char *cid)
     return buf;
 }
 
-/* An input file and a batch with requests r1..rN, moved to in_progress. */
-static inline void make_running_batch(struct jobstore *js, int n, struct jobstore_batch *b)
+void make_running_batch(struct jobstore *js, int n, struct jobstore_batch *b)
 {
     struct jobstore_file f;
     EXPECT_EQ(jobstore_file_create(js, "in.jsonl", "batch", "{}\n", 3, &f), 0);
@@ -110,7 +96,7 @@ static inline void make_running_batch(struct jobstore *js, int n, struct jobstor
     EXPECT_EQ(jobstore_batch_set_status(js, b->id, JOBSTORE_IN_PROGRESS, NULL), 0);
 }
 
-static inline char *output_path(struct jobstore *js, const char *batch_id, bool ok)
+char *output_path(struct jobstore *js, const char *batch_id, bool ok)
 {
     struct jobstore_batch b;
     if (jobstore_batch_get(js, batch_id, &b) != 0) return NULL;
@@ -120,7 +106,7 @@ static inline char *output_path(struct jobstore *js, const char *batch_id, bool 
     return xstrdup(name);
 }
 
-static inline bool id_well_formed(const char *id, const char *prefix)
+bool id_well_formed(const char *id, const char *prefix)
 {
     size_t p = strlen(prefix);
     if (strncmp(id, prefix, p) != 0 || strlen(id) != p + 24) return false;
@@ -129,10 +115,7 @@ static inline bool id_well_formed(const char *id, const char *prefix)
     return true;
 }
 
-/* ---- files ---- */
-
-/* Drive a new batch to `s` along legal transitions. */
-static inline void reach(struct jobstore *js, const char *id, enum jobstore_status s)
+void reach(struct jobstore *js, const char *id, enum jobstore_status s)
 {
     static const enum jobstore_status path_to[][4] = {
         [JOBSTORE_VALIDATING] = {JOBSTORE_VALIDATING},
@@ -148,5 +131,3 @@ static inline void reach(struct jobstore *js, const char *id, enum jobstore_stat
     for (int i = 0; i < 4 && path_to[s][i] != JOBSTORE_VALIDATING; i++)
         EXPECT_EQ(jobstore_batch_set_status(js, id, path_to[s][i], NULL), 0);
 }
-
-#endif

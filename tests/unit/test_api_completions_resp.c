@@ -1,7 +1,8 @@
 /*
- * test_api_resp.c - POST /v1/completions responses assembled from hand-made engine
- * events: the non-streaming body (prompt-major choices, usage, best_of, echo,
- * logprobs), SSE chunks and the stream tail, engine errors, and the JSON helpers.
+ * test_api_completions_resp.c - POST /v1/completions responses
+ * (server/api_completions_resp.c) assembled from hand-made engine events: the
+ * non-streaming body (prompt-major choices, usage, best_of, echo, logprobs), SSE
+ * chunks and the stream tail, engine errors, and the JSON helpers.
  */
 #include "api_testlib.h"
 

@@ -1,6 +1,6 @@
 /*
  * comm_testlib.h - what the two communicator tests share: the shared-memory one
- * (tests/unit/test_comm.c, engine/comm_shm.c) and the NCCL one
+ * (tests/unit/test_comm_shm.c, engine/tp/comm_shm.c) and the NCCL one
  * (tests/gpu/test_comm_nccl.c, cuda/comm_nccl.c). Both run one thread per rank and
  * all-reduce inputs any thread can recompute.
  *

@@ -1,6 +1,6 @@
 /*
- * test_comm.c - the shared-memory TP communicator (engine/comm_shm.c) with 1 to 4
- * rank threads.
+ * test_comm_shm.c - the shared-memory TP communicator (engine/tp/comm_shm.c) with 1
+ * to 4 rank threads.
  *
  * The all-reduce must give every rank the same bits, equal to the sequential fp32 sum
  * in rank order (acc = b0; acc += b1; ...), and within 1e-6 of the double-precision

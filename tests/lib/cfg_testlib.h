@@ -1,0 +1,49 @@
+/*
+ * cfg_testlib.h - what the configuration tests share: a temporary folder for files,
+ * cfg_parse_args on a list, the last error's text, and raw field access through the
+ * option table (independent of cfg.c's own accessors). Each test's main makes tmp_dir
+ * with mkdtemp.
+ */
+#ifndef H2O_TEST_CFG_TESTLIB_H
+#define H2O_TEST_CFG_TESTLIB_H
+
+#include "cfg.h"
+#include "err.h"
+#include "test.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Made by each test's main (mkdtemp), removed at its end. */
+extern char tmp_dir[];
+
+/* Write `text` (len bytes, or strlen) to tmp_dir/name; returns the path (static). */
+const char *write_file(const char *name, const char *text, size_t len);
+
+/* cfg_parse_args on a NULL-terminated list; argv[0] is "serve". */
+int parse(struct cfg *c, int *next, const char *const *args);
+#define PARSE(c, ...) parse((c), NULL, (const char *const[]){__VA_ARGS__, NULL})
+
+/* Whether the last error message contains `needle`. */
+int msg_has(const char *needle);
+
+/* A field's raw value through the table (independent of cfg.c's accessors). */
+int64_t field_int(const struct cfg *c, const struct cfg_opt *o);
+
+double field_float(const struct cfg *c, const struct cfg_opt *o);
+
+const char *field_str(const struct cfg *c, const struct cfg_opt *o);
+
+char *flag_of(const struct cfg_opt *o, char *buf, size_t len);
+
+/* A value of o that differs from its default, as flag text and as JSON. */
+void other_value(const struct cfg *d, const struct cfg_opt *o, char *text, char *json,
+                 size_t len);
+
+/* o in c holds the value `text` stands for, and every other option its default. */
+void expect_only_changed(const struct cfg *c, const struct cfg *d, const struct cfg_opt *o,
+                         const char *text, const char *how);
+
+#endif

@@ -1,0 +1,37 @@
+/*
+ * cuda_ref_testlib.h - the CPU engine's side of the tests that check the CUDA host
+ * references against it (test_cuda_ref.c for decode, test_cuda_prefill_ref.c for
+ * chunked prefill): the fp16 case data widened to the engine's fp32, and one
+ * cpu_attn_forward call set up as the CPU backend makes it.
+ *
+ * The cases (tests/lib/paged_case.h) hold fp16 K/V and qkv, as the
+ * kernels read them; the engine runs on fp32 holding the same values widened, which
+ * is exact, so any difference comes from the attention itself.
+ */
+#ifndef H2O_CUDA_REF_TESTLIB_H
+#define H2O_CUDA_REF_TESTLIB_H
+
+#include "cpu_attn.h"
+#include "dtype.h"
+#include "util.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/* dst [n] = src [n] widened from fp16 to fp32 (exactly). */
+void cuda_ref_test_widen(float *dst, const uint16_t *src, int64_t n);
+
+/*
+ * The engine's attention for layer 0 on batch b: qkv [n_tok, 3 * n_head * head_dim]
+ * and out [n_tok, n_head * head_dim] in fp32, over an fp32 pool (k32, v32, pos, score)
+ * that it updates in place (K/V writes, H2O score sums). The scratch rows are sized
+ * for max_slots, the longest sequence of the batch, per OpenMP thread.
+ */
+void cuda_ref_test_cpu_attn(const struct be_batch *b, const float *qkv, float *out,
+                            float *k32, float *v32, int32_t *pos, float *score,
+                            int32_t n_head, int32_t head_dim, int32_t block_size,
+                            int32_t max_slots);
+
+#endif
