@@ -20,8 +20,8 @@
 #include "batch.h"
 #include "bench_args.h"
 #include "cpu_gemm.h"
+#include "engine_core.h"
 #include "err.h"
-#include "kv_pool.h"
 #include "kv_seq.h"
 #include "model.h"
 #include "util.h"
@@ -109,9 +109,12 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
     const struct opt_config *c = &m->cfg;
     const int32_t P = o->ctx, V = c->vocab_size, S = o->decode_steps;
     const int32_t bs = 16, per_seq = CEIL_DIV(P + S, bs);
-    struct kv_pool pool;
-    kv_pool_init(&pool, B * per_seq, bs);
-    CHECK(m->be.ops->kv_alloc(m->be.ctx, B * per_seq, bs) == 0);
+    /* A pool of exactly the batch's blocks on the model loaded for the dtype. */
+    const struct engine_core_opts co = {
+        .upto = ENGINE_CORE_POOL, .shared_model = m, .block_size = bs, .kv_blocks = B * per_seq};
+    struct engine_core *core;
+    CHECK(engine_core_open(&co, &core) == 0);
+    struct kv_pool *pool = &core->pool;
     struct kv_seq *kv = xcalloc((size_t)B, sizeof *kv);
     int32_t *toks = xmalloc((size_t)(P + S) * sizeof *toks);
     for (int32_t t = 0; t < P + S; t++) toks[t] = 4 + (t * 131) % (V - 4);
@@ -130,7 +133,7 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
             room -= P;
             n++;
         }
-        CHECK(batch_run(&b, &m->be, &pool, V, items, n) == 0);
+        CHECK(batch_run(&b, &m->be, pool, V, items, n) == 0);
         i += n;
     }
     double tp = time_now() - t0;
@@ -141,7 +144,7 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
         for (int32_t i = 0; i < B; i++)
             items[i] = (struct batch_item){.kv = &kv[i], .tokens = &toks[P + s], .n_tok = 1,
                                            .pos0 = P + s};
-        CHECK(batch_run(&b, &m->be, &pool, V, items, B) == 0);
+        CHECK(batch_run(&b, &m->be, pool, V, items, B) == 0);
     }
     double td = time_now() - t0;
     struct be_profile prof = read_profile(m);
@@ -161,9 +164,9 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
     r.decode_s = td;
     r.decode = prof;
 
-    for (int32_t i = 0; i < B; i++) kv_seq_deinit(&kv[i], &pool);
-    CHECK(pool.n_free == pool.n_blocks);
-    kv_pool_deinit(&pool);
+    for (int32_t i = 0; i < B; i++) kv_seq_deinit(&kv[i], pool);
+    CHECK(pool->n_free == pool->n_blocks);
+    engine_core_close(core);
     batch_deinit(&b);
     free(kv);
     free(toks);
@@ -221,15 +224,17 @@ int main(int argc, char **argv)
     for (int di = 0; di < o.n_dtypes; di++) {
         enum dtype dt = o.dtypes[di];
         double peak = gemm_peak(dt, 2048);
-        struct model_opts mo;
-        model_opts_default(&mo);
-        mo.dtype = dt;
-        mo.tensor_parallel = o.tensor_parallel;
-        struct model *m = NULL;
-        if (model_load(&m, o.model, &mo)) {
+        /* The model only: each batch size brings its own pool (run_batch). */
+        struct engine_core_opts co = {.upto = ENGINE_CORE_MODEL, .model = o.model};
+        model_opts_default(&co.model_opts);
+        co.model_opts.dtype = dt;
+        co.model_opts.tensor_parallel = o.tensor_parallel;
+        struct engine_core *core;
+        if (engine_core_open(&co, &core)) {
             fprintf(stderr, "bench_cpu: %s\n", err_msg());
             return 1;
         }
+        struct model *m = core->m;
         printf("%-5s %-8s %6s %12s %10.1f %7s\n", dtype_name(dt), "gemm2048", "-", "-", peak,
                "(peak)");
         struct result prof[8];
@@ -255,7 +260,7 @@ int main(int argc, char **argv)
                    1e3 * (f - r->decode.gemm_s - r->decode.attn_s) / steps,
                    1e3 * (r->decode_s - f) / steps);
         }
-        model_destroy(m);
+        engine_core_close(core);
     }
     return 0;
 }

@@ -32,9 +32,9 @@
  *                   [--max-batched-tokens 2048] [--batch-prompt-tokens 0]
  */
 #include "bench_args.h"
+#include "engine_core.h"
 #include "err.h"
 #include "kv_budget.h"
-#include "kv_pool.h"
 #include "model.h"
 #include "req.h"
 #include "sched.h"
@@ -69,9 +69,9 @@ struct ireq {
 
 struct bench {
     const struct bench_opts *o;
-    struct model *m;
-    struct kv_pool pool;
-    struct sched *s;
+    struct engine_core *core;
+    struct model *m;         /* core->m */
+    struct sched *s;         /* core->sched */
     uint64_t rng;            /* prompts and arrival gaps */
     bool batch_on;           /* keep o->in_flight batch requests submitted */
     uint64_t next_batch;     /* batch requests submitted so far */
@@ -326,13 +326,6 @@ int main(int argc, char **argv)
     if (rc >= 0) return rc;
 
     struct bench b = {.o = &o, .rng = 12345};
-    struct model_opts mo;
-    model_opts_default(&mo);
-    mo.dtype = o.dtype;
-    if (model_load(&b.m, o.model, &mo)) {
-        fprintf(stderr, "bench_prio: %s\n", err_msg());
-        return 1;
-    }
     /* Room for every batch request and two interactive ones with the full cache, so
      * admission never waits for blocks and only the scheduling rule is measured. */
     const int32_t bs = 16;
@@ -340,18 +333,24 @@ int main(int argc, char **argv)
     for (int i = 0; i < o.n_prompts; i++) p_max = MAX(p_max, o.prompts[i]);
     const int32_t batch_most =
         o.batch_prompt + (int32_t)(o.batch_tokens * (1 + o.batch_spread)) + 1;
-    const int32_t n_blocks = o.in_flight * CEIL_DIV(batch_most, bs) +
-                             2 * CEIL_DIV(p_max + o.interactive_tokens, bs);
-    if (b.m->be.ops->kv_alloc(b.m->be.ctx, n_blocks, bs)) {
+    struct engine_core_opts co = {
+        .upto = ENGINE_CORE_SCHED,
+        .model = o.model,
+        .block_size = bs,
+        .kv_blocks = o.in_flight * CEIL_DIV(batch_most, bs) +
+                     2 * CEIL_DIV(p_max + o.interactive_tokens, bs),
+        .sched = o.so,
+        .emit = on_event,
+        .emit_arg = &b,
+    };
+    model_opts_default(&co.model_opts);
+    co.model_opts.dtype = o.dtype;
+    if (engine_core_open(&co, &b.core)) {
         fprintf(stderr, "bench_prio: %s\n", err_msg());
         return 1;
     }
-    kv_pool_init(&b.pool, n_blocks, bs);
-    b.s = sched_create(b.m, &b.pool, &o.so, on_event, &b);
-    if (!b.s) {
-        fprintf(stderr, "bench_prio: %s\n", err_msg());
-        return 1;
-    }
+    b.m = b.core->m;
+    b.s = b.core->sched;
     printf("model %s %s, kv %s, max_num_seqs %d, max_batched_tokens %d, "
            "batch_prompt_tokens %d\n",
            o.model, dtype_name(o.dtype), kv_policy_name(o.kv.policy), o.so.max_num_seqs,
@@ -410,9 +409,7 @@ int main(int argc, char **argv)
                tps_with[i], tps_with[i] / tps_alone);
     }
 
-    sched_destroy(b.s);
-    kv_pool_deinit(&b.pool);
-    model_destroy(b.m);
+    engine_core_close(b.core);
     free(b.ir);
     return 0;
 }

@@ -322,7 +322,7 @@ int main(int argc, char **argv)
         memcpy(policies, o.policies, sizeof policies);
         n_pol = o.n_policies;
     }
-    int64_t kv_bytes = o.batch_max ? engine_kv_capacity(m) : o.kv_bytes;
+    int64_t kv_bytes = o.batch_max ? engine_core_kv_capacity(m) : o.kv_bytes;
     if (o.compare) {
         policies[0] = KV_POLICY_FULL;
         policies[1] = KV_POLICY_H2O;

@@ -19,8 +19,8 @@
  * Owns: nothing past main. Thread: one.
  */
 #include "batch.h"
+#include "engine_core.h"
 #include "err.h"
-#include "kv_pool.h"
 #include "kv_seq.h"
 #include "model.h"
 #include "util.h"
@@ -263,28 +263,27 @@ static int check_tensors(const char *dir, const struct weights *dummy, const str
  */
 static int prompt_logits(const char *name, uint64_t seed, float **logits, int32_t *vocab)
 {
-    struct model_opts mo;
-    model_opts_default(&mo);
-    mo.dtype = DTYPE_F32;
-    mo.dummy_seed = seed;
-    struct model *m = NULL;
-    int err = model_load(&m, name, &mo);
+    /* A few blocks of 16 hold the prompt. */
+    struct engine_core_opts co = {
+        .upto = ENGINE_CORE_POOL, .model = name, .block_size = 16, .kv_blocks = 8};
+    model_opts_default(&co.model_opts);
+    co.model_opts.dtype = DTYPE_F32;
+    co.model_opts.dummy_seed = seed;
+    struct engine_core *core;
+    int err = engine_core_open(&co, &core);
     if (err) return err;
-    const int32_t V = m->cfg.vocab_size, block = 16, n_blocks = 8;
-    err = m->be.ops->kv_alloc(m->be.ctx, n_blocks, block);
-    if (err) goto out;
+    struct model *m = core->m;
+    const int32_t V = m->cfg.vocab_size;
     int32_t tokens[CHECK_TOKENS];
     for (int32_t i = 0; i < CHECK_TOKENS; i++)
         tokens[i] = (int32_t)((2 + 7919u * (uint32_t)i) % (uint32_t)V);
-    struct kv_pool pool;
     struct kv_seq kv;
     struct batch b;
-    kv_pool_init(&pool, n_blocks, block);
     kv_seq_init(&kv);
     batch_init(&b);
     struct batch_item it = {
         .kv = &kv, .tokens = tokens, .n_tok = CHECK_TOKENS, .pos0 = 0, .all_logits = true};
-    err = batch_run(&b, &m->be, &pool, V, &it, 1);
+    err = batch_run(&b, &m->be, &core->pool, V, &it, 1);
     if (!err) {
         const size_t bytes = (size_t)CHECK_TOKENS * (size_t)V * sizeof(float);
         *logits = xmalloc(bytes);
@@ -292,10 +291,8 @@ static int prompt_logits(const char *name, uint64_t seed, float **logits, int32_
         *vocab = V;
     }
     batch_deinit(&b);
-    kv_seq_deinit(&kv, &pool);
-    kv_pool_deinit(&pool);
-out:
-    model_destroy(m);
+    kv_seq_deinit(&kv, &core->pool);
+    engine_core_close(core);
     return err;
 }
 

@@ -5,8 +5,8 @@
 #include "workload.h"
 
 #include "batch.h"
+#include "engine_core.h"
 #include "err.h"
-#include "kv_pool.h"
 #include "kv_seq.h"
 #include "sampler.h"
 #include "util.h"
@@ -121,13 +121,12 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
     const int32_t prompt_len = w->prompt_len, gen_len = w->gen_len;
     struct kv_budget budget;
     CHECK(kv_budget_resolve(&w->spec, prompt_len, gen_len, &budget) == 0);
-    struct kv_pool pool;
-    kv_pool_init(&pool, pool_blocks, bs);
-    int err = m->be.ops->kv_alloc(m->be.ctx, pool_blocks, bs);
-    if (err) {
-        kv_pool_deinit(&pool);
-        return err;
-    }
+    const struct engine_core_opts co = {
+        .upto = ENGINE_CORE_POOL, .shared_model = m, .block_size = bs, .kv_blocks = pool_blocks};
+    struct engine_core *core;
+    int err = engine_core_open(&co, &core);
+    if (err) return err;
+    struct kv_pool *pool = &core->pool;
     struct kv_seq *kv = xcalloc((size_t)n, sizeof *kv);
     int32_t *toks = xmalloc((size_t)n * (size_t)(prompt_len + gen_len) * sizeof *toks);
     struct batch_item *items = xmalloc((size_t)n * sizeof *items);
@@ -160,7 +159,7 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
             /* A new prompt joins only while the pool can hold it too (as
              * workload_peak_blocks plans it); the first of a forward always does. */
             const int32_t need = CEIL_DIV(done + take, bs) - kv[seq].n_blocks;
-            if (done == 0 && k > 0 && grow + need > pool.n_free) break;
+            if (done == 0 && k > 0 && grow + need > pool->n_free) break;
             grow += need;
             items[k++] = (struct batch_item){
                 .kv = &kv[seq],
@@ -174,14 +173,14 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
                 done = 0;
             }
         }
-        err = batch_run(&b, &m->be, &pool, V, items, k);
-        res->peak_blocks = MAX(res->peak_blocks, pool.n_blocks - pool.n_free);
+        err = batch_run(&b, &m->be, pool, V, items, k);
+        res->peak_blocks = MAX(res->peak_blocks, pool->n_blocks - pool->n_free);
         if (!err) err = pick(m, &b, items, k, rows, outs, picked);
         for (int32_t i = 0; !err && i < k; i++) {
             struct kv_seq *s = items[i].kv;
             if (items[i].pos0 + items[i].n_tok < prompt_len) continue;
             const int32_t si = (int32_t)(s - kv);
-            kv_seq_finish_prefill(s, &pool, &m->be, &m->cfg);
+            kv_seq_finish_prefill(s, pool, &m->be, &m->cfg);
             toks[(size_t)si * (size_t)(prompt_len + gen_len) + prompt_len] = picked[i];
         }
     }
@@ -205,8 +204,8 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
                 .tokens = toks + (size_t)i * (size_t)(prompt_len + gen_len) + p,
                 .n_tok = 1,
                 .pos0 = p};
-        err = batch_run(&b, &m->be, &pool, V, items, n);
-        res->peak_blocks = MAX(res->peak_blocks, pool.n_blocks - pool.n_free);
+        err = batch_run(&b, &m->be, pool, V, items, n);
+        res->peak_blocks = MAX(res->peak_blocks, pool->n_blocks - pool->n_free);
         double t1 = time_now();
         if (!err) err = pick(m, &b, items, n, rows, outs, picked);
         double t2 = time_now();
@@ -223,10 +222,10 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
         const int32_t *g = toks + (size_t)i * (size_t)(prompt_len + gen_len) + prompt_len;
         for (int32_t j = 0; j < gen_len; j++)
             res->checksum = res->checksum * 1000003u + (uint64_t)g[j];
-        kv_seq_deinit(&kv[i], &pool);
+        kv_seq_deinit(&kv[i], pool);
     }
     batch_deinit(&b);
-    kv_pool_deinit(&pool);
+    engine_core_close(core);
     free(kv);
     free(toks);
     free(items);

@@ -1,9 +1,10 @@
 /*
  * engine.c - the engine thread and its mailboxes (see engine.h).
  *
- * Owns: the engine thread; through it the model (and backend), the KV pool and the
- * scheduler, which only that thread touches. The inbox holds struct engine_msg
- * (SUBMIT / CANCEL / SHUTDOWN); the outbox holds struct req_event.
+ * Owns: the engine thread; through it the engine core (engine_core.h: the model and
+ * backend, the KV pool and the scheduler), which only that thread touches. The
+ * inbox holds struct engine_msg (SUBMIT / CANCEL / SHUTDOWN); the outbox holds
+ * struct req_event.
  *
  * Invariants:
  * - A message is pushed to the inbox only under e->mu while e->accepting is true,
@@ -20,8 +21,8 @@
  */
 #include "engine.h"
 
+#include "engine_core.h"
 #include "err.h"
-#include "kv_pool.h"
 #include "mailbox.h"
 #include "util.h"
 
@@ -29,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 enum engine_msg_kind {
     ENGINE_MSG_SUBMIT,
@@ -64,16 +64,12 @@ struct engine {
     struct sched_stats stats;
 
     /* Engine thread only. */
-    struct model *m;
-    struct kv_pool pool;
-    bool pool_inited;
-    struct sched *sched;
+    struct engine_core *core; /* NULL until loaded, and again once unloaded */
+    struct sched *sched;      /* core->sched */
     struct req_node *ev_head, *ev_tail; /* this iteration's events, not yet in outbox */
 };
 
 /* ---- Options. ---- */
-
-#define ENGINE_DEFAULT_KV_BYTES (4LL << 30)
 
 void engine_opts_default(struct engine_opts *o)
 {
@@ -168,91 +164,47 @@ static void publish_stats(struct engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-int64_t engine_kv_capacity(const struct model *m)
+void engine_opts_core(const struct engine_opts *o, struct engine_core_opts *out)
 {
-    const struct be_ops *ops = m->be.ops;
-    if (ops->kv_capacity) return (int64_t)MIN(ops->kv_capacity(m->be.ctx), (size_t)INT64_MAX);
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    int64_t bytes = ENGINE_DEFAULT_KV_BYTES;
-    if (pages > 0 && page > 0) bytes = MIN(bytes, (int64_t)pages * page / 4);
-    return bytes;
+    *out = (struct engine_core_opts){
+        .upto = ENGINE_CORE_SCHED,
+        .model = o->model,
+        .model_opts = o->model_opts,
+        .block_size = o->block_size,
+        .kv_cache_bytes = o->kv_cache_bytes,
+        .kv_blocks = o->kv_blocks,
+        .sched = o->sched,
+    };
 }
 
-/* How many blocks the pool gets (see engine_opts.kv_cache_bytes). */
-static int pool_blocks(struct engine *e, int32_t *out)
-{
-    const struct opt_config *cfg = &e->m->cfg;
-    const int32_t bs = e->o.block_size;
-    const size_t bb = e->m->be.ops->kv_block_bytes(e->m->be.ctx, bs);
-    CHECK(bb > 0);
-    if (e->o.kv_blocks > 0) {
-        *out = e->o.kv_blocks;
-        return 0;
-    }
-    int64_t bytes = e->o.kv_cache_bytes;
-    int64_t n;
-    if (bytes > 0) {
-        n = bytes / (int64_t)bb;
-    } else {
-        /* The default: no more than max_num_seqs full-context sequences can use, out
-         * of the memory the pool lives in. The context is max_model_len where it is
-         * set: no request may be longer. A device backend's pool is in device
-         * memory, which host RAM says nothing about; its kv_capacity is what is left
-         * there after the weights and workspace. */
-        int32_t ctx_len;
-        int err = sched_context_len(e->o.sched.max_model_len, cfg, &ctx_len);
-        if (err) return err;
-        const int64_t useful = (int64_t)MAX(e->o.sched.max_num_seqs, 1) *
-                               CEIL_DIV((int64_t)ctx_len, bs);
-        bytes = engine_kv_capacity(e->m);
-        n = MIN(bytes / (int64_t)bb, useful);
-    }
-    if (n < 1)
-        return err_set(ENG_ENOMEM, "a KV cache of %lld bytes holds no block: one block of %d "
-                                   "tokens takes %zu bytes for %s",
-                       (long long)bytes, bs, bb, cfg->name);
-    *out = (int32_t)MIN(n, (int64_t)INT32_MAX);
-    return 0;
-}
-
-/* Load the model, allocate the pool, create the scheduler. */
+/* Load the model, allocate the pool, create the scheduler (engine_core_open). */
 static int engine_load(struct engine *e)
 {
-    /* A device backend keeps the step's workspace out of its KV pool: tell it how
-     * large a step this scheduler makes. */
-    struct model_opts *mo = &e->o.model_opts;
-    if (mo->max_step_tokens == 0) mo->max_step_tokens = e->o.sched.max_batched_tokens;
-    if (mo->max_step_rows == 0) mo->max_step_rows = sched_max_step_rows(&e->o.sched);
-    int err = model_load(&e->m, e->o.model, &e->o.model_opts);
+    struct engine_core_opts co;
+    engine_opts_core(&e->o, &co);
+    co.emit = engine_emit;
+    co.emit_arg = e;
+    int err = engine_core_open(&co, &e->core);
     if (err) return err;
-    int32_t n_blocks = 0;
-    err = pool_blocks(e, &n_blocks);
-    if (err) return err;
-    err = e->m->be.ops->kv_alloc(e->m->be.ctx, n_blocks, e->o.block_size);
-    if (err) return err;
-    kv_pool_init(&e->pool, n_blocks, e->o.block_size);
-    e->pool_inited = true;
-    e->sched = sched_create(e->m, &e->pool, &e->o.sched, engine_emit, e);
-    if (!e->sched) return ENG_EINVAL; /* message set by sched_create */
+    e->sched = e->core->sched;
+    const struct model *m = e->core->m;
+    const int32_t n_blocks = e->core->pool.n_blocks;
     const double mib =
-        (double)e->m->be.ops->kv_block_bytes(e->m->be.ctx, e->o.block_size) * n_blocks /
-        (1 << 20);
+        (double)m->be.ops->kv_block_bytes(m->be.ctx, e->o.block_size) * n_blocks / (1 << 20);
     log_info("engine: %s (%s, %s) loaded in %.2f s; KV pool %d blocks of %d tokens "
              "(%.1f MiB)",
-             e->m->cfg.name, e->m->be.ops->name, dtype_name(e->m->dtype), e->m->load_seconds,
-             n_blocks, e->o.block_size, mib);
+             m->cfg.name, m->be.ops->name, dtype_name(m->dtype), m->load_seconds, n_blocks,
+             e->o.block_size, mib);
     return 0;
 }
 
 /* Free what engine_load made, on the thread that owns the backend. */
 static void engine_unload(struct engine *e)
 {
-    sched_destroy(e->sched); /* empty by now; it would cancel silently otherwise */
+    /* The scheduler is empty by now; it would cancel silently otherwise. */
+    engine_core_close(e->core);
+    e->core = NULL;
     e->sched = NULL;
-    if (e->pool_inited) kv_pool_deinit(&e->pool);
-    e->pool_inited = false;
-    model_destroy(e->m);
-    e->m = NULL;
 }
 
 /* Handle one batch of inbox messages. Returns true once SHUTDOWN was seen. */
@@ -323,7 +275,7 @@ static void *engine_main(void *arg)
         return NULL;
     }
     pthread_mutex_lock(&e->mu);
-    e->cfg = e->m->cfg;
+    e->cfg = e->core->m->cfg;
     pthread_mutex_unlock(&e->mu);
     publish_stats(e);
     set_state(e, ENGINE_READY);
@@ -366,11 +318,11 @@ int engine_create(struct engine **out, const struct engine_opts *o, void (*notif
                   void *notify_arg)
 {
     *out = NULL;
-    if (!o->model || !o->model[0]) return err_set(ENG_EINVAL, "engine: no model given");
-    if (o->block_size < 1)
-        return err_set(ENG_EINVAL, "engine: block_size %d must be >= 1", o->block_size);
-    if (o->kv_cache_bytes < 0 || o->kv_blocks < 0)
-        return err_set(ENG_EINVAL, "engine: the KV cache size must not be negative");
+    /* Wrong options fail here, on the caller's thread, not as a FAILED load. */
+    struct engine_core_opts co;
+    engine_opts_core(o, &co);
+    int err = engine_core_check(&co);
+    if (err) return err;
     struct engine *e = xcalloc(1, sizeof *e);
     e->o = *o;
     e->model_name = xstrdup(o->model);

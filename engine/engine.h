@@ -3,10 +3,10 @@
  * mailboxes (DESIGN section 2).
  *
  * engine_create starts a thread that loads the model, sizes and allocates the KV
- * pool and creates the scheduler; it then serves. Other threads talk to it only
- * through messages: engine_submit / engine_cancel / engine_shutdown go to the inbox,
- * and events (struct req_event) come back through the outbox, drained with
- * engine_take_events. The engine sleeps on the inbox when nothing is running, and
+ * pool and creates the scheduler (engine_core_open, the set-up every driver shares);
+ * it then serves. Other threads talk to it only through messages: engine_submit /
+ * engine_cancel / engine_shutdown go to the inbox, and events (struct req_event)
+ * come back through the outbox, drained with engine_take_events. The engine sleeps on the inbox when nothing is running, and
  * calls notify() when the outbox goes from empty to non-empty and when its state
  * changes, so a libuv loop wakes once per batch of news (notify = uv_async_send).
  *
@@ -24,6 +24,7 @@
 #ifndef H2O_ENGINE_H
 #define H2O_ENGINE_H
 
+#include "engine_core.h"
 #include "kv_budget.h"
 #include "model.h"
 #include "req.h"
@@ -45,6 +46,7 @@ struct engine_opts {
      * length (sched.max_model_len, else the model's) could use, so a tiny model does
      * not pin gigabytes it can never fill.
      * A backend with be_ops.kv_capacity (a device) replaces the first term by it.
+     * The rule is engine_core_pool_blocks, which run-batch and the tools share.
      */
     int64_t kv_cache_bytes;
     int32_t kv_blocks;            /* > 0: exactly this many blocks (overrides bytes) */
@@ -62,12 +64,12 @@ enum engine_state {
 };
 
 /*
- * The bytes the default KV pool may take for model m (engine_opts.kv_cache_bytes 0):
- * a device backend's kv_capacity (its memory after weights and workspace), else
- * min(4 GiB, a quarter of physical memory). The pool is then at most what
- * max_num_seqs full-context sequences can use. Thread: the engine's (the backend's).
+ * The engine's set-up as engine_core_open takes it: everything up to the scheduler,
+ * from o's model, model options, pool size and scheduler options. emit and
+ * emit_arg are left NULL for the caller (run-batch drives its own scheduler with the
+ * options serve has). out->model points into *o. Thread: any.
  */
-int64_t engine_kv_capacity(const struct model *m);
+void engine_opts_core(const struct engine_opts *o, struct engine_core_opts *out);
 
 /* Defaults as documented in struct engine_opts; model = "dummy:opt-125m".
  * Thread: any. */

@@ -2,13 +2,14 @@
  * generate.c - run a set of prompts to completion on the scheduler, synchronously.
  *
  * The caller's thread drives sched_step until every request is done and collects
- * the events into one result per prompt. This is `h2oserve generate`; the server
+ * the events into one result per prompt. The pool and scheduler come from
+ * engine_core_open on the caller's model, sized for these prompts. This is `h2oserve generate`; the server
  * drives the same scheduler from the engine thread instead.
  */
 #include "generate.h"
 
+#include "engine_core.h"
 #include "err.h"
-#include "kv_pool.h"
 #include "req.h"
 #include "sched.h"
 #include "util.h"
@@ -105,30 +106,31 @@ int generate_run(struct model *m, const struct gen_opts *o, const struct gen_req
         int64_t p = reqs[i].prompt ? (int64_t)reqs[i].prompt_len + 1 : reqs[i].n_prompt_ids;
         need += CEIL_DIV(p + reqs[i].max_tokens, o->block_size);
     }
-    const int32_t n_blocks = o->kv_blocks > 0 ? o->kv_blocks : (int32_t)MAX(need, 1);
-    int err = m->be.ops->kv_alloc(m->be.ctx, n_blocks, o->block_size);
-    if (err) return err;
-    struct kv_pool pool;
-    kv_pool_init(&pool, n_blocks, o->block_size);
     struct gen_collect c = {.res = results, .n = n_reqs};
-    struct sched_opts so = {
-        .max_num_seqs = o->max_num_seqs > 0 ? o->max_num_seqs
-                                            : MAX(1, MIN(MAX(n_reqs, 1), o->max_batched_tokens - 1)),
-        .max_batched_tokens = o->max_batched_tokens,
+    const struct engine_core_opts co = {
+        .upto = ENGINE_CORE_SCHED,
+        .shared_model = m,
+        .block_size = o->block_size,
+        .kv_blocks = o->kv_blocks > 0 ? o->kv_blocks : (int32_t)MAX(need, 1),
+        .sched = {
+            .max_num_seqs = o->max_num_seqs > 0
+                                ? o->max_num_seqs
+                                : MAX(1, MIN(MAX(n_reqs, 1), o->max_batched_tokens - 1)),
+            .max_batched_tokens = o->max_batched_tokens,
+        },
+        .emit = collect,
+        .emit_arg = &c,
     };
-    struct sched *s = sched_create(m, &pool, &so, collect, &c);
-    if (!s) {
-        kv_pool_deinit(&pool);
-        return ENG_EINVAL; /* message set by sched_create */
-    }
+    struct engine_core *core;
+    int err = engine_core_open(&co, &core);
+    if (err) return err;
+    struct sched *s = core->sched;
     for (int32_t i = 0; i < n_reqs; i++) sched_add(s, to_req(&reqs[i], (uint64_t)i));
     while (!c.err && !sched_idle(s)) {
         int n = sched_step(s);
         if (n < 0) err = n;
     }
-    sched_destroy(s);
-    CHECK(pool.n_free == pool.n_blocks);
-    kv_pool_deinit(&pool);
+    engine_core_close(core); /* checks that the scheduler gave back every block */
     if (c.err) {
         err = err_set(c.err, "%s", c.err_msg);
         free(c.err_msg);

@@ -1,7 +1,8 @@
 /*
  * run_batch.c - the offline batch job (see run_batch.h).
  *
- * Owns: the model, a KV pool and a scheduler driven on this thread, and one slot
+ * Owns: the engine core (engine_core.h: the model, a KV pool and a scheduler, set up
+ * as the engine sets them up and driven on this thread), and one slot
  * per input line (its parsed request, response assembly and, once done, its output
  * line). Lines are fed to the scheduler a window at a time (bounded memory for
  * large files); outputs are written as soon as every earlier line is written, so
@@ -12,8 +13,9 @@
 #include "api_completions.h"
 #include "batch_line.h"
 #include "cfg.h"
+#include "engine.h"
+#include "engine_core.h"
 #include "err.h"
-#include "kv_pool.h"
 #include "model.h"
 #include "sched.h"
 #include "tokenizer.h"
@@ -40,10 +42,10 @@ struct rb_line {
 };
 
 struct rb {
-    struct model *m;
+    struct engine_core *core;
+    struct model *m;              /* core->m */
     struct api_model am;
-    struct kv_pool pool;
-    struct sched *s;
+    struct sched *s;              /* core->sched */
     struct rb_line *lines;
     int32_t n_lines, cap_lines;
     int32_t next_write;           /* first line not yet written */
@@ -306,34 +308,26 @@ int run_batch_main(int argc, char **argv)
     cfg_engine_opts(&c, &eo);
     cfg_fingerprint(&c, b.fingerprint, sizeof b.fingerprint);
     eo.sched.batch_prompt_tokens = 0; /* nothing interactive waits beside this job */
-    if (model_load(&b.m, c.model, &eo.model_opts)) {
+    /* The model, the pool and the scheduler as serve's engine builds them: the same
+     * options and the one pool size rule (a device's memory included). */
+    struct engine_core_opts co;
+    engine_opts_core(&eo, &co);
+    co.emit = on_event;
+    co.emit_arg = &b;
+    if (engine_core_open(&co, &b.core)) {
         fprintf(stderr, "h2oserve: %s\n", err_msg());
         goto done;
     }
+    b.m = b.core->m;
+    b.s = b.core->sched;
     b.am.id = c.served_model_name ? c.served_model_name : c.model;
-    if (sched_context_len(c.max_model_len, &b.m->cfg, &b.am.max_model_len)) {
-        fprintf(stderr, "h2oserve: %s\n", err_msg());
-        goto done;
-    }
+    /* Cannot fail: sched_create checked the same max_model_len. */
+    CHECK(sched_context_len(eo.sched.max_model_len, &b.m->cfg, &b.am.max_model_len) == 0);
     b.am.vocab_size = b.m->cfg.vocab_size;
     b.am.tok = b.m->tok;
     b.am.kv_default = eo.kv_default;
     b.am.max_prompts = c.max_prompts_per_request;
     b.am.max_n = c.max_n;
-    /* The pool: the engine's size rule, through the same options as serve. */
-    int64_t per_block = (int64_t)b.m->be.ops->kv_block_bytes(b.m->be.ctx, eo.block_size);
-    int64_t bytes = eo.kv_cache_bytes > 0 ? eo.kv_cache_bytes : (int64_t)1 << 30;
-    int32_t n_blocks = eo.kv_blocks > 0 ? eo.kv_blocks : (int32_t)MAX(bytes / per_block, 1);
-    if (b.m->be.ops->kv_alloc(b.m->be.ctx, n_blocks, eo.block_size)) {
-        fprintf(stderr, "h2oserve: %s\n", err_msg());
-        goto done;
-    }
-    kv_pool_init(&b.pool, n_blocks, eo.block_size);
-    b.s = sched_create(b.m, &b.pool, &eo.sched, on_event, &b);
-    if (!b.s) {
-        fprintf(stderr, "h2oserve: %s\n", err_msg());
-        goto done;
-    }
     b.out = fopen(out_path, "w");
     if (!b.out) {
         fprintf(stderr, "h2oserve: cannot write %s\n", out_path);
@@ -385,8 +379,6 @@ int run_batch_main(int argc, char **argv)
 done:
     if (b.out && fclose(b.out) != 0) rc = 1;
     fclose(in);
-    sched_destroy(b.s);
-    if (b.pool.free_stack) kv_pool_deinit(&b.pool);
     for (int32_t k = 0; k < b.n_lines; k++) {
         free(b.lines[k].out);
         free(b.lines[k].custom_id);
@@ -400,7 +392,9 @@ done:
     free(b.id_line);
     free(b.cancel);
     batch_idset_free(&ids);
-    model_destroy(b.m);
+    /* Last: the responses above were made with the model's tokenizer. The scheduler
+     * drops what an error left in it without events. */
+    engine_core_close(b.core);
     cfg_free(&c);
     return rc;
 }

@@ -10,8 +10,8 @@
 #include "quality.h"
 
 #include "batch.h"
+#include "engine_core.h"
 #include "err.h"
-#include "kv_pool.h"
 #include "kv_seq.h"
 #include "util.h"
 
@@ -143,11 +143,15 @@ int quality_run(struct model *m, const int32_t *stream, int64_t n,
 
     /* A pool that holds a whole group uncompacted: the prompts may all be in flight. */
     const int32_t group = (int32_t)MIN(n_seg, q->batch);
-    const int32_t pool_blocks = group * CEIL_DIV(L, q->block_size);
-    err = m->be.ops->kv_alloc(m->be.ctx, pool_blocks, q->block_size);
+    const struct engine_core_opts co = {
+        .upto = ENGINE_CORE_POOL,
+        .shared_model = m,
+        .block_size = q->block_size,
+        .kv_blocks = group * CEIL_DIV(L, q->block_size),
+    };
+    struct engine_core *core;
+    err = engine_core_open(&co, &core);
     if (err) return err;
-    struct kv_pool pool;
-    kv_pool_init(&pool, pool_blocks, q->block_size);
     struct batch b;
     batch_init(&b);
     const int32_t **seg = xmalloc((size_t)group * sizeof *seg);
@@ -155,11 +159,11 @@ int quality_run(struct model *m, const int32_t *stream, int64_t n,
         const int32_t k = (int32_t)MIN(group, n_seg - s0);
         for (int32_t i = 0; i < k; i++)
             seg[i] = stream + (s0 + i) * L;
-        err = run_group(m, q, &pool, &b, seg, k, res);
+        err = run_group(m, q, &core->pool, &b, seg, k, res);
     }
     free(seg);
     batch_deinit(&b);
-    kv_pool_deinit(&pool);
+    engine_core_close(core);
     res->perplexity = res->tokens ? exp(res->nll / (double)res->tokens) : NAN;
     return err;
 }
