@@ -1,7 +1,8 @@
 /*
  * cfg_testlib.h - what the configuration tests share: a temporary folder for files,
- * cfg_parse_args on a list, the last error's text, and raw field access through the
- * option table (independent of cfg.c's own accessors). Header-only, like test.h; each
+ * cfg_parse_args (serve's) or cfg_parse_cmd (any subcommand's) on a list, the last
+ * error's text, and raw field access through the option table (independent of
+ * config/'s own accessors). Header-only, like test.h; each
  * test's main makes tmp_dir with mkdtemp.
  */
 #ifndef H2O_TEST_CFG_TESTLIB_H
@@ -46,6 +47,28 @@ static inline int parse(struct cfg *c, int *next, const char *const *args)
     return cfg_parse_args(c, argc, argv, next ? next : &dummy);
 }
 #define PARSE(c, ...) parse((c), NULL, (const char *const[]){__VA_ARGS__, NULL})
+
+/* cfg_parse_cmd of subcommand `scope` on a NULL-terminated list. */
+static inline int parse_cmd(struct cfg *c, unsigned scope, int *next,
+                            const char *const *args)
+{
+    char *argv[64] = {"cmd"};
+    int argc = 1;
+    while (args[argc - 1]) {
+        argv[argc] = (char *)args[argc - 1];
+        argc++;
+    }
+    int dummy;
+    return cfg_parse_cmd(c, scope, argc, argv, next ? next : &dummy);
+}
+#define PARSE_CMD(c, scope, ...)                                                         \
+    parse_cmd((c), (scope), NULL, (const char *const[]){__VA_ARGS__, NULL})
+
+/* Every subcommand that parses through the table, by scope bit. */
+static const unsigned all_scopes[] = {CFG_SERVE, CFG_RUN_BATCH, CFG_GENERATE,
+                                      CFG_BENCH_QUALITY};
+static const char *const scope_names[] = {"serve", "run-batch", "generate",
+                                          "bench quality"};
 
 /* Whether the last error message contains `needle`. */
 static inline int msg_has(const char *needle)
@@ -93,6 +116,10 @@ static inline void other_value(const struct cfg *d, const struct cfg_opt *o, cha
     case CFG_T_STR:
         snprintf(text, len, "x.example");
         snprintf(json, len, "\"x.example\"");
+        break;
+    case CFG_T_LIST: /* one item after none */
+        snprintf(text, len, "x.example");
+        snprintf(json, len, "[\"x.example\"]");
         break;
     case CFG_T_INT:
     case CFG_T_SIZE:
@@ -148,6 +175,12 @@ static inline void expect_only_changed(const struct cfg *c, const struct cfg *d,
     case CFG_T_FLOAT: EXPECT_NEAR(field_float(c, o), strtod(text, NULL), 1e-12); break;
     case CFG_T_BOOL: EXPECT_EQ(field_int(c, o), strcmp(text, "true") == 0); break;
     case CFG_T_ENUM: EXPECT_STR(o->values[field_int(c, o)], text); break;
+    case CFG_T_LIST: {
+        const struct cfg_list *l = (const struct cfg_list *)((const char *)c + o->offset);
+        EXPECT_EQ(l->n, 1);
+        if (l->n == 1) EXPECT_STR(l->items[0], text);
+        break;
+    }
     }
 }
 
