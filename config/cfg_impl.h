@@ -24,10 +24,12 @@ struct cfg_val {
 };
 
 /* A subcommand that parses through the table: its scope bit, its name as typed
- * after "h2oserve", whether it takes the positional model and --config files. */
+ * after "h2oserve", the arguments it requires (for the usage line, or NULL), and
+ * whether it takes the positional model and --config files. */
 struct cfg_cmd {
     unsigned scope;
     const char *name;
+    const char *required;
     bool positional, config;
 };
 

@@ -681,9 +681,13 @@ void cfg_defaults_cmd(struct cfg *c, unsigned scope)
 /* The subcommands that parse through the table. */
 static const struct cfg_cmd cmd_table[] = {
     {.scope = CFG_SERVE, .name = "serve", .positional = true, .config = true},
-    {.scope = CFG_RUN_BATCH, .name = "run-batch", .positional = true, .config = true},
-    {.scope = CFG_GENERATE, .name = "generate"},
-    {.scope = CFG_BENCH_QUALITY, .name = "bench quality"},
+    {.scope = CFG_RUN_BATCH,
+     .name = "run-batch",
+     .required = "-i IN.jsonl -o OUT.jsonl",
+     .positional = true,
+     .config = true},
+    {.scope = CFG_GENERATE, .name = "generate", .required = "--prompt TEXT"},
+    {.scope = CFG_BENCH_QUALITY, .name = "bench quality", .required = "--text FILE"},
 };
 
 const struct cfg_cmd *cfg_cmd_of(unsigned scope)

@@ -79,7 +79,8 @@ void cfg_usage(FILE *f, const char *cmd)
         upper_of_key(pos->key, pos_name, sizeof pos_name);
         snprintf(pos_usage, sizeof pos_usage, " [%s]", pos_name);
     }
-    fprintf(f, "usage: h2oserve %s%s [options]\n\n", cmd, pos_usage);
+    fprintf(f, "usage: h2oserve %s%s%s%s [options]\n\n", cmd, sc->required ? " " : "",
+            sc->required ? sc->required : "", pos_usage);
     if (sc->config)
         fprintf(f,
                 "Every option is also a key of the JSON file given with --config: the flag\n"
