@@ -470,6 +470,109 @@ TEST(each_flag_mistake_names_the_flag)
     cfg_free(&c);
 }
 
+/* One table, four subcommands: each has its own defaults where they differ, its own
+ * rules, and only the flags of its scope (short ones, lists, --config and the
+ * positional model where it takes them). */
+TEST(each_subcommand_has_its_defaults_rules_and_flags)
+{
+    struct cfg c;
+    /* generate and bench quality run on the CPU unless told; generate runs every
+     * prompt at once; bench quality scores full and floors nothing. */
+    cfg_defaults_cmd(&c, CFG_SERVE);
+    EXPECT_EQ(c.device, BE_DEVICE_AUTO);
+    EXPECT_EQ(c.max_num_seqs, 256);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_SERVE), 0);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_RUN_BATCH), 0);
+    cfg_free(&c);
+    cfg_defaults_cmd(&c, CFG_GENERATE);
+    EXPECT_EQ(c.device, BE_DEVICE_CPU);
+    EXPECT_EQ(c.max_num_seqs, 0);
+    EXPECT_EQ(c.kv_policy, KV_POLICY_H2O);
+    EXPECT_EQ(c.generate.max_tokens, 16);
+    EXPECT_NEAR(c.generate.temperature, 1, 0);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_GENERATE), 0);
+    /* generate's 0 is no count for a server. */
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_SERVE), ENG_EINVAL);
+    EXPECT(msg_has("max_num_seqs"));
+    cfg_free(&c);
+    cfg_defaults_cmd(&c, CFG_BENCH_QUALITY);
+    EXPECT_EQ(c.device, BE_DEVICE_CPU);
+    EXPECT_EQ(c.kv_policy, KV_POLICY_FULL);
+    EXPECT_EQ(c.kv_min_budget, 0);
+    EXPECT_EQ(c.bench_quality.prompt_len, 64);
+    EXPECT_EQ(c.bench_quality.gen_len, 448);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_BENCH_QUALITY), 0);
+    cfg_free(&c);
+
+    /* Lists: each --prompt appends, --stop at most 4 times. */
+    cfg_defaults_cmd(&c, CFG_GENERATE);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--prompt", "a", "--prompt=b b", "--stop", "x"), 0);
+    EXPECT_EQ(c.generate.prompt.n, 2);
+    EXPECT_STR(c.generate.prompt.items[0], "a");
+    EXPECT_STR(c.generate.prompt.items[1], "b b");
+    EXPECT_EQ(c.generate.stop.n, 1);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--stop", "1", "--stop", "2", "--stop", "3",
+                        "--stop", "4"),
+              ENG_EINVAL);
+    EXPECT(msg_has("--stop"));
+    EXPECT_EQ(c.generate.stop.n, 1); /* all or nothing */
+    /* generate takes no --config and no positional model: a word stops parsing. */
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--config", "x.json"), ENG_EINVAL);
+    EXPECT(msg_has("unknown option '--config'"));
+    int next = 0;
+    EXPECT_EQ(parse_cmd(&c, CFG_GENERATE, &next,
+                        (const char *const[]){"--max-tokens", "3", "word", NULL}),
+              0);
+    EXPECT_EQ(next, 3);
+    EXPECT_STR(c.model, "default");
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--device", "gpu"), ENG_EINVAL);
+    EXPECT(msg_has("--device wants cpu, cuda or auto"));
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--h2o-recent", "0"), 0);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_GENERATE), ENG_EINVAL);
+    EXPECT(msg_has("--h2o-recent"));
+    cfg_free(&c);
+
+    /* run-batch: -i and -o, every serve flag, serve's files, the positional model. */
+    const char *f = write_file("rb.json", "{\"max_n\": 5}", 0);
+    cfg_defaults_cmd(&c, CFG_RUN_BATCH);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_RUN_BATCH, "-i", "in.jsonl", "m", "--output-file=out.jsonl",
+                        "--config", f, "--port", "1"),
+              0);
+    EXPECT_STR(c.run_batch.input_file, "in.jsonl");
+    EXPECT_STR(c.run_batch.output_file, "out.jsonl");
+    EXPECT_STR(c.model, "m");
+    EXPECT_EQ(c.max_n, 5);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_RUN_BATCH, "-o"), ENG_EINVAL);
+    EXPECT(msg_has("-o needs a value"));
+    EXPECT_EQ(PARSE_CMD(&c, CFG_RUN_BATCH, "-x", "1"), ENG_EINVAL);
+    EXPECT(msg_has("'-x'"));
+    cfg_free(&c);
+    cfg_defaults(&c);
+    EXPECT_EQ(PARSE(&c, "-i", "in.jsonl"), ENG_EINVAL); /* serve has no -i */
+    cfg_free(&c);
+
+    /* bench quality: --sweep is fractions, --plot needs it. */
+    static const char *const bad_sweep[] = {"0.1,2", "0", "0.1,", "", "a"};
+    for (size_t i = 0; i < sizeof bad_sweep / sizeof bad_sweep[0]; i++) {
+        cfg_defaults_cmd(&c, CFG_BENCH_QUALITY);
+        EXPECT_EQ(PARSE_CMD(&c, CFG_BENCH_QUALITY, "--sweep", bad_sweep[i]), 0);
+        if (bad_sweep[i][0]) {
+            EXPECT_EQ(cfg_validate_cmd(&c, CFG_BENCH_QUALITY), ENG_EINVAL);
+            EXPECT(msg_has("--sweep"));
+        }
+        cfg_free(&c);
+    }
+    float fr[CFG_SWEEP_MAX];
+    EXPECT_EQ(cfg_fractions("0.05,0.1,1", fr, CFG_SWEEP_MAX), 3);
+    EXPECT_NEAR(fr[2], 1, 0);
+    EXPECT_EQ(cfg_fractions("0.1,0.2,0.3", fr, 2), -1);
+    cfg_defaults_cmd(&c, CFG_BENCH_QUALITY);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_BENCH_QUALITY, "--plot", "x.png"), 0);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_BENCH_QUALITY), ENG_EINVAL);
+    EXPECT(msg_has("--plot"));
+    cfg_free(&c);
+}
+
 TEST(a_bad_flag_after_a_good_config_changes_nothing)
 {
     const char *f = write_file("good.json", "{\"port\": 9000, \"api_key\": \"k\"}", 0);
@@ -740,6 +843,7 @@ int main(int argc, char **argv)
     RUN(flags_override_the_file_wherever_config_stands);
     RUN(every_option_is_settable_from_the_file_and_from_a_flag);
     RUN(an_option_outside_a_subcommands_scope_is_unknown_there);
+    RUN(each_subcommand_has_its_defaults_rules_and_flags);
     RUN(every_number_out_of_range_is_refused_naming_the_option);
     RUN(sizes_take_bytes_or_binary_units);
     RUN(bools_take_every_usual_form);
