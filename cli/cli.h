@@ -25,20 +25,25 @@
 int cli_parse(struct cfg *c, unsigned scope, int argc, char **argv, const char *prefix,
               const char *extra);
 
-/* `h2oserve serve [MODEL]`: the OpenAI-compatible HTTP server. */
+/* `h2oserve serve [MODEL]`: the OpenAI-compatible HTTP server, until SIGINT or
+ * SIGTERM. Owns: its configuration. Thread: main (the loop's; the engine gets its
+ * own). */
 int cli_serve(int argc, char **argv);
 
-/* `h2oserve run-batch -i IN -o OUT [MODEL]`: an OpenAI Batch file, offline. */
+/* `h2oserve run-batch -i IN -o OUT [MODEL]`: an OpenAI Batch file, offline.
+ * Owns: its configuration (run_batch_run takes it). Thread: main (the engine's). */
 int cli_run_batch(int argc, char **argv);
 
-/* `h2oserve generate --prompt TEXT ...`: completions on stdout. */
+/* `h2oserve generate --prompt TEXT ...`: completions on stdout. Owns: its
+ * configuration and the model. Thread: main (the engine's). */
 int cli_generate(int argc, char **argv);
 
 /* `h2oserve bench quality --text FILE`: perplexity under KV policies; argv[0] is
- * "quality". */
+ * "quality". Owns: its configuration and the model. Thread: main (the engine's). */
 int cli_bench_quality(int argc, char **argv);
 
-/* `h2oserve tokenize (--text TEXT | --decode IDS)`: ids as JSON, or text. */
+/* `h2oserve tokenize (--text TEXT | --decode IDS)`: ids as JSON, or text. Owns: the
+ * tokenizer. Thread: main. */
 int cli_tokenize(int argc, char **argv);
 
 #endif
