@@ -61,8 +61,11 @@ static void opts_of_cfg(const struct cfg *c, struct opts *o)
     struct engine_opts eo;
     cfg_engine_opts(c, &eo);
     const struct cfg_bench_quality *b = &c->bench_quality;
-    *o = (struct opts){.model = c->model, .text = b->text, .plot = b->plot,
-                       .mo = eo.model_opts, .min_budget = c->kv_min_budget};
+    *o = (struct opts){.model = c->model,
+                       .text = b->text,
+                       .plot = b->plot,
+                       .mo = eo.model_opts,
+                       .min_budget = c->kv_min_budget};
     quality_spec_default(&o->q);
     o->q.prompt_len = b->prompt_len;
     o->q.gen_len = b->gen_len;
@@ -92,7 +95,8 @@ static int plan(const struct opts *o, struct config *c)
             .policy = KV_POLICY_LOCAL, .recent_ratio = f, .heavy = -1, .recent = -1};
         c[n++].fraction = f;
     }
-    for (int i = 1; i < n; i++) c[i].kv.min_budget = o->min_budget;
+    for (int i = 1; i < n; i++)
+        c[i].kv.min_budget = o->min_budget;
     return n;
 }
 
@@ -193,17 +197,16 @@ static int run(const struct cfg *cf)
     for (int i = 0; !err && i < n; i++) {
         const struct kv_budget *b = &c[i].r.budget;
         const bool full = b->policy == KV_POLICY_FULL;
-        printf(
-            "{\"bench\": \"quality\", \"model\": \"%s\", \"dtype\": \"%s\", \"policy\": "
-            "\"%s\", \"heavy\": %d, \"recent\": %d, \"min_budget\": %d, \"prompt_len\": %d, "
-            "\"gen_len\": %d, "
-            "\"segments\": %d, \"tokens\": %lld, \"perplexity\": %.6f, "
-            "\"ratio_to_full\": %.6f}\n",
-            m->cfg.name, dtype_name(m->dtype), kv_policy_name(b->policy),
-            full ? 0 : b->heavy, full ? 0 : b->recent, c[i].kv.min_budget, o.q.prompt_len,
-            o.q.gen_len,
-            c[i].r.segments, (long long)c[i].r.tokens, c[i].r.perplexity,
-            c[i].r.perplexity / c[0].r.perplexity);
+        printf("{\"bench\": \"quality\", \"model\": \"%s\", \"dtype\": \"%s\", \"policy\": "
+               "\"%s\", \"heavy\": %d, \"recent\": %d, \"min_budget\": %d, \"prompt_len\": "
+               "%d, "
+               "\"gen_len\": %d, "
+               "\"segments\": %d, \"tokens\": %lld, \"perplexity\": %.6f, "
+               "\"ratio_to_full\": %.6f}\n",
+               m->cfg.name, dtype_name(m->dtype), kv_policy_name(b->policy),
+               full ? 0 : b->heavy, full ? 0 : b->recent, c[i].kv.min_budget,
+               o.q.prompt_len, o.q.gen_len, c[i].r.segments, (long long)c[i].r.tokens,
+               c[i].r.perplexity, c[i].r.perplexity / c[0].r.perplexity);
     }
     if (!err && o.plot) {
         char title[256];

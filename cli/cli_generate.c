@@ -65,19 +65,22 @@ static void report(const struct gen_result *res, int n_prompts, int32_t min_budg
         n_gen += r->n_tokens;
         n_prompt_tok += r->prompt_tokens;
         if (r->budget.policy == KV_POLICY_FULL)
-            fprintf(stderr, "seq %d: %d prompt + %d generated tokens, kv full: %d slots "
-                            "per head, %d blocks\n",
+            fprintf(stderr,
+                    "seq %d: %d prompt + %d generated tokens, kv full: %d slots "
+                    "per head, %d blocks\n",
                     i, r->prompt_tokens, r->n_tokens, r->kv_slots, r->kv_blocks_max);
         else
-            fprintf(stderr, "seq %d: %d prompt + %d generated tokens, kv %s H=%d R=%d "
-                            "(floor %d): %d slots per head, %d blocks, %lld tokens "
-                            "evicted per head\n",
+            fprintf(stderr,
+                    "seq %d: %d prompt + %d generated tokens, kv %s H=%d R=%d "
+                    "(floor %d): %d slots per head, %d blocks, %lld tokens "
+                    "evicted per head\n",
                     i, r->prompt_tokens, r->n_tokens, kv_policy_name(r->budget.policy),
                     r->budget.heavy, r->budget.recent, min_budget, r->kv_slots,
                     r->kv_blocks_max, (long long)r->kv_evicted_tokens);
     }
-    fprintf(stderr, "%d prompts, %ld prompt tokens, %ld generated tokens in %.2f s "
-                    "(%.1f generated tokens/s)\n",
+    fprintf(stderr,
+            "%d prompts, %ld prompt tokens, %ld generated tokens in %.2f s "
+            "(%.1f generated tokens/s)\n",
             n_prompts, n_prompt_tok, n_gen, dt, dt > 0 ? (double)n_gen / dt : 0.0);
 }
 
@@ -136,8 +139,9 @@ int cli_generate(int argc, char **argv)
         int64_t per_block = (int64_t)m->be.ops->kv_block_bytes(m->be.ctx, go.block_size);
         go.kv_blocks = (int32_t)MIN(c.kv_cache_bytes / per_block, INT32_MAX);
         if (go.kv_blocks < 1) {
-            fprintf(stderr, "h2oserve: --kv-cache-bytes %lld holds no block (one block of %d "
-                            "slots is %lld bytes)\n",
+            fprintf(stderr,
+                    "h2oserve: --kv-cache-bytes %lld holds no block (one block of %d "
+                    "slots is %lld bytes)\n",
                     (long long)c.kv_cache_bytes, go.block_size, (long long)per_block);
             rc = 2;
             goto done;

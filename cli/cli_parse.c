@@ -23,7 +23,8 @@ int cli_parse(struct cfg *c, unsigned scope, int argc, char **argv, const char *
         return 0;
     }
     if (!err && next < argc)
-        err = err_set(ENG_EINVAL, "unexpected argument '%s'%s", argv[next], extra ? extra : "");
+        err = err_set(ENG_EINVAL, "unexpected argument '%s'%s", argv[next],
+                      extra ? extra : "");
     if (!err) err = cfg_validate_cmd(c, scope);
     if (err) {
         fprintf(stderr, "%s: %s\n", prefix, err_msg());

@@ -52,9 +52,9 @@ int cli_tokenize(int argc, char **argv)
 {
     enum { O_MODEL = 256, O_TEXT, O_DECODE, O_NOBOS, O_HELP };
     static const struct option opts[] = {
-        {"model", required_argument, 0, O_MODEL}, {"text", required_argument, 0, O_TEXT},
+        {"model", required_argument, 0, O_MODEL},   {"text", required_argument, 0, O_TEXT},
         {"decode", required_argument, 0, O_DECODE}, {"no-bos", no_argument, 0, O_NOBOS},
-        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0},
+        {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0},
     };
     const char *model_name = MODEL_DEFAULT, *text = NULL, *decode = NULL;
     bool bos = true;
@@ -68,9 +68,10 @@ int cli_tokenize(int argc, char **argv)
         case O_NOBOS: bos = false; break;
         case O_HELP:
         default:
-            fprintf(c == O_HELP ? stdout : stderr,
-                    "usage: h2oserve tokenize [--model DIR|dummy:NAME] (--text TEXT [--no-bos] "
-                    "| --decode IDS)\n  IDS: a JSON array or a comma/space separated list\n");
+            fprintf(
+                c == O_HELP ? stdout : stderr,
+                "usage: h2oserve tokenize [--model DIR|dummy:NAME] (--text TEXT [--no-bos] "
+                "| --decode IDS)\n  IDS: a JSON array or a comma/space separated list\n");
             return c == O_HELP ? 0 : 2;
         }
     }
@@ -93,7 +94,8 @@ int cli_tokenize(int argc, char **argv)
             rc = 1;
         } else {
             putchar('[');
-            for (int32_t i = 0; i < n; i++) printf(i ? ", %d" : "%d", ids[i]);
+            for (int32_t i = 0; i < n; i++)
+                printf(i ? ", %d" : "%d", ids[i]);
             printf("]\n");
         }
         free(ids);
@@ -118,4 +120,3 @@ int cli_tokenize(int argc, char **argv)
     tokenizer_destroy(tok);
     return rc;
 }
-

@@ -34,10 +34,9 @@ void cfg_fingerprint(const struct cfg *c, char *buf, size_t len)
     model_resolve_backend(&eo.model_opts, &device, &dtype); /* what auto comes to here */
     char what[4096];
     snprintf(what, sizeof what, "%s|%s|%d|%d|%d|%llu|%d|%d|%.9g|%.9g|%d|%d|%d", H2O_VERSION,
-             c->model, (int)device, (int)dtype,
-             eo.model_opts.tensor_parallel, (unsigned long long)eo.model_opts.dummy_seed,
-             eo.block_size, (int)k->policy, k->heavy_ratio, k->recent_ratio, k->heavy,
-             k->recent, k->min_budget);
+             c->model, (int)device, (int)dtype, eo.model_opts.tensor_parallel,
+             (unsigned long long)eo.model_opts.dummy_seed, eo.block_size, (int)k->policy,
+             k->heavy_ratio, k->recent_ratio, k->heavy, k->recent, k->min_budget);
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
     for (const unsigned char *p = (const unsigned char *)what; *p; p++)
         h = (h ^ *p) * 0x100000001b3ull;

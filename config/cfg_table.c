@@ -677,7 +677,6 @@ void cfg_defaults_cmd(struct cfg *c, unsigned scope)
     }
 }
 
-
 /* The subcommands that parse through the table. */
 static const struct cfg_cmd cmd_table[] = {
     {.scope = CFG_SERVE, .name = "serve", .positional = true, .config = true},
@@ -736,4 +735,3 @@ const struct cfg_opt *cfg_find(const char *name)
         return cfg_find_n(name + 2, strlen(name + 2), true);
     return cfg_find_n(name, strlen(name), false);
 }
-

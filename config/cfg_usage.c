@@ -82,15 +82,18 @@ void cfg_usage(FILE *f, const char *cmd)
     fprintf(f, "usage: h2oserve %s%s%s%s [options]\n\n", cmd, sc->required ? " " : "",
             sc->required ? sc->required : "", pos_usage);
     if (sc->config)
-        fprintf(f,
-                "Every option is also a key of the JSON file given with --config: the flag\n"
-                "without its \"--\", with '_' for '-' (--max-num-seqs is \"max_num_seqs\").\n"
-                "Flags override the file wherever --config stands; config/example.json shows\n"
-                "every key with a comment. SIZE takes bytes or K, M, G, T (powers of 1024).\n"
-                "vLLM's flag names are accepted as aliases (shown beside each flag).\n\n");
+        fprintf(
+            f,
+            "Every option is also a key of the JSON file given with --config: the flag\n"
+            "without its \"--\", with '_' for '-' (--max-num-seqs is \"max_num_seqs\").\n"
+            "Flags override the file wherever --config stands; config/example.json shows\n"
+            "every key with a comment. SIZE takes bytes or K, M, G, T (powers of 1024).\n"
+            "vLLM's flag names are accepted as aliases (shown beside each flag).\n\n");
     else
-        fprintf(f, "Flags are --name VALUE or --name=VALUE; SIZE takes bytes or K, M, G, T\n"
-                   "(powers of 1024). They are spelled, checked and documented as serve's.\n\n");
+        fprintf(
+            f,
+            "Flags are --name VALUE or --name=VALUE; SIZE takes bytes or K, M, G, T\n"
+            "(powers of 1024). They are spelled, checked and documented as serve's.\n\n");
     if (pos) {
         char flag[80], text[200];
         cfg_flag_of_key(pos->key, flag, sizeof flag);

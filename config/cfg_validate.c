@@ -106,11 +106,11 @@ int cfg_validate_cmd(const struct cfg *c, unsigned scope)
         const struct cfg_bench_quality *q = &c->bench_quality;
         float f[CFG_SWEEP_MAX];
         if (q->sweep && cfg_fractions(q->sweep, f, CFG_SWEEP_MAX) < 0)
-            return err_set(ENG_EINVAL, "--sweep wants up to %d fractions in (0, 1] "
-                                       "separated by commas, got '%.64s'",
+            return err_set(ENG_EINVAL,
+                           "--sweep wants up to %d fractions in (0, 1] "
+                           "separated by commas, got '%.64s'",
                            CFG_SWEEP_MAX, q->sweep);
         if (q->plot && !q->sweep) return err_set(ENG_EINVAL, "--plot draws a --sweep");
     }
     return 0;
 }
-

@@ -155,7 +155,10 @@ int cfg_enum_parse(const struct cfg_opt *o, const char *s, const char *who, int6
     while (o->values[n])
         n++;
     for (int i = 0; i < n; i++) {
-        strncat(prose, i == 0 ? "" : i == n - 1 ? " or " : ", ",
+        strncat(prose,
+                i == 0       ? ""
+                : i == n - 1 ? " or "
+                             : ", ",
                 sizeof prose - strlen(prose) - 1);
         strncat(prose, o->values[i], sizeof prose - strlen(prose) - 1);
         if (i) strncat(all, "|", sizeof all - strlen(all) - 1);
@@ -341,4 +344,3 @@ char *cfg_format_value(const struct cfg *c, const struct cfg_opt *o, char *buf, 
     }
     return buf;
 }
-

@@ -61,7 +61,7 @@ static inline int parse_cmd(struct cfg *c, unsigned scope, int *next,
     int dummy;
     return cfg_parse_cmd(c, scope, argc, argv, next ? next : &dummy);
 }
-#define PARSE_CMD(c, scope, ...)                                                         \
+#define PARSE_CMD(c, scope, ...)                                                           \
     parse_cmd((c), (scope), NULL, (const char *const[]){__VA_ARGS__, NULL})
 
 /* Every subcommand that parses through the table, by scope bit. */
@@ -108,7 +108,7 @@ static inline char *flag_of(const struct cfg_opt *o, char *buf, size_t len)
 
 /* A value of o that differs from its default, as flag text and as JSON. */
 static inline void other_value(const struct cfg *d, const struct cfg_opt *o, char *text,
-                        char *json, size_t len)
+                               char *json, size_t len)
 {
     int64_t v;
     double f;
@@ -153,7 +153,8 @@ static inline void other_value(const struct cfg *d, const struct cfg_opt *o, cha
 
 /* o in c holds the value `text` stands for, and every other option its default. */
 static inline void expect_only_changed(const struct cfg *c, const struct cfg *d,
-                                const struct cfg_opt *o, const char *text, const char *how)
+                                       const struct cfg_opt *o, const char *text,
+                                       const char *how)
 {
     size_t n;
     const struct cfg_opt *t = cfg_opts(&n);

@@ -108,7 +108,8 @@ TEST(every_option_is_settable_from_the_file_and_from_a_flag)
             if (scope == CFG_SERVE) {
                 cfg_defaults_cmd(&c, scope);
                 snprintf(json, sizeof json, "{\"%s\": %s}", o->key, jval);
-                if (cfg_load_string(&c, json, "t.json")) TEST_FAIL("%s: %s", json, err_msg());
+                if (cfg_load_string(&c, json, "t.json"))
+                    TEST_FAIL("%s: %s", json, err_msg());
                 expect_only_changed(&c, &d, o, text, "file");
                 cfg_free(&c);
             }
@@ -209,9 +210,9 @@ TEST(every_number_out_of_range_is_refused_naming_the_option)
             for (size_t sc = 0; sc < sizeof all_scopes / sizeof all_scopes[0]; sc++) {
                 if (!(o->scopes & all_scopes[sc])) continue;
                 if (o->type != CFG_T_SIZE || bad[k] >= 0) {
-                    EXPECT_EQ(PARSE_CMD(&c, all_scopes[sc], flag_of(o, flag, sizeof flag),
-                                        text),
-                              ENG_EINVAL);
+                    EXPECT_EQ(
+                        PARSE_CMD(&c, all_scopes[sc], flag_of(o, flag, sizeof flag), text),
+                        ENG_EINVAL);
                     EXPECT(msg_has(flag));
                 }
             }
@@ -506,7 +507,8 @@ TEST(each_subcommand_has_its_defaults_rules_and_flags)
 
     /* Lists: each --prompt appends, --stop at most 4 times. */
     cfg_defaults_cmd(&c, CFG_GENERATE);
-    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--prompt", "a", "--prompt=b b", "--stop", "x"), 0);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--prompt", "a", "--prompt=b b", "--stop", "x"),
+              0);
     EXPECT_EQ(c.generate.prompt.n, 2);
     EXPECT_STR(c.generate.prompt.items[0], "a");
     EXPECT_STR(c.generate.prompt.items[1], "b b");
