@@ -1,29 +1,43 @@
 /*
- * cfg.h - the server configuration: defaults, a JSON file, command-line flags,
- * validation and --help, all driven by one table of option descriptors.
+ * cfg.h - the configuration of every h2oserve subcommand: defaults, a JSON file,
+ * command-line flags, validation and --help, all driven by one table of option
+ * descriptors.
  *
  * Every setting of struct cfg has exactly one descriptor (struct cfg_opt): its JSON
  * key ("kv_cache_bytes"), which is also its flag with '_' spelled '-'
- * ("--kv-cache-bytes"), its type, where it lives in struct cfg, its range and its
- * help text. The file format, the flags and the help are all read from that table,
- * so they cannot drift apart; the unit test walks the table and checks that every
- * option can be set both ways.
+ * ("--kv-cache-bytes"), its type, where it lives in struct cfg, its range, its help
+ * text and its scopes: the subcommands that take it (serve, run-batch, generate,
+ * bench quality; enum cfg_scope). `generate`, `run-batch`, `bench quality` and
+ * `serve` parse argv through the same code with their scope, so a flag they share
+ * (--model, --dtype, --kv-policy, ...) has one spelling, one range, one help line;
+ * a command's own default, where it differs (generate and bench quality run on the
+ * CPU unless told otherwise), comes from cfg_defaults_cmd and --help shows it. The
+ * file format, the flags and the help are all read from that table, so they cannot
+ * drift apart; the unit test walks the table and checks that every option can be
+ * set every way its scopes allow.
  *
  * vLLM's spellings are part of the table too, so that a vLLM command line works:
  * a descriptor may carry one alias name (.alias = "tensor_parallel_size": the flag
  * --tensor-parallel-size and the file key "tensor_parallel_size" set the same field
  * as "tensor_parallel"), an enum may accept alias values (--dtype bfloat16 is
  * stored as bf16; help and JSON dumps show the canonical names only), and one
- * option may be the command's positional argument (`h2oserve serve MODEL`).
+ * option may be the command's positional argument (`h2oserve serve MODEL`; serve
+ * and run-batch only).
  *
- * The file is one flat JSON object whose keys are the option names (see
- * config/example.json, config/README.md). Keys that start with '_' are comments and
- * are ignored; any other unknown key is an error that names the key and the file. A
+ * The file is one flat JSON object whose keys are the names of serve's options
+ * (see config/example.json, config/README.md); run-batch, which takes every serve
+ * option, reads the same files. Keys that start with '_' are comments and are
+ * ignored; any other unknown key is an error that names the key and the file. A
  * key given twice is an error too: a config file that says two things about one
  * setting is a mistake, and "last wins" would hide it.
  *
  * Precedence: built-in defaults < --config files (in the order given) < every other
  * flag, wherever --config appears in argv.
+ *
+ * Files: cfg_table.c (the table, defaults, look-up), cfg_value.c (text and JSON
+ * values into fields), cfg_validate.c (ranges and the rules that join options),
+ * cfg_engine.c (struct engine_opts and the fingerprint), cfg_io.c (files, argv,
+ * JSON out), cfg_usage.c (--help).
  *
  * Owns: the strings in struct cfg (heap copies; cfg_free).
  * Thread: any; a struct cfg is plain data and is not shared while it is being set.
@@ -49,6 +63,20 @@ enum cfg_dtype {
     CFG_DTYPE_FP32 = 1,
     CFG_DTYPE_BF16 = 2,
     CFG_DTYPE_FP16 = 3,
+};
+
+/* The subcommands an option belongs to (struct cfg_opt.scopes, a mask). */
+enum cfg_scope {
+    CFG_SERVE = 1,         /* h2oserve serve: the HTTP server */
+    CFG_RUN_BATCH = 2,     /* h2oserve run-batch: every serve option, and -i / -o */
+    CFG_GENERATE = 4,      /* h2oserve generate: the engine's options and sampling */
+    CFG_BENCH_QUALITY = 8, /* h2oserve bench quality: the model, the KV policy */
+};
+
+/* A repeatable option's values in the order given (--prompt A --prompt B). */
+struct cfg_list {
+    char **items; /* [n] heap copies */
+    int32_t n;
 };
 
 struct cfg {
@@ -104,6 +132,38 @@ struct cfg {
     int64_t max_file_bytes;      /* POST /v1/files body; default 200 MiB */
     int32_t batch_max_requests;  /* lines in one batch input file; default 50,000 */
     int32_t batch_window_s;      /* run time before a batch expires; default 86400 */
+
+    /* run-batch's own */
+    struct cfg_run_batch {
+        char *input_file;  /* -i: OpenAI Batch input lines; NULL until given */
+        char *output_file; /* -o: one output line per input line */
+    } run_batch;
+
+    /* generate's own: the prompts and how to sample them */
+    struct cfg_generate {
+        struct cfg_list prompt;   /* --prompt, repeatable, at most 4096 */
+        char *prompts_file;       /* one prompt per line; NULL = none */
+        int32_t max_tokens;       /* per prompt; default 16 */
+        double temperature;       /* 0 = greedy; default 1 */
+        double top_p;             /* default 1 */
+        int32_t top_k;            /* 0 = off */
+        double presence_penalty;  /* default 0 */
+        double frequency_penalty; /* default 0 */
+        int64_t seed;             /* default 0 */
+        struct cfg_list stop;     /* --stop, repeatable, at most 4 */
+        bool ignore_eos;          /* default false */
+    } generate;
+
+    /* bench quality's own: the text and how it is cut and scored */
+    struct cfg_bench_quality {
+        char *text;         /* file of text to score; NULL until given */
+        int32_t prompt_len; /* P; default 64 */
+        int32_t gen_len;    /* G; default 448 */
+        int32_t segments;   /* at most this many; 0 = every whole one */
+        int32_t batch;      /* segments side by side; default 16 */
+        char *sweep;        /* "0.05,0.1": budget fractions; NULL = none */
+        char *plot;         /* PNG of the sweep; NULL = none */
+    } bench_quality;
 };
 
 enum cfg_type {
@@ -113,6 +173,7 @@ enum cfg_type {
     CFG_T_FLOAT,   /* double; JSON number */
     CFG_T_BOOL,    /* bool; JSON true/false; flags --x, --no-x, --x=true|false */
     CFG_T_ENUM,    /* an enum (int-sized) indexing `values`; JSON string */
+    CFG_T_LIST,    /* struct cfg_list: each flag appends one string, at most `max` */
 };
 
 enum cfg_opt_flags {
@@ -133,6 +194,8 @@ struct cfg_enum_alias {
 /* One option. The table is static and lives as long as the program. */
 struct cfg_opt {
     const char *key;   /* JSON key; the flag is "--" + key with '_' -> '-' */
+    unsigned scopes;   /* enum cfg_scope: the subcommands that take it */
+    char short_flag;   /* '-i' for 'i', or 0 */
     /* Another name of the same option, or NULL, spelled as a key
      * ("tensor_parallel_size"): accepted as a flag (--tensor-parallel-size) and as
      * a file key, shown in --help; never written by cfg_to_json. */
@@ -141,7 +204,7 @@ struct cfg_opt {
     enum cfg_type type;
     size_t offset;             /* of the field in struct cfg */
     size_t size;               /* of the field (CFG_T_INT: 4 or 8) */
-    double min, max;           /* inclusive range (numbers and sizes) */
+    double min, max;           /* inclusive range (numbers, sizes; LIST: max items) */
     const char *const *values; /* CFG_T_ENUM: names, NULL-terminated, index = value */
     const struct cfg_enum_alias *value_aliases; /* CFG_T_ENUM: more names, or NULL */
     const char *metavar;   /* placeholder in --help ("DIR|dummy:NAME"); NULL = by type */
@@ -159,6 +222,15 @@ struct cfg_opt {
  * Owns: the caller owns the strings now in *c (cfg_free). Thread: any.
  */
 void cfg_defaults(struct cfg *c);
+
+/*
+ * cfg_defaults, then the defaults of subcommand `scope` (one enum cfg_scope bit)
+ * where they differ: generate and bench quality run on the CPU (device cpu),
+ * generate runs every prompt at once (max_num_seqs 0), bench quality scores the
+ * full policy and floors no budget (kv_policy full, kv_min_budget 0).
+ * Owns: as cfg_defaults. Thread: any.
+ */
+void cfg_defaults_cmd(struct cfg *c, unsigned scope);
 
 /* Free the strings of *c and set them to NULL. NULL is fine. Thread: any. */
 void cfg_free(struct cfg *c);
@@ -197,6 +269,15 @@ int cfg_load_string(struct cfg *c, const char *json, const char *name);
 int cfg_parse_args(struct cfg *c, int argc, char **argv, int *next);
 
 /*
+ * cfg_parse_args for subcommand `scope` (one enum cfg_scope bit): only the options
+ * of that scope are flags (another is "unknown option"), short flags (-i, -o) too;
+ * --config and the positional model only where the command takes them (serve,
+ * run-batch; elsewhere a positional argument stops parsing like a second one).
+ * Thread: any.
+ */
+int cfg_parse_cmd(struct cfg *c, unsigned scope, int argc, char **argv, int *next);
+
+/*
  * Set one option from text, as a flag would: `name` is a key ("max_n") or a flag
  * ("--max-n"), an alias in either spelling too, `value` as on the command line
  * ("512M", "true", "h2o", "bfloat16"). Checks the type and range; returns 0,
@@ -215,10 +296,31 @@ int cfg_set(struct cfg *c, const char *name, const char *value);
 int cfg_validate(const struct cfg *c);
 
 /*
- * Print "usage: h2oserve CMD [MODEL] [options]" and every flag with its placeholder,
- * alias, help and built-in default, grouped as in the table. Thread: any.
+ * cfg_validate for subcommand `scope`: the ranges of its options and the rules that
+ * join them (for serve and run-batch, max_num_seqs >= 1 as well; for bench quality,
+ * --sweep is a list of fractions and --plot needs it). Thread: any.
+ */
+int cfg_validate_cmd(const struct cfg *c, unsigned scope);
+
+/*
+ * Parse "0.05,0.1,0.5" (fractions in (0, 1], comma separated) into out[0..max).
+ * Returns the count, or -1 for anything else (empty, a trailing comma, too many).
+ * Thread: any.
+ */
+int cfg_fractions(const char *s, float *out, int max);
+
+/* --sweep's most fractions (bench quality runs two rows for each). */
+#define CFG_SWEEP_MAX 16
+
+/*
+ * Print "usage: h2oserve CMD [MODEL] [options]" and every flag of CMD ("serve",
+ * "run-batch", "generate", "bench quality"; its scope) with its placeholder, alias,
+ * help and CMD's default, grouped as in the table. Thread: any.
  */
 void cfg_usage(FILE *f, const char *cmd);
+
+/* The scope of subcommand `cmd` ("run-batch"), or 0. Thread: any. */
+unsigned cfg_scope_of(const char *cmd);
 
 /*
  * The engine options for *c: model, dtype (auto -> model_opts_default's choice;
@@ -242,7 +344,8 @@ void cfg_kv_spec(const struct cfg *c, struct kv_spec *s);
 void cfg_fingerprint(const struct cfg *c, char *buf, size_t len);
 
 /*
- * *c as a JSON object with every option, loadable by cfg_load_file. With `redact`,
+ * *c as a JSON object with every option of the file (serve's), loadable by
+ * cfg_load_file. With `redact`,
  * secrets (api_key) are written as "***" if set, for logging the effective
  * configuration. Owns: the caller frees the string. Thread: any.
  */

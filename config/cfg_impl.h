@@ -1,6 +1,8 @@
 /*
- * cfg_impl.h - what cfg.c (the table, values, validation) shares with cfg_io.c
- * (files, argv, --help, JSON output). Not for other modules: they use cfg.h.
+ * cfg_impl.h - what the files of config/ share: cfg_table.c (the table and the
+ * subcommands), cfg_value.c (values in and out), cfg_validate.c, cfg_io.c (files,
+ * argv, JSON output) and cfg_usage.c (--help). Not for other modules: they use
+ * cfg.h.
  * Thread: any.
  */
 #ifndef H2O_CFG_IMPL_H
@@ -21,6 +23,19 @@ struct cfg_val {
     int64_t i;
 };
 
+/* A subcommand that parses through the table: its scope bit, its name as typed
+ * after "h2oserve", the arguments it requires (for the usage line, or NULL), and
+ * whether it takes the positional model and --config files. */
+struct cfg_cmd {
+    unsigned scope;
+    const char *name;
+    const char *required;
+    bool positional, config;
+};
+
+/* The subcommand of one scope bit, or NULL. */
+const struct cfg_cmd *cfg_cmd_of(unsigned scope);
+
 /* The option whose key (flag = false) or flag name without "--" (flag = true) is the
  * len bytes at name, or NULL. */
 const struct cfg_opt *cfg_find_n(const char *name, size_t len, bool flag);
@@ -35,6 +50,9 @@ int cfg_opt_set(struct cfg *c, const struct cfg_opt *o, const struct cfg_val *v,
 int cfg_opt_set_text(struct cfg *c, const struct cfg_opt *o, const char *s,
                      const char *who);
 
+/* "WHO wants an integer in [LO, HI], got GOT" (a size, a number) as ENG_EINVAL. */
+int cfg_range_error(const struct cfg_opt *o, const char *who, const char *got);
+
 /* Enum name -> index, or ENG_EINVAL naming `who` and the allowed names. */
 int cfg_enum_parse(const struct cfg_opt *o, const char *s, const char *who, int64_t *out);
 
@@ -44,11 +62,18 @@ const char *cfg_str_get(const struct cfg *c, const struct cfg_opt *o);
 int64_t cfg_int_get(const struct cfg *c,
                     const struct cfg_opt *o); /* int, size, bool, enum */
 double cfg_float_get(const struct cfg *c, const struct cfg_opt *o);
+const struct cfg_list *cfg_list_get(const struct cfg *c, const struct cfg_opt *o);
 
 /* A deep copy (strings duplicated): dst is overwritten, not freed. */
 void cfg_copy(struct cfg *dst, const struct cfg *src);
 
 /* Bytes as the shortest exact "32M", "16K", "2G", "1T" or "12345". */
 void cfg_format_size(int64_t v, char *buf, size_t len);
+
+/* The option of the positional argument (CFG_F_POSITIONAL), or NULL. */
+const struct cfg_opt *cfg_positional_opt(void);
+
+/* "--max-num-seqs" for key "max_num_seqs". */
+void cfg_flag_of_key(const char *key, char *buf, size_t len);
 
 #endif

@@ -1,6 +1,7 @@
 /*
- * cfg_io.c - struct cfg in and out: the JSON file, command-line flags, --help and a
- * JSON dump, each walking the option table of cfg.c.
+ * cfg_io.c - struct cfg in and out: the JSON file, command-line flags (each
+ * subcommand's, by its scope) and a JSON dump, each walking the option table of
+ * cfg_table.c.
  *
  * Loading and parsing work on a copy of the caller's struct and swap it in only when
  * everything succeeded, so a failed --config or a bad flag leaves the struct as it
@@ -23,44 +24,6 @@
 
 /* A configuration file is a few hundred bytes; a megabyte is a wrong path. */
 #define CFG_FILE_MAX (1 << 20)
-
-void cfg_format_size(int64_t v, char *buf, size_t len)
-{
-    static const char units[] = "TGMK";
-    for (int i = 0; i < 4 && v != 0; i++) {
-        int64_t u = (int64_t)1 << (10 * (4 - i));
-        if (v % u == 0) {
-            snprintf(buf, len, "%lld%c", (long long)(v / u), units[i]);
-            return;
-        }
-    }
-    snprintf(buf, len, "%lld", (long long)v);
-}
-
-char *cfg_format_value(const struct cfg *c, const struct cfg_opt *o, char *buf, size_t len)
-{
-    int64_t v;
-    const char *s;
-    switch (o->type) {
-    case CFG_T_STR:
-        s = cfg_str_get(c, o);
-        snprintf(buf, len, "%s", s ? s : "none");
-        break;
-    case CFG_T_INT: snprintf(buf, len, "%lld", (long long)cfg_int_get(c, o)); break;
-    case CFG_T_SIZE: cfg_format_size(cfg_int_get(c, o), buf, len); break;
-    case CFG_T_FLOAT: snprintf(buf, len, "%g", cfg_float_get(c, o)); break;
-    case CFG_T_BOOL: snprintf(buf, len, "%s", cfg_int_get(c, o) ? "true" : "false"); break;
-    case CFG_T_ENUM: {
-        v = cfg_int_get(c, o);
-        int n = 0;
-        while (o->values[n])
-            n++;
-        snprintf(buf, len, "%s", v >= 0 && v < n ? o->values[v] : "?");
-        break;
-    }
-    }
-    return buf;
-}
 
 /* ---- the JSON file ---- */
 
@@ -112,6 +75,8 @@ static int set_json(struct cfg *c, const struct cfg_opt *o, const cJSON *v, cons
         if (!cJSON_IsString(v)) return type_error(who, "a string", v);
         if (cfg_enum_parse(o, v->valuestring, who, &val.i)) return ENG_EINVAL;
         break;
+    case CFG_T_LIST: /* generate's; never a key of serve's file (apply_object) */
+        return type_error(who, "a flag, not a file key", v);
     }
     return cfg_opt_set(c, o, &val, who);
 }
@@ -123,14 +88,16 @@ static int apply_object(struct cfg *c, const cJSON *root, const char *name)
 {
     size_t n_opts;
     const struct cfg_opt *table = cfg_opts(&n_opts);
-    const char *seen[64] = {NULL}; /* [option] the key that set it in this file */
+    const char *seen[128] = {NULL}; /* [option] the key that set it in this file */
     CHECK(n_opts <= ARRAY_LEN(seen));
     const cJSON *v;
     cJSON_ArrayForEach(v, root)
     {
         const char *key = v->string ? v->string : "";
         if (key[0] == '_') continue;
+        /* The file holds serve's options; generate's --temperature is no key. */
         const struct cfg_opt *o = cfg_find_n(key, strlen(key), false);
+        if (o && !(o->scopes & CFG_SERVE)) o = NULL;
         if (!o) {
             /* The flag spelling is the likeliest slip; say how keys are spelled. */
             if (strchr(key, '-') && cfg_find_n(key, strlen(key), true))
@@ -225,7 +192,24 @@ struct flag_item {
     size_t len;
     bool negated;    /* --no-NAME */
     bool positional; /* the table's positional option, not a flag */
+    bool is_short;   /* -i */
 };
+
+/* o where it is an option of `scope`, else NULL (then it is an unknown option). */
+static const struct cfg_opt *scoped(const struct cfg_opt *o, unsigned scope)
+{
+    return o && (o->scopes & scope) ? o : NULL;
+}
+
+/* The option of `scope` whose short flag is -ch, or NULL. */
+static const struct cfg_opt *short_opt(char ch, unsigned scope)
+{
+    size_t n;
+    const struct cfg_opt *t = cfg_opts(&n);
+    for (size_t i = 0; i < n; i++)
+        if (t[i].short_flag && t[i].short_flag == ch && (t[i].scopes & scope)) return &t[i];
+    return NULL;
+}
 
 /* "--NAME" or "--no-NAME" as the user typed it (an alias stays an alias), for
  * messages. */
@@ -234,13 +218,14 @@ static void item_who(const struct flag_item *it, char *buf, size_t len)
     if (it->positional)
         snprintf(buf, len, "the positional %s",
                  it->o->metavar ? it->o->metavar : "argument");
+    else if (it->is_short)
+        snprintf(buf, len, "-%c", it->o->short_flag);
     else
         snprintf(buf, len, "--%s%.*s", it->negated ? "no-" : "", (int)MIN(it->len, 64),
                  it->name);
 }
 
-/* The option that the command's positional argument sets, or NULL. */
-static const struct cfg_opt *positional_opt(void)
+const struct cfg_opt *cfg_positional_opt(void)
 {
     size_t n;
     const struct cfg_opt *t = cfg_opts(&n);
@@ -249,12 +234,13 @@ static const struct cfg_opt *positional_opt(void)
     return NULL;
 }
 
-/* Split argv into items. The first positional argument becomes an item of the
- * positional option; scanning stops at a second one (*next). */
-static int scan_args(int argc, char **argv, struct flag_item *items, int *n_items,
-                     int *next)
+/* Split argv into the items of command `cmd`. The first positional argument becomes
+ * an item of the positional option where the command takes one; scanning stops at
+ * the next (*next). */
+static int scan_args(const struct cfg_cmd *cmd, int argc, char **argv,
+                     struct flag_item *items, int *n_items, int *next)
 {
-    const struct cfg_opt *pos = positional_opt();
+    const struct cfg_opt *pos = cmd->positional ? cfg_positional_opt() : NULL;
     bool flags_done = false, have_pos = false;
     int i, n = 0;
     for (i = MIN(1, argc); i < argc; i++) {
@@ -270,17 +256,26 @@ static int scan_args(int argc, char **argv, struct flag_item *items, int *n_item
             continue;
         }
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return CFG_HELP;
-        if (a[1] != '-') return err_set(ENG_EINVAL, "unknown option '%.64s'", a);
+        struct flag_item *it = &items[n];
+        if (a[1] != '-') {
+            /* A short flag: "-i FILE" (run-batch's, as vLLM's). */
+            const struct cfg_opt *o = a[2] ? NULL : short_opt(a[1], cmd->scope);
+            if (!o) return err_set(ENG_EINVAL, "unknown option '%.64s'", a);
+            *it = (struct flag_item){.o = o, .name = a + 1, .len = 1, .is_short = true};
+            if (i + 1 >= argc) return err_set(ENG_EINVAL, "%s needs a value", a);
+            it->value = argv[++i];
+            n++;
+            continue;
+        }
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        struct flag_item *it = &items[n];
         *it = (struct flag_item){.value = eq ? eq + 1 : NULL, .name = name, .len = len};
-        if (len == 6 && strncmp(name, "config", 6) == 0) {
+        if (cmd->config && len == 6 && strncmp(name, "config", 6) == 0) {
             it->o = NULL;
-        } else if ((it->o = cfg_find_n(name, len, true))) {
+        } else if ((it->o = scoped(cfg_find_n(name, len, true), cmd->scope))) {
             if (!it->value && it->o->type == CFG_T_BOOL) it->value = "true";
         } else if (len > 3 && strncmp(name, "no-", 3) == 0 &&
-                   (it->o = cfg_find_n(name + 3, len - 3, true)) &&
+                   (it->o = scoped(cfg_find_n(name + 3, len - 3, true), cmd->scope)) &&
                    it->o->type == CFG_T_BOOL) {
             if (it->value)
                 return err_set(ENG_EINVAL, "--%.*s takes no value", (int)len, name);
@@ -329,9 +324,16 @@ static int check_positional(const struct flag_item *items, int n)
 
 int cfg_parse_args(struct cfg *c, int argc, char **argv, int *next)
 {
+    return cfg_parse_cmd(c, CFG_SERVE, argc, argv, next);
+}
+
+int cfg_parse_cmd(struct cfg *c, unsigned scope, int argc, char **argv, int *next)
+{
+    const struct cfg_cmd *cmd = cfg_cmd_of(scope);
+    CHECK(cmd);
     struct flag_item *items = xcalloc((size_t)MAX(argc, 1), sizeof *items);
     int n = 0, first = argc;
-    int err = scan_args(argc, argv, items, &n, &first);
+    int err = scan_args(cmd, argc, argv, items, &n, &first);
     if (next) *next = first;
     if (!err) err = check_positional(items, n);
     if (err) {
@@ -364,139 +366,6 @@ int cfg_parse_args(struct cfg *c, int argc, char **argv, int *next)
     return 0;
 }
 
-/* ---- --help ---- */
-
-/* "  LEFT" then `text` word-wrapped into a column from INDENT to WIDTH; `tail` follows
- * as one word that is never broken ("(default: the model's name)"). */
-static void print_entry(FILE *f, const char *left, const char *text, const char *tail)
-{
-    enum { INDENT = 30, WIDTH = 80 };
-    int col = fprintf(f, "  %s", left);
-    if (col > INDENT - 2) {
-        fputc('\n', f);
-        col = 0;
-    }
-    fprintf(f, "%*s", INDENT - col, "");
-    col = INDENT;
-    for (const char *p = text;;) {
-        while (*p == ' ')
-            p++;
-        bool last = !*p;
-        if (last && !tail) break;
-        const char *word = last ? tail : p;
-        int w = last ? (int)strlen(tail) : (int)strcspn(p, " ");
-        if (col > INDENT && col + 1 + w > WIDTH) {
-            fprintf(f, "\n%*s", INDENT, "");
-            col = INDENT;
-        } else if (col > INDENT) {
-            fputc(' ', f);
-            col++;
-        }
-        fwrite(word, 1, (size_t)w, f);
-        col += w;
-        if (last) break;
-        p += w;
-    }
-    fputc('\n', f);
-}
-
-/* "--max-num-seqs" for key "max_num_seqs". */
-static void flag_of_key(const char *key, char *buf, size_t len)
-{
-    snprintf(buf, len, "--%s", key);
-    for (char *p = buf; *p; p++)
-        if (*p == '_') *p = '-';
-}
-
-/* "MODEL" for key "model": the positional argument's name in --help. */
-static void upper_of_key(const char *key, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s", key);
-    for (char *p = buf; *p; p++)
-        *p = (char)toupper((unsigned char)*p);
-}
-
-void cfg_usage(FILE *f, const char *cmd)
-{
-    size_t n;
-    const struct cfg_opt *table = cfg_opts(&n);
-    const struct cfg_opt *pos = positional_opt();
-    struct cfg d;
-    cfg_defaults(&d);
-    char pos_name[64] = "", pos_usage[80] = "";
-    if (pos) {
-        upper_of_key(pos->key, pos_name, sizeof pos_name);
-        snprintf(pos_usage, sizeof pos_usage, " [%s]", pos_name);
-    }
-    fprintf(f,
-            "usage: h2oserve %s%s [options]\n\n"
-            "Every option is also a key of the JSON file given with --config: the flag\n"
-            "without its \"--\", with '_' for '-' (--max-num-seqs is \"max_num_seqs\").\n"
-            "Flags override the file wherever --config stands; config/example.json shows\n"
-            "every key with a comment. SIZE takes bytes or K, M, G, T (powers of 1024).\n"
-            "vLLM's flag names are accepted as aliases (shown beside each flag).\n\n",
-            cmd, pos_usage);
-    if (pos) {
-        char flag[80], text[200];
-        flag_of_key(pos->key, flag, sizeof flag);
-        snprintf(text, sizeof text,
-                 "the same as %s %s, anywhere on the line (as in 'vllm serve %s'); both "
-                 "given must agree",
-                 flag, pos_name, pos_name);
-        print_entry(f, pos_name, text, NULL);
-    }
-    print_entry(f, "--config FILE",
-                "read options from a JSON file (repeatable; later files override earlier "
-                "ones)",
-                NULL);
-    print_entry(f, "-h, --help", "show this help and exit", NULL);
-    const char *group = NULL;
-    for (size_t i = 0; i < n; i++) {
-        const struct cfg_opt *o = &table[i];
-        if (!group || strcmp(group, o->group) != 0) {
-            group = o->group;
-            fprintf(f, "\n%s:\n", group);
-        }
-        char flag[80], alias[96] = "", left[256], val[128], tail[160], help[1024];
-        flag_of_key(o->key, flag, sizeof flag);
-        if (o->alias) {
-            char af[80];
-            flag_of_key(o->alias, af, sizeof af);
-            snprintf(alias, sizeof alias, " (alias %s%s)",
-                     o->type == CFG_T_BOOL ? "--[no-]" : "--", af + 2);
-        }
-        if (o->type == CFG_T_BOOL) {
-            snprintf(left, sizeof left, "--[no-]%s%s", flag + 2, alias);
-        } else if (o->type == CFG_T_ENUM) {
-            char all[96] = "";
-            for (int k = 0; o->values[k]; k++) {
-                if (k) strncat(all, "|", sizeof all - strlen(all) - 1);
-                strncat(all, o->values[k], sizeof all - strlen(all) - 1);
-            }
-            snprintf(left, sizeof left, "%s %s%s", flag, all, alias);
-        } else {
-            const char *mv = o->metavar               ? o->metavar
-                             : o->type == CFG_T_INT   ? "N"
-                             : o->type == CFG_T_SIZE  ? "SIZE"
-                             : o->type == CFG_T_FLOAT ? "X"
-                                                      : "STR";
-            snprintf(left, sizeof left, "%s %s%s", flag, mv, alias);
-        }
-        /* Alias values follow the help: "also accepted: float32=fp32, ...". */
-        snprintf(help, sizeof help, "%s", o->help);
-        for (const struct cfg_enum_alias *a = o->value_aliases; a && a->name; a++) {
-            size_t at = strlen(help);
-            snprintf(help + at, sizeof help - at, "%s%s=%s",
-                     a == o->value_aliases ? "; also accepted: " : ", ", a->name,
-                     o->values[a->value]);
-        }
-        snprintf(tail, sizeof tail, "(default: %s)",
-                 o->dflt_note ? o->dflt_note : cfg_format_value(&d, o, val, sizeof val));
-        print_entry(f, left, help, tail);
-    }
-    cfg_free(&d);
-}
-
 /* ---- JSON out ---- */
 
 char *cfg_to_json(const struct cfg *c, bool redact)
@@ -507,6 +376,7 @@ char *cfg_to_json(const struct cfg *c, bool redact)
     CHECK(root);
     for (size_t i = 0; i < n; i++) {
         const struct cfg_opt *o = &table[i];
+        if (!(o->scopes & CFG_SERVE)) continue; /* the file's keys only */
         char buf[128];
         cJSON *v = NULL;
         switch (o->type) {
@@ -528,6 +398,7 @@ char *cfg_to_json(const struct cfg *c, bool redact)
         case CFG_T_ENUM:
             v = cJSON_CreateString(cfg_format_value(c, o, buf, sizeof buf));
             break;
+        case CFG_T_LIST: break; /* no serve option is a list */
         }
         CHECK(v);
         cJSON_AddItemToObject(root, o->key, v);

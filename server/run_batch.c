@@ -245,56 +245,9 @@ static void progress(struct rb *b, bool final)
     }
 }
 
-/* Pull -i/--input-file and -o/--output-file out of argv; the rest goes to cfg. */
-static int take_io_flags(int *argc, char **argv, const char **in, const char **out)
+int run_batch_run(struct cfg c)
 {
-    int w = 1;
-    for (int i = 1; i < *argc; i++) {
-        const char *a = argv[i];
-        const char **dst = NULL;
-        if (!strcmp(a, "-i") || !strcmp(a, "--input-file")) dst = in;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output-file")) dst = out;
-        if (!dst) {
-            argv[w++] = argv[i];
-            continue;
-        }
-        if (i + 1 >= *argc) {
-            fprintf(stderr, "h2oserve: %s needs a file name\n", a);
-            return -1;
-        }
-        *dst = argv[++i];
-    }
-    *argc = w;
-    return 0;
-}
-
-int run_batch_main(int argc, char **argv)
-{
-    const char *in_path = NULL, *out_path = NULL;
-    if (take_io_flags(&argc, argv, &in_path, &out_path)) return 2;
-    struct cfg c;
-    cfg_defaults(&c);
-    int next = argc;
-    int err = cfg_parse_args(&c, argc, argv, &next);
-    if (err == CFG_HELP) {
-        printf("usage: h2oserve run-batch -i IN.jsonl -o OUT.jsonl [options]\n"
-               "  -i, --input-file FILE    OpenAI Batch input lines\n"
-               "  -o, --output-file FILE   one output line per input line, in order\n");
-        cfg_usage(stdout, "run-batch");
-        cfg_free(&c);
-        return 0;
-    }
-    if (!err && next < argc)
-        err = err_set(ENG_EINVAL, "unexpected argument '%s' (the one positional argument "
-                                  "is the model)", argv[next]);
-    if (!err && (!in_path || !out_path))
-        err = err_set(ENG_EINVAL, "run-batch needs -i IN.jsonl and -o OUT.jsonl");
-    if (!err) err = cfg_validate(&c);
-    if (err) {
-        fprintf(stderr, "h2oserve: %s\n", err_msg());
-        cfg_free(&c);
-        return 2;
-    }
+    const char *in_path = c.run_batch.input_file, *out_path = c.run_batch.output_file;
     FILE *in = fopen(in_path, "r");
     if (!in) {
         fprintf(stderr, "h2oserve: cannot open %s\n", in_path);

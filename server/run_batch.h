@@ -13,7 +13,14 @@
 #ifndef H2O_RUN_BATCH_H
 #define H2O_RUN_BATCH_H
 
-/* The subcommand; argv[0] is "run-batch". Returns the exit code. Thread: main. */
-int run_batch_main(int argc, char **argv);
+#include "cfg.h"
+
+/*
+ * Run the job that c describes: c is parsed and validated (cli/cli_run_batch.c),
+ * with c.run_batch.input_file and output_file set. Returns the exit code (0, or 1
+ * when the job failed). Owns: c's strings are run_batch's now (freed before it
+ * returns). Thread: main.
+ */
+int run_batch_run(struct cfg c);
 
 #endif

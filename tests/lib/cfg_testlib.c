@@ -34,6 +34,23 @@ int parse(struct cfg *c, int *next, const char *const *args)
     return cfg_parse_args(c, argc, argv, next ? next : &dummy);
 }
 
+int parse_cmd(struct cfg *c, unsigned scope, int *next, const char *const *args)
+{
+    char *argv[64] = {"cmd"};
+    int argc = 1;
+    while (args[argc - 1]) {
+        argv[argc] = (char *)args[argc - 1];
+        argc++;
+    }
+    int dummy;
+    return cfg_parse_cmd(c, scope, argc, argv, next ? next : &dummy);
+}
+
+const unsigned all_scopes[N_SCOPES] = {CFG_SERVE, CFG_RUN_BATCH, CFG_GENERATE,
+                                       CFG_BENCH_QUALITY};
+const char *const scope_names[N_SCOPES] = {"serve", "run-batch", "generate",
+                                           "bench quality"};
+
 int msg_has(const char *needle)
 {
     if (strstr(err_msg(), needle)) return 1;
@@ -77,6 +94,10 @@ void other_value(const struct cfg *d, const struct cfg_opt *o, char *text, char 
     case CFG_T_STR:
         snprintf(text, len, "x.example");
         snprintf(json, len, "\"x.example\"");
+        break;
+    case CFG_T_LIST: /* one item after none */
+        snprintf(text, len, "x.example");
+        snprintf(json, len, "[\"x.example\"]");
         break;
     case CFG_T_INT:
     case CFG_T_SIZE:
@@ -131,5 +152,11 @@ void expect_only_changed(const struct cfg *c, const struct cfg *d, const struct 
     case CFG_T_FLOAT: EXPECT_NEAR(field_float(c, o), strtod(text, NULL), 1e-12); break;
     case CFG_T_BOOL: EXPECT_EQ(field_int(c, o), strcmp(text, "true") == 0); break;
     case CFG_T_ENUM: EXPECT_STR(o->values[field_int(c, o)], text); break;
+    case CFG_T_LIST: {
+        const struct cfg_list *l = (const struct cfg_list *)((const char *)c + o->offset);
+        EXPECT_EQ(l->n, 1);
+        if (l->n == 1) EXPECT_STR(l->items[0], text);
+        break;
+    }
     }
 }

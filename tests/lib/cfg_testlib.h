@@ -1,8 +1,8 @@
 /*
  * cfg_testlib.h - what the configuration tests share: a temporary folder for files,
- * cfg_parse_args on a list, the last error's text, and raw field access through the
- * option table (independent of cfg.c's own accessors). Each test's main makes tmp_dir
- * with mkdtemp.
+ * cfg_parse_args (serve's) or cfg_parse_cmd (any subcommand's) on a list, the last
+ * error's text, and raw field access through the option table (independent of
+ * config/'s own accessors). Each test's main makes tmp_dir with mkdtemp.
  */
 #ifndef H2O_TEST_CFG_TESTLIB_H
 #define H2O_TEST_CFG_TESTLIB_H
@@ -25,6 +25,16 @@ const char *write_file(const char *name, const char *text, size_t len);
 /* cfg_parse_args on a NULL-terminated list; argv[0] is "serve". */
 int parse(struct cfg *c, int *next, const char *const *args);
 #define PARSE(c, ...) parse((c), NULL, (const char *const[]){__VA_ARGS__, NULL})
+
+/* cfg_parse_cmd of subcommand `scope` on a NULL-terminated list. */
+int parse_cmd(struct cfg *c, unsigned scope, int *next, const char *const *args);
+#define PARSE_CMD(c, scope, ...)                                                           \
+    parse_cmd((c), (scope), NULL, (const char *const[]){__VA_ARGS__, NULL})
+
+/* Every subcommand that parses through the table, by scope bit, and its name. */
+#define N_SCOPES 4
+extern const unsigned all_scopes[N_SCOPES];
+extern const char *const scope_names[N_SCOPES];
 
 /* Whether the last error message contains `needle`. */
 int msg_has(const char *needle);

@@ -90,47 +90,99 @@ TEST(every_option_is_settable_from_the_file_and_from_a_flag)
         for (size_t j = 0; j < i; j++)
             if (t[i].offset == t[j].offset || strcmp(t[i].key, t[j].key) == 0)
                 TEST_FAIL("%s and %s share a field or a key", t[i].key, t[j].key);
-    struct cfg d;
-    cfg_defaults(&d);
+    /* Each option, in each subcommand that takes it, every way that subcommand has:
+     * serve's options by file too; each compared with its command's defaults. */
     for (size_t i = 0; i < n; i++) {
         const struct cfg_opt *o = &t[i];
-        char text[128], jval[128], json[300], flag[80], eq[300];
-        other_value(&d, o, text, jval, sizeof text);
-        flag_of(o, flag, sizeof flag);
+        if (!o->scopes) TEST_FAIL("%s belongs to no subcommand", o->key);
+        for (size_t sc = 0; sc < sizeof all_scopes / sizeof all_scopes[0]; sc++) {
+            const unsigned scope = all_scopes[sc];
+            if (!(o->scopes & scope)) continue;
+            struct cfg d;
+            cfg_defaults_cmd(&d, scope);
+            char text[128], jval[128], json[300], flag[80], eq[300];
+            other_value(&d, o, text, jval, sizeof text);
+            flag_of(o, flag, sizeof flag);
 
-        struct cfg c;
-        cfg_defaults(&c);
-        snprintf(json, sizeof json, "{\"%s\": %s}", o->key, jval);
-        if (cfg_load_string(&c, json, "t.json")) TEST_FAIL("%s: %s", json, err_msg());
-        expect_only_changed(&c, &d, o, text, "file");
-        cfg_free(&c);
+            struct cfg c;
+            if (scope == CFG_SERVE) {
+                cfg_defaults_cmd(&c, scope);
+                snprintf(json, sizeof json, "{\"%s\": %s}", o->key, jval);
+                if (cfg_load_string(&c, json, "t.json"))
+                    TEST_FAIL("%s: %s", json, err_msg());
+                expect_only_changed(&c, &d, o, text, "file");
+                cfg_free(&c);
+            }
 
-        cfg_defaults(&c);
-        if (o->type == CFG_T_BOOL) {
-            /* A bare bool flag takes no value ("--x true" would make "true" the
-             * positional model): --x or --no-x. */
-            char no[90];
-            snprintf(no, sizeof no, "--no-%s", flag + 2);
-            if (PARSE(&c, strcmp(text, "true") == 0 ? flag : no))
-                TEST_FAIL("%s: %s", flag, err_msg());
-        } else if (PARSE(&c, flag, text)) {
-            TEST_FAIL("%s %s: %s", flag, text, err_msg());
+            cfg_defaults_cmd(&c, scope);
+            int err;
+            if (o->type == CFG_T_BOOL) {
+                /* A bare bool flag takes no value ("--x true" would make "true" the
+                 * positional model): --x or --no-x. */
+                char no[90];
+                snprintf(no, sizeof no, "--no-%s", flag + 2);
+                err = PARSE_CMD(&c, scope, strcmp(text, "true") == 0 ? flag : no);
+            } else {
+                err = PARSE_CMD(&c, scope, flag, text);
+            }
+            if (err) TEST_FAIL("%s: %s %s: %s", scope_names[sc], flag, text, err_msg());
+            expect_only_changed(&c, &d, o, text, "flag");
+            cfg_free(&c);
+
+            cfg_defaults_cmd(&c, scope);
+            snprintf(eq, sizeof eq, "%s=%s", flag, text);
+            if (PARSE_CMD(&c, scope, eq))
+                TEST_FAIL("%s: %s: %s", scope_names[sc], eq, err_msg());
+            expect_only_changed(&c, &d, o, text, "flag=");
+            cfg_free(&c);
+
+            if (o->short_flag) {
+                char sf[4] = {'-', o->short_flag, 0, 0};
+                cfg_defaults_cmd(&c, scope);
+                if (PARSE_CMD(&c, scope, sf, text))
+                    TEST_FAIL("%s %s: %s", sf, text, err_msg());
+                expect_only_changed(&c, &d, o, text, "short flag");
+                cfg_free(&c);
+            }
+
+            cfg_defaults_cmd(&c, scope);
+            if (cfg_set(&c, o->key, text)) TEST_FAIL("cfg_set %s: %s", o->key, err_msg());
+            expect_only_changed(&c, &d, o, text, "cfg_set");
+            cfg_free(&c);
+            cfg_free(&d);
         }
-        expect_only_changed(&c, &d, o, text, "flag");
-        cfg_free(&c);
-
-        cfg_defaults(&c);
-        snprintf(eq, sizeof eq, "%s=%s", flag, text);
-        if (PARSE(&c, eq)) TEST_FAIL("%s: %s", eq, err_msg());
-        expect_only_changed(&c, &d, o, text, "flag=");
-        cfg_free(&c);
-
-        cfg_defaults(&c);
-        if (cfg_set(&c, o->key, text)) TEST_FAIL("cfg_set %s: %s", o->key, err_msg());
-        expect_only_changed(&c, &d, o, text, "cfg_set");
-        cfg_free(&c);
     }
-    cfg_free(&d);
+}
+
+TEST(an_option_outside_a_subcommands_scope_is_unknown_there)
+{
+    size_t n;
+    const struct cfg_opt *t = cfg_opts(&n);
+    int n_outside = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct cfg_opt *o = &t[i];
+        char flag[80], json[200];
+        flag_of(o, flag, sizeof flag);
+        for (size_t sc = 0; sc < sizeof all_scopes / sizeof all_scopes[0]; sc++) {
+            if (o->scopes & all_scopes[sc]) continue;
+            n_outside++;
+            struct cfg c;
+            cfg_defaults_cmd(&c, all_scopes[sc]);
+            EXPECT_EQ(PARSE_CMD(&c, all_scopes[sc], flag, "1"), ENG_EINVAL);
+            EXPECT(msg_has("unknown option") && msg_has(flag));
+            cfg_free(&c);
+        }
+        /* The file is serve's: generate's --temperature is no key of it. */
+        if (!(o->scopes & CFG_SERVE)) {
+            struct cfg c;
+            cfg_defaults(&c);
+            snprintf(json, sizeof json, "{\"%s\": 1}", o->key);
+            EXPECT_EQ(cfg_load_string(&c, json, "x.json"), ENG_EFORMAT);
+            EXPECT(msg_has("unknown key") && msg_has(o->key));
+            cfg_free(&c);
+        }
+    }
+    EXPECT(n_outside > 0);
 }
 
 TEST(every_number_out_of_range_is_refused_naming_the_option)
@@ -150,11 +202,19 @@ TEST(every_number_out_of_range_is_refused_naming_the_option)
             snprintf(json, sizeof json, "{\"%s\": %s}", o->key, text);
             struct cfg c;
             cfg_defaults(&c);
-            EXPECT_EQ(cfg_load_string(&c, json, "r.json"), ENG_EINVAL);
-            EXPECT(msg_has(o->key) && msg_has("r.json"));
-            if (o->type != CFG_T_SIZE || bad[k] >= 0) {
-                EXPECT_EQ(PARSE(&c, flag_of(o, flag, sizeof flag), text), ENG_EINVAL);
-                EXPECT(msg_has(flag));
+            if (o->scopes & CFG_SERVE) {
+                EXPECT_EQ(cfg_load_string(&c, json, "r.json"), ENG_EINVAL);
+                EXPECT(msg_has(o->key) && msg_has("r.json"));
+            }
+            /* By flag in every subcommand that takes it. */
+            for (size_t sc = 0; sc < sizeof all_scopes / sizeof all_scopes[0]; sc++) {
+                if (!(o->scopes & all_scopes[sc])) continue;
+                if (o->type != CFG_T_SIZE || bad[k] >= 0) {
+                    EXPECT_EQ(
+                        PARSE_CMD(&c, all_scopes[sc], flag_of(o, flag, sizeof flag), text),
+                        ENG_EINVAL);
+                    EXPECT(msg_has(flag));
+                }
             }
             cfg_free(&c);
         }
@@ -411,6 +471,110 @@ TEST(each_flag_mistake_names_the_flag)
     cfg_free(&c);
 }
 
+/* One table, four subcommands: each has its own defaults where they differ, its own
+ * rules, and only the flags of its scope (short ones, lists, --config and the
+ * positional model where it takes them). */
+TEST(each_subcommand_has_its_defaults_rules_and_flags)
+{
+    struct cfg c;
+    /* generate and bench quality run on the CPU unless told; generate runs every
+     * prompt at once; bench quality scores full and floors nothing. */
+    cfg_defaults_cmd(&c, CFG_SERVE);
+    EXPECT_EQ(c.device, BE_DEVICE_AUTO);
+    EXPECT_EQ(c.max_num_seqs, 256);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_SERVE), 0);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_RUN_BATCH), 0);
+    cfg_free(&c);
+    cfg_defaults_cmd(&c, CFG_GENERATE);
+    EXPECT_EQ(c.device, BE_DEVICE_CPU);
+    EXPECT_EQ(c.max_num_seqs, 0);
+    EXPECT_EQ(c.kv_policy, KV_POLICY_H2O);
+    EXPECT_EQ(c.generate.max_tokens, 16);
+    EXPECT_NEAR(c.generate.temperature, 1, 0);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_GENERATE), 0);
+    /* generate's 0 is no count for a server. */
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_SERVE), ENG_EINVAL);
+    EXPECT(msg_has("max_num_seqs"));
+    cfg_free(&c);
+    cfg_defaults_cmd(&c, CFG_BENCH_QUALITY);
+    EXPECT_EQ(c.device, BE_DEVICE_CPU);
+    EXPECT_EQ(c.kv_policy, KV_POLICY_FULL);
+    EXPECT_EQ(c.kv_min_budget, 0);
+    EXPECT_EQ(c.bench_quality.prompt_len, 64);
+    EXPECT_EQ(c.bench_quality.gen_len, 448);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_BENCH_QUALITY), 0);
+    cfg_free(&c);
+
+    /* Lists: each --prompt appends, --stop at most 4 times. */
+    cfg_defaults_cmd(&c, CFG_GENERATE);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--prompt", "a", "--prompt=b b", "--stop", "x"),
+              0);
+    EXPECT_EQ(c.generate.prompt.n, 2);
+    EXPECT_STR(c.generate.prompt.items[0], "a");
+    EXPECT_STR(c.generate.prompt.items[1], "b b");
+    EXPECT_EQ(c.generate.stop.n, 1);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--stop", "1", "--stop", "2", "--stop", "3",
+                        "--stop", "4"),
+              ENG_EINVAL);
+    EXPECT(msg_has("--stop"));
+    EXPECT_EQ(c.generate.stop.n, 1); /* all or nothing */
+    /* generate takes no --config and no positional model: a word stops parsing. */
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--config", "x.json"), ENG_EINVAL);
+    EXPECT(msg_has("unknown option '--config'"));
+    int next = 0;
+    EXPECT_EQ(parse_cmd(&c, CFG_GENERATE, &next,
+                        (const char *const[]){"--max-tokens", "3", "word", NULL}),
+              0);
+    EXPECT_EQ(next, 3);
+    EXPECT_STR(c.model, "default");
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--device", "gpu"), ENG_EINVAL);
+    EXPECT(msg_has("--device wants cpu, cuda or auto"));
+    EXPECT_EQ(PARSE_CMD(&c, CFG_GENERATE, "--h2o-recent", "0"), 0);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_GENERATE), ENG_EINVAL);
+    EXPECT(msg_has("--h2o-recent"));
+    cfg_free(&c);
+
+    /* run-batch: -i and -o, every serve flag, serve's files, the positional model. */
+    const char *f = write_file("rb.json", "{\"max_n\": 5}", 0);
+    cfg_defaults_cmd(&c, CFG_RUN_BATCH);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_RUN_BATCH, "-i", "in.jsonl", "m", "--output-file=out.jsonl",
+                        "--config", f, "--port", "1"),
+              0);
+    EXPECT_STR(c.run_batch.input_file, "in.jsonl");
+    EXPECT_STR(c.run_batch.output_file, "out.jsonl");
+    EXPECT_STR(c.model, "m");
+    EXPECT_EQ(c.max_n, 5);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_RUN_BATCH, "-o"), ENG_EINVAL);
+    EXPECT(msg_has("-o needs a value"));
+    EXPECT_EQ(PARSE_CMD(&c, CFG_RUN_BATCH, "-x", "1"), ENG_EINVAL);
+    EXPECT(msg_has("'-x'"));
+    cfg_free(&c);
+    cfg_defaults(&c);
+    EXPECT_EQ(PARSE(&c, "-i", "in.jsonl"), ENG_EINVAL); /* serve has no -i */
+    cfg_free(&c);
+
+    /* bench quality: --sweep is fractions, --plot needs it. */
+    static const char *const bad_sweep[] = {"0.1,2", "0", "0.1,", "", "a"};
+    for (size_t i = 0; i < sizeof bad_sweep / sizeof bad_sweep[0]; i++) {
+        cfg_defaults_cmd(&c, CFG_BENCH_QUALITY);
+        EXPECT_EQ(PARSE_CMD(&c, CFG_BENCH_QUALITY, "--sweep", bad_sweep[i]), 0);
+        if (bad_sweep[i][0]) {
+            EXPECT_EQ(cfg_validate_cmd(&c, CFG_BENCH_QUALITY), ENG_EINVAL);
+            EXPECT(msg_has("--sweep"));
+        }
+        cfg_free(&c);
+    }
+    float fr[CFG_SWEEP_MAX];
+    EXPECT_EQ(cfg_fractions("0.05,0.1,1", fr, CFG_SWEEP_MAX), 3);
+    EXPECT_NEAR(fr[2], 1, 0);
+    EXPECT_EQ(cfg_fractions("0.1,0.2,0.3", fr, 2), -1);
+    cfg_defaults_cmd(&c, CFG_BENCH_QUALITY);
+    EXPECT_EQ(PARSE_CMD(&c, CFG_BENCH_QUALITY, "--plot", "x.png"), 0);
+    EXPECT_EQ(cfg_validate_cmd(&c, CFG_BENCH_QUALITY), ENG_EINVAL);
+    EXPECT(msg_has("--plot"));
+    cfg_free(&c);
+}
+
 TEST(a_bad_flag_after_a_good_config_changes_nothing)
 {
     const char *f = write_file("good.json", "{\"port\": 9000, \"api_key\": \"k\"}", 0);
@@ -477,53 +641,78 @@ TEST(validation_catches_each_rule_in_one_line)
     cfg_free(&c);
 }
 
+/* Where buf has the --help entry of flag: "\n  FLAG" (or "\n  -x, FLAG") then a
+ * space (placeholder, help) or a newline; NULL when it has none. */
+static const char *usage_entry(const char *buf, const char *flag)
+{
+    const char *at = buf;
+    size_t fl = strlen(flag);
+    while ((at = strstr(at, flag))) {
+        bool starts = (at - buf >= 3 && strncmp(at - 3, "\n  ", 3) == 0) ||
+                      (at - buf >= 7 && strncmp(at - 7, "\n  -", 4) == 0 &&
+                       strncmp(at - 2, ", ", 2) == 0);
+        if (starts && (at[fl] == ' ' || at[fl] == '\n')) return at;
+        at++;
+    }
+    return NULL;
+}
+
 TEST(usage_lists_every_flag_with_its_default)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    cfg_usage(f, "serve");
-    fclose(f);
-    EXPECT(strstr(buf, "usage: h2oserve serve") != NULL);
-    EXPECT(strstr(buf, "--config FILE") != NULL);
-    EXPECT(strstr(buf, "--help") != NULL);
-    size_t n;
-    const struct cfg_opt *t = cfg_opts(&n);
-    struct cfg d;
-    cfg_defaults(&d);
-    for (size_t i = 0; i < n; i++) {
-        char flag[80], want[300], val[128];
-        flag_of(&t[i], flag, sizeof flag);
-        if (t[i].type == CFG_T_BOOL) snprintf(flag, sizeof flag, "--[no-]%s", t[i].key);
-        for (char *p = flag; *p; p++)
-            if (*p == '_') *p = '-';
-        /* The entry: "\n  FLAG" then a space (placeholder, help) or a newline. */
-        const char *at = buf;
-        size_t fl = strlen(flag);
-        while ((at = strstr(at, flag)) &&
-               !(at - buf >= 3 && strncmp(at - 3, "\n  ", 3) == 0 &&
-                 (at[fl] == ' ' || at[fl] == '\n')))
-            at++;
-        if (!at) TEST_FAIL("usage lacks %s", flag);
-        /* The default, after the flag (the help text may wrap before it). */
-        snprintf(want, sizeof want, "(default: %s)",
-                 t[i].dflt_note ? t[i].dflt_note
-                                : cfg_format_value(&d, &t[i], val, sizeof val));
-        const char *next = at ? strstr(at + 1, "\n  --") : NULL;
-        const char *hit = at ? strstr(at, want) : NULL;
-        if (!hit || (next && hit > next)) TEST_FAIL("usage of %s lacks %s", flag, want);
+    for (size_t sc = 0; sc < sizeof all_scopes / sizeof all_scopes[0]; sc++) {
+        const unsigned scope = all_scopes[sc];
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        cfg_usage(f, scope_names[sc]);
+        fclose(f);
+        char want_usage[80];
+        snprintf(want_usage, sizeof want_usage, "usage: h2oserve %s", scope_names[sc]);
+        EXPECT(strstr(buf, want_usage) != NULL);
+        EXPECT_EQ(strstr(buf, "--config FILE") != NULL,
+                  (scope & (CFG_SERVE | CFG_RUN_BATCH)) != 0);
+        EXPECT(strstr(buf, "--help") != NULL);
+        EXPECT_EQ(cfg_scope_of(scope_names[sc]), scope);
+        size_t n;
+        const struct cfg_opt *t = cfg_opts(&n);
+        struct cfg d;
+        cfg_defaults_cmd(&d, scope);
+        for (size_t i = 0; i < n; i++) {
+            char flag[80], want[300], val[128];
+            flag_of(&t[i], flag, sizeof flag);
+            if (t[i].type == CFG_T_BOOL) snprintf(flag, sizeof flag, "--[no-]%s", t[i].key);
+            for (char *p = flag; *p; p++)
+                if (*p == '_') *p = '-';
+            const char *at = usage_entry(buf, flag);
+            if (!(t[i].scopes & scope)) {
+                /* Another subcommand's option is not in this one's help. */
+                if (at) TEST_FAIL("%s usage lists %s", scope_names[sc], flag);
+                continue;
+            }
+            if (!at) TEST_FAIL("%s usage lacks %s", scope_names[sc], flag);
+            /* The default, after the flag (the help text may wrap before it). */
+            snprintf(want, sizeof want, "(default: %s)",
+                     t[i].dflt_note ? t[i].dflt_note
+                                    : cfg_format_value(&d, &t[i], val, sizeof val));
+            const char *next = at ? strstr(at + 1, "\n  -") : NULL;
+            const char *hit = at ? strstr(at, want) : NULL;
+            if (!hit || (next && hit > next))
+                TEST_FAIL("%s usage of %s lacks %s", scope_names[sc], flag, want);
+        }
+        if (scope == CFG_SERVE) {
+            EXPECT(strstr(buf, "(default: 8000)") != NULL);
+            EXPECT(strstr(buf, "(default: 32M)") != NULL);
+            EXPECT(strstr(buf, "(default: h2o)") != NULL);
+        }
+        /* No line wider than 80 columns (the help wraps). */
+        for (const char *p = buf; *p;) {
+            size_t w = strcspn(p, "\n");
+            if (w > 80) TEST_FAIL("usage line of %zu columns: %.40s...", w, p);
+            p += w + (p[w] != 0);
+        }
+        cfg_free(&d);
+        free(buf);
     }
-    EXPECT(strstr(buf, "(default: 8000)") != NULL);
-    EXPECT(strstr(buf, "(default: 32M)") != NULL);
-    EXPECT(strstr(buf, "(default: h2o)") != NULL);
-    /* No line wider than 80 columns (the help wraps). */
-    for (const char *p = buf; *p;) {
-        size_t w = strcspn(p, "\n");
-        if (w > 80) TEST_FAIL("usage line of %zu columns: %.40s...", w, p);
-        p += w + (p[w] != 0);
-    }
-    cfg_free(&d);
-    free(buf);
 }
 
 TEST(example_json_loads_validates_and_documents_every_key)
@@ -552,6 +741,7 @@ TEST(example_json_loads_validates_and_documents_every_key)
     size_t n;
     const struct cfg_opt *t = cfg_opts(&n);
     for (size_t i = 0; i < n; i++) {
+        if (!(t[i].scopes & CFG_SERVE)) continue; /* the file is serve's */
         char key[80], comment[80];
         snprintf(key, sizeof key, "\"%s\":", t[i].key);
         snprintf(comment, sizeof comment, "\"_%s\":", t[i].key);
@@ -654,6 +844,8 @@ int main(int argc, char **argv)
     RUN(defaults_are_documented_values);
     RUN(flags_override_the_file_wherever_config_stands);
     RUN(every_option_is_settable_from_the_file_and_from_a_flag);
+    RUN(an_option_outside_a_subcommands_scope_is_unknown_there);
+    RUN(each_subcommand_has_its_defaults_rules_and_flags);
     RUN(every_number_out_of_range_is_refused_naming_the_option);
     RUN(sizes_take_bytes_or_binary_units);
     RUN(bools_take_every_usual_form);

@@ -1,5 +1,8 @@
 /*
- * bench_quality.c - `h2oserve bench quality` (see bench_quality.h).
+ * cli_bench_quality.c - `h2oserve bench quality`: streaming perplexity of a model on
+ * a text under KV policies (engine/eval/quality.h), as a table and JSON lines, with
+ * an optional budget sweep and chart. docs/quality.md has the method and the
+ * numbers.
  *
  * Usage: h2oserve bench quality --text FILE [--model DIR|NAME] [--prompt-len 64]
  *          [--gen-len 448] [--segments N] [--batch 16] [--kv-policy full|h2o|local]
@@ -7,23 +10,27 @@
  *          [--sweep 0.05,0.1,0.2,0.5] [--plot FILE.png] [--dtype fp32|bf16]
  *          [--device cpu|cuda|auto] [--max-batched-tokens N] [--block-size N]
  *          [--kv-min-budget N]
+ * The flags are config/'s table rows of scope CFG_BENCH_QUALITY: the engine's as
+ * serve spells them, with this command's defaults (the CPU, the full policy, no
+ * floor), and its own (--text, --prompt-len, --sweep, ...).
  *
  * The text is tokenized as one stream without BOS. `full` always runs first: every
  * other row is reported as a ratio to it. --sweep f1,f2,... runs, for each total
  * budget fraction f of P + G, h2o with f/2 heavy + f/2 recent and local with f
  * recent. Budgets are exactly what they say: the server's floor (kv_min_budget)
  * applies only when --kv-min-budget asks for it, to every h2o and local row.
+ *
+ * Owns: the configuration, the text's tokens and the model, until it returns.
+ * Thread: main (quality_run drives the backend).
  */
-#include "bench_quality.h"
+#include "cli.h"
 
-#include "bench_args.h"
 #include "err.h"
 #include "model.h"
 #include "quality.h"
 #include "tokenizer.h"
 #include "util.h"
 
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_SWEEP 16
+#define MAX_SWEEP CFG_SWEEP_MAX
 
 struct opts {
     const char *model, *text, *plot;
@@ -48,145 +55,26 @@ struct config {
     struct quality_result r;
 };
 
-static int usage(FILE *f, int rc)
+/* The run as the table's configuration says it (c is parsed and validated). */
+static void opts_of_cfg(const struct cfg *c, struct opts *o)
 {
-    fprintf(
-        f, "usage: h2oserve bench quality --text FILE [--model DIR|NAME] [--prompt-len 64] "
-           "[--gen-len 448] [--segments N] [--batch 16] [--kv-policy full|h2o|local] "
-           "[--h2o-heavy-ratio X] [--h2o-recent-ratio X] [--h2o-heavy N] [--h2o-recent N] "
-           "[--sweep 0.05,0.1,0.2,0.5] [--plot FILE.png] [--dtype fp32|bf16] "
-           "[--device cpu|cuda|auto] [--max-batched-tokens N] [--block-size N] "
-           "[--kv-min-budget N]\n");
-    return rc;
-}
-
-/* "0.05,0.1": fractions in (0, 1]. Returns the count or -1. */
-static int parse_fractions(const char *s, float *out, int max)
-{
-    int n = 0;
-    while (*s) {
-        char *end;
-        const double v = strtod(s, &end);
-        if (end == s || !(v > 0.0 && v <= 1.0) || n == max || (*end && *end != ','))
-            return -1;
-        out[n++] = (float)v;
-        s = *end ? end + 1 : end;
-        if (*end && !*s) return -1; /* a trailing comma */
-    }
-    return n > 0 ? n : -1;
-}
-
-static int parse_int(const char *s, int32_t lo, int32_t *out)
-{
-    char *end;
-    const long v = strtol(s, &end, 10);
-    if (end == s || *end || v < lo || v > INT32_MAX) return -1;
-    *out = (int32_t)v;
-    return 0;
-}
-
-static int parse_ratio(const char *s, float *out)
-{
-    char *end;
-    const double v = strtod(s, &end);
-    if (end == s || *end || !(v >= 0.0 && v <= 1.0)) return -1;
-    *out = (float)v;
-    return 0;
-}
-
-static int parse_args(int argc, char **argv, struct opts *o)
-{
-    enum {
-        O_TEXT = 256,
-        O_MODEL,
-        O_P,
-        O_G,
-        O_SEG,
-        O_BATCH,
-        O_POL,
-        O_HR,
-        O_RR,
-        O_HN,
-        O_RN,
-        O_SWEEP,
-        O_PLOT,
-        O_DTYPE,
-        O_DEV,
-        O_MBT,
-        O_BS,
-        O_FLOOR,
-        O_HELP
-    };
-    static const struct option lo[] = {
-        {"text", required_argument, 0, O_TEXT},
-        {"model", required_argument, 0, O_MODEL},
-        {"prompt-len", required_argument, 0, O_P},
-        {"gen-len", required_argument, 0, O_G},
-        {"segments", required_argument, 0, O_SEG},
-        {"batch", required_argument, 0, O_BATCH},
-        {"kv-policy", required_argument, 0, O_POL},
-        {"h2o-heavy-ratio", required_argument, 0, O_HR},
-        {"h2o-recent-ratio", required_argument, 0, O_RR},
-        {"h2o-heavy", required_argument, 0, O_HN},
-        {"h2o-recent", required_argument, 0, O_RN},
-        {"sweep", required_argument, 0, O_SWEEP},
-        {"plot", required_argument, 0, O_PLOT},
-        {"dtype", required_argument, 0, O_DTYPE},
-        {"device", required_argument, 0, O_DEV},
-        {"max-batched-tokens", required_argument, 0, O_MBT},
-        {"block-size", required_argument, 0, O_BS},
-        {"kv-min-budget", required_argument, 0, O_FLOOR},
-        {"help", no_argument, 0, O_HELP},
-        {0, 0, 0, 0},
-    };
-    struct quality_spec *q = &o->q;
-    int ch, li = -1;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "", lo, &li)) != -1) {
-        int bad = 0;
-        switch (ch) {
-        case O_TEXT: o->text = optarg; break;
-        case O_MODEL: o->model = optarg; break;
-        case O_P: bad = parse_int(optarg, 1, &q->prompt_len); break;
-        case O_G: bad = parse_int(optarg, 1, &q->gen_len); break;
-        case O_SEG: bad = parse_int(optarg, 1, &q->segments); break;
-        case O_BATCH: bad = parse_int(optarg, 1, &q->batch); break;
-        case O_POL: bad = kv_policy_parse(optarg, &q->kv.policy); break;
-        case O_HR: bad = parse_ratio(optarg, &q->kv.heavy_ratio); break;
-        case O_RR: bad = parse_ratio(optarg, &q->kv.recent_ratio); break;
-        case O_HN: bad = parse_int(optarg, 0, &q->kv.heavy); break;
-        case O_RN: bad = parse_int(optarg, 1, &q->kv.recent); break;
-        case O_SWEEP:
-            bad = (o->n_sweep = parse_fractions(optarg, o->sweep, MAX_SWEEP)) < 0;
-            break;
-        case O_PLOT: o->plot = optarg; break;
-        case O_DTYPE: bad = model_parse_dtype(optarg, &o->mo.dtype); break;
-        case O_DEV: bad = model_parse_device(optarg, &o->mo.device); break;
-        case O_MBT: bad = parse_int(optarg, 1, &q->max_batched); break;
-        case O_BS: bad = parse_int(optarg, 1, &q->block_size); break;
-        case O_FLOOR: bad = parse_int(optarg, 0, &o->min_budget); break;
-        case O_HELP: return usage(stdout, 0);
-        default: return usage(stderr, 2);
-        }
-        if (bad) {
-            fprintf(stderr, "h2oserve bench quality: bad value for --%s: '%s'\n",
-                    li >= 0 ? lo[li].name : "?", optarg);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "h2oserve bench quality: unexpected argument '%s'\n", argv[optind]);
-        return usage(stderr, 2);
-    }
-    if (!o->text) {
-        fprintf(stderr, "h2oserve bench quality: --text FILE is required\n");
-        return usage(stderr, 2);
-    }
-    if (o->plot && o->n_sweep == 0) {
-        fprintf(stderr, "h2oserve bench quality: --plot draws a --sweep\n");
-        return 2;
-    }
-    return -1;
+    struct engine_opts eo;
+    cfg_engine_opts(c, &eo);
+    const struct cfg_bench_quality *b = &c->bench_quality;
+    *o = (struct opts){.model = c->model,
+                       .text = b->text,
+                       .plot = b->plot,
+                       .mo = eo.model_opts,
+                       .min_budget = c->kv_min_budget};
+    quality_spec_default(&o->q);
+    o->q.prompt_len = b->prompt_len;
+    o->q.gen_len = b->gen_len;
+    o->q.segments = b->segments;
+    o->q.batch = b->batch;
+    o->q.max_batched = c->max_batched_tokens;
+    o->q.block_size = c->block_size;
+    cfg_kv_spec(c, &o->q.kv);
+    if (b->sweep) o->n_sweep = cfg_fractions(b->sweep, o->sweep, MAX_SWEEP);
 }
 
 /* The configurations to run: full, then the policy asked for or the sweep. */
@@ -207,7 +95,8 @@ static int plan(const struct opts *o, struct config *c)
             .policy = KV_POLICY_LOCAL, .recent_ratio = f, .heavy = -1, .recent = -1};
         c[n++].fraction = f;
     }
-    for (int i = 1; i < n; i++) c[i].kv.min_budget = o->min_budget;
+    for (int i = 1; i < n; i++)
+        c[i].kv.min_budget = o->min_budget;
     return n;
 }
 
@@ -255,15 +144,11 @@ static int draw(const char *png, const struct config *c, int n, const char *titl
     return 0;
 }
 
-int bench_quality_main(int argc, char **argv)
+/* The run itself, on a parsed configuration. */
+static int run(const struct cfg *cf)
 {
-    struct opts o = {.model = MODEL_DEFAULT};
-    model_opts_default(&o.mo);
-    quality_spec_default(&o.q);
-    kv_spec_default(&o.q.kv);
-    o.q.kv.policy = KV_POLICY_FULL;
-    int rc = parse_args(argc, argv, &o);
-    if (rc >= 0) return rc;
+    struct opts o;
+    opts_of_cfg(cf, &o);
     /* A sweep takes minutes; a missing gnuplot must not wait for its end. */
     if (o.plot && !on_path("gnuplot")) {
         fprintf(stderr, "h2oserve bench quality: --plot needs gnuplot, which is not on "
@@ -312,17 +197,16 @@ int bench_quality_main(int argc, char **argv)
     for (int i = 0; !err && i < n; i++) {
         const struct kv_budget *b = &c[i].r.budget;
         const bool full = b->policy == KV_POLICY_FULL;
-        printf(
-            "{\"bench\": \"quality\", \"model\": \"%s\", \"dtype\": \"%s\", \"policy\": "
-            "\"%s\", \"heavy\": %d, \"recent\": %d, \"min_budget\": %d, \"prompt_len\": %d, "
-            "\"gen_len\": %d, "
-            "\"segments\": %d, \"tokens\": %lld, \"perplexity\": %.6f, "
-            "\"ratio_to_full\": %.6f}\n",
-            m->cfg.name, dtype_name(m->dtype), kv_policy_name(b->policy),
-            full ? 0 : b->heavy, full ? 0 : b->recent, c[i].kv.min_budget, o.q.prompt_len,
-            o.q.gen_len,
-            c[i].r.segments, (long long)c[i].r.tokens, c[i].r.perplexity,
-            c[i].r.perplexity / c[0].r.perplexity);
+        printf("{\"bench\": \"quality\", \"model\": \"%s\", \"dtype\": \"%s\", \"policy\": "
+               "\"%s\", \"heavy\": %d, \"recent\": %d, \"min_budget\": %d, \"prompt_len\": "
+               "%d, "
+               "\"gen_len\": %d, "
+               "\"segments\": %d, \"tokens\": %lld, \"perplexity\": %.6f, "
+               "\"ratio_to_full\": %.6f}\n",
+               m->cfg.name, dtype_name(m->dtype), kv_policy_name(b->policy),
+               full ? 0 : b->heavy, full ? 0 : b->recent, c[i].kv.min_budget,
+               o.q.prompt_len, o.q.gen_len, c[i].r.segments, (long long)c[i].r.tokens,
+               c[i].r.perplexity, c[i].r.perplexity / c[0].r.perplexity);
     }
     if (!err && o.plot) {
         char title[256];
@@ -335,4 +219,18 @@ int bench_quality_main(int argc, char **argv)
     free(ids);
     model_destroy(m);
     return err ? 1 : 0;
+}
+
+int cli_bench_quality(int argc, char **argv)
+{
+    struct cfg c;
+    int rc = cli_parse(&c, CFG_BENCH_QUALITY, argc, argv, "h2oserve bench quality", NULL);
+    if (rc < 0 && !c.bench_quality.text) {
+        fprintf(stderr, "h2oserve bench quality: --text FILE is required\n");
+        cfg_usage(stderr, "bench quality");
+        rc = 2;
+    }
+    if (rc < 0) rc = run(&c);
+    cfg_free(&c);
+    return rc;
 }

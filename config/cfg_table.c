@@ -1,26 +1,30 @@
 /*
- * cfg.c - the option table, defaults, setting values from text and JSON, validation
- * and the engine mapping (see cfg.h). cfg_io.c reads files and argv and writes
- * --help and JSON, all through the table and cfg_opt_set below.
+ * cfg_table.c - the option table: one row per setting of struct cfg, with the
+ * subcommands it belongs to (its scopes), its range and its help; the built-in
+ * defaults and each subcommand's own; finding a row by key or flag (see cfg.h).
+ * cfg_value.c puts values into fields, cfg_validate.c checks them, cfg_io.c and
+ * cfg_usage.c read files and argv and write --help, all through this table.
  *
- * Owns: the static option table; the strings of a struct cfg belong to its owner.
+ * This file is over 600 lines because it is one table: every option is a row of
+ * about ten lines (key, scopes, group, type, field, range, help), and one array is
+ * what lets the file format, the flags, the validation and --help of every
+ * subcommand be generated from the same place.
+ *
+ * Owns: the static option table and the subcommand list; the strings of a struct
+ * cfg belong to its owner.
  * Invariant: every field of struct cfg has exactly one table entry, and an entry
  * reaches only its own field (the unit test sets each option through the table and
- * checks that no other option changed).
+ * checks that no other option changed); a key is unique in the table.
  * Thread: any (no mutable state).
  */
 #include "cfg.h"
 #include "cfg_impl.h"
 
-#include "err.h"
 #include "model.h"
 #include "util.h"
 
-#include <ctype.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* Enums are stored and read as int through the table. */
 _Static_assert(sizeof(enum cfg_dtype) == sizeof(int), "enum cfg_dtype is int-sized");
@@ -40,6 +44,12 @@ _Static_assert(KV_POLICY_FULL == 0 && KV_POLICY_H2O == 1 && KV_POLICY_LOCAL == 2
 /* Integers in the file are JSON numbers (doubles): 2^53 - 1 is the largest exact. */
 #define MAX_EXACT 9007199254740991.0
 
+/* The scopes of the shared rows: every serve option is run-batch's too (run-batch
+ * reads serve's config files); generate and bench quality take the engine's. */
+#define SRV (CFG_SERVE | CFG_RUN_BATCH)
+#define SRV_GEN (SRV | CFG_GENERATE)
+#define SRV_GEN_BQ (SRV_GEN | CFG_BENCH_QUALITY)
+
 #define FIELD(f) .offset = offsetof(struct cfg, f), .size = sizeof(((struct cfg *)0)->f)
 
 static const char *const dtype_names[] = {"auto", "fp32", "bf16", "fp16", NULL};
@@ -55,14 +65,188 @@ static const char *const device_names[] = {"cpu", "cuda", "auto", NULL};
 static const char group_kv[] = "KV cache policy (requests that set no kv_cache)";
 
 static const struct cfg_opt opt_table[] = {
+    /* Each command's own options come first, so that its --help starts with them. */
+
+    /* run-batch */
+    {.key = "input_file",
+     .scopes = CFG_RUN_BATCH,
+     .short_flag = 'i',
+     .group = "run-batch",
+     .type = CFG_T_STR,
+     FIELD(run_batch.input_file),
+     .metavar = "FILE",
+     .flags = CFG_F_NULLABLE,
+     .help = "OpenAI Batch input lines (required)",
+     .dflt_note = "none"},
+    {.key = "output_file",
+     .scopes = CFG_RUN_BATCH,
+     .short_flag = 'o',
+     .group = "run-batch",
+     .type = CFG_T_STR,
+     FIELD(run_batch.output_file),
+     .metavar = "FILE",
+     .flags = CFG_F_NULLABLE,
+     .help = "one output line per input line, in input order (required)",
+     .dflt_note = "none"},
+
+    /* generate */
+    {.key = "prompt",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_LIST,
+     FIELD(generate.prompt),
+     .max = 4096,
+     .metavar = "TEXT",
+     .help = "a prompt (repeat for several; they run as one batch)"},
+    {.key = "prompts_file",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_STR,
+     FIELD(generate.prompts_file),
+     .metavar = "FILE",
+     .flags = CFG_F_NULLABLE,
+     .help = "one prompt per line (added to any --prompt; empty lines are skipped)"},
+    {.key = "max_tokens",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_INT,
+     FIELD(generate.max_tokens),
+     .min = 0,
+     .max = 1 << 20,
+     .help = "tokens to generate per prompt"},
+    {.key = "temperature",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_FLOAT,
+     FIELD(generate.temperature),
+     .min = 0,
+     .max = 2,
+     .help = "sampling temperature; 0 = greedy"},
+    {.key = "top_p",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_FLOAT,
+     FIELD(generate.top_p),
+     .min = 0,
+     .max = 1,
+     .help = "nucleus sampling mass"},
+    {.key = "top_k",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_INT,
+     FIELD(generate.top_k),
+     .min = 0,
+     .max = 1 << 30,
+     .help = "keep the K most likely tokens; 0 = off"},
+    {.key = "presence_penalty",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_FLOAT,
+     FIELD(generate.presence_penalty),
+     .min = -2,
+     .max = 2,
+     .help = "OpenAI presence penalty"},
+    {.key = "frequency_penalty",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_FLOAT,
+     FIELD(generate.frequency_penalty),
+     .min = -2,
+     .max = 2,
+     .help = "OpenAI frequency penalty"},
+    {.key = "seed",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_INT,
+     FIELD(generate.seed),
+     .min = 0,
+     .max = MAX_EXACT,
+     .help = "sampling seed"},
+    {.key = "stop",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_LIST,
+     FIELD(generate.stop),
+     .max = 4,
+     .metavar = "TEXT",
+     .help = "stop string (repeat for up to 4)"},
+    {.key = "ignore_eos",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_BOOL,
+     FIELD(generate.ignore_eos),
+     .help = "keep generating after the end-of-text token"},
+
+    /* bench quality */
+    {.key = "text",
+     .scopes = CFG_BENCH_QUALITY,
+     .group = "bench quality",
+     .type = CFG_T_STR,
+     FIELD(bench_quality.text),
+     .metavar = "FILE",
+     .flags = CFG_F_NULLABLE,
+     .help = "the text to score, tokenized as one stream without BOS (required)",
+     .dflt_note = "none"},
+    {.key = "prompt_len",
+     .scopes = CFG_BENCH_QUALITY,
+     .group = "bench quality",
+     .type = CFG_T_INT,
+     FIELD(bench_quality.prompt_len),
+     .min = 1,
+     .max = INT32_MAX,
+     .help = "P: tokens of each segment prefilled before scoring"},
+    {.key = "gen_len",
+     .scopes = CFG_BENCH_QUALITY,
+     .group = "bench quality",
+     .type = CFG_T_INT,
+     FIELD(bench_quality.gen_len),
+     .min = 1,
+     .max = INT32_MAX,
+     .help = "G: tokens of each segment scored, one decode step each"},
+    {.key = "segments",
+     .scopes = CFG_BENCH_QUALITY,
+     .group = "bench quality",
+     .type = CFG_T_INT,
+     FIELD(bench_quality.segments),
+     .min = 0,
+     .max = INT32_MAX,
+     .help = "score at most this many segments of P + G tokens; 0 = every whole one"},
+    {.key = "batch",
+     .scopes = CFG_BENCH_QUALITY,
+     .group = "bench quality",
+     .type = CFG_T_INT,
+     FIELD(bench_quality.batch),
+     .min = 1,
+     .max = INT32_MAX,
+     .help = "segments run side by side (bounds the KV pool)"},
+    {.key = "sweep",
+     .scopes = CFG_BENCH_QUALITY,
+     .group = "bench quality",
+     .type = CFG_T_STR,
+     FIELD(bench_quality.sweep),
+     .metavar = "F1,F2,...",
+     .flags = CFG_F_NULLABLE,
+     .help = "instead of --kv-policy, for each total budget fraction f of P + G (in "
+             "(0, 1], at most 16): h2o with f/2 heavy + f/2 recent and local with f "
+             "recent"},
+    {.key = "plot",
+     .scopes = CFG_BENCH_QUALITY,
+     .group = "bench quality",
+     .type = CFG_T_STR,
+     FIELD(bench_quality.plot),
+     .metavar = "FILE.png",
+     .flags = CFG_F_NULLABLE,
+     .help = "draw the --sweep as a chart (needs gnuplot)"},
     /* listen */
     {.key = "host",
+     .scopes = SRV,
      .group = "listen",
      .type = CFG_T_STR,
      FIELD(host),
      .metavar = "ADDR",
      .help = "address to bind; 0.0.0.0 listens on every interface"},
     {.key = "port",
+     .scopes = SRV,
      .group = "listen",
      .type = CFG_T_INT,
      FIELD(port),
@@ -72,6 +256,7 @@ static const struct cfg_opt opt_table[] = {
 
     /* model */
     {.key = "model",
+     .scopes = SRV_GEN_BQ,
      .group = "model",
      .type = CFG_T_STR,
      FIELD(model),
@@ -82,6 +267,7 @@ static const struct cfg_opt opt_table[] = {
              "built-in dummy model with random weights: dummy:tiny, dummy:opt-125m ... "
              "dummy:opt-66b"},
     {.key = "served_model_name",
+     .scopes = SRV,
      .group = "model",
      .type = CFG_T_STR,
      FIELD(served_model_name),
@@ -90,6 +276,7 @@ static const struct cfg_opt opt_table[] = {
      .help = "the model id that clients send and /v1/models lists",
      .dflt_note = "the model's name"},
     {.key = "device",
+     .scopes = SRV_GEN_BQ,
      .group = "model",
      .type = CFG_T_ENUM,
      FIELD(device),
@@ -98,6 +285,7 @@ static const struct cfg_opt opt_table[] = {
              "rank, fp16), or auto: cuda where this build has it and a GPU is present, "
              "else cpu"},
     {.key = "gpu_memory_utilization",
+     .scopes = SRV_GEN,
      .group = "model",
      .type = CFG_T_FLOAT,
      FIELD(gpu_memory_utilization),
@@ -106,6 +294,7 @@ static const struct cfg_opt opt_table[] = {
      .help = "share of each GPU's memory for weights, workspace and the KV pool "
              "together; the pool gets what is left (unless kv_cache_bytes is set)"},
     {.key = "dtype",
+     .scopes = SRV_GEN_BQ,
      .group = "model",
      .type = CFG_T_ENUM,
      FIELD(dtype),
@@ -116,6 +305,7 @@ static const struct cfg_opt opt_table[] = {
              "(fp16 runs as bf16, as vLLM does, or fp32 without AVX512-BF16), CUDA in "
              "fp16 only: a substitution is logged at startup"},
     {.key = "threads",
+     .scopes = SRV_GEN,
      .group = "model",
      .type = CFG_T_INT,
      FIELD(threads),
@@ -123,6 +313,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 4096,
      .help = "OpenMP threads of the CPU backend; 0 uses every core"},
     {.key = "tensor_parallel",
+     .scopes = SRV_GEN,
      .alias = "tensor_parallel_size",
      .group = "model",
      .type = CFG_T_INT,
@@ -134,6 +325,7 @@ static const struct cfg_opt opt_table[] = {
              "one thread per rank and splits the OpenMP threads between them; the heads "
              "and ffn size must divide by it"},
     {.key = "dummy_seed",
+     .scopes = SRV,
      .group = "model",
      .type = CFG_T_INT,
      FIELD(dummy_seed),
@@ -141,6 +333,7 @@ static const struct cfg_opt opt_table[] = {
      .max = MAX_EXACT,
      .help = "seed of the deterministic dummy:* weights"},
     {.key = "max_model_len",
+     .scopes = SRV,
      .group = "model",
      .type = CFG_T_INT,
      FIELD(max_model_len),
@@ -153,6 +346,7 @@ static const struct cfg_opt opt_table[] = {
 
     /* engine */
     {.key = "block_size",
+     .scopes = SRV_GEN_BQ,
      .group = "engine",
      .type = CFG_T_INT,
      FIELD(block_size),
@@ -160,6 +354,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 1024,
      .help = "token slots per KV-cache block"},
     {.key = "kv_cache_bytes",
+     .scopes = SRV_GEN,
      .group = "engine",
      .type = CFG_T_SIZE,
      FIELD(kv_cache_bytes),
@@ -167,8 +362,10 @@ static const struct cfg_opt opt_table[] = {
      .max = 1024 * GIB * 1024,
      .help = "KV pool size (K, V and the H2O state of all layers), e.g. 512M or 4G; 0 "
              "means min(4G, 25% of RAM), never more than max_num_seqs sequences of the "
-             "full context length (max_model_len) can use"},
+             "full context length (max_model_len) can use (generate: enough for every "
+             "prompt at once)"},
     {.key = "kv_cache_blocks",
+     .scopes = SRV,
      .group = "engine",
      .type = CFG_T_INT,
      FIELD(kv_cache_blocks),
@@ -176,22 +373,26 @@ static const struct cfg_opt opt_table[] = {
      .max = INT32_MAX,
      .help = "KV pool size as an exact block count, instead of kv_cache_bytes; 0 = off"},
     {.key = "max_num_seqs",
+     .scopes = SRV_GEN,
      .group = "engine",
      .type = CFG_T_INT,
      FIELD(max_num_seqs),
-     .min = 1,
+     .min = 0,
      .max = 65536,
-     .help = "sequences decoding or prefilling at once"},
+     .help = "sequences decoding or prefilling at once (generate: 0, its default, runs "
+             "every prompt at once; serve and run-batch want at least 1)"},
     {.key = "max_batched_tokens",
+     .scopes = SRV_GEN_BQ,
      .alias = "max_num_batched_tokens",
      .group = "engine",
      .type = CFG_T_INT,
      FIELD(max_batched_tokens),
-     .min = 2,
+     .min = 1,
      .max = 1 << 20,
      .help = "tokens in one forward step (one per decoding sequence, then prompt chunks); "
-             "must exceed max_num_seqs"},
+             "must exceed max_num_seqs (bench quality: prompt tokens per prefill forward)"},
     {.key = "batch_prompt_tokens",
+     .scopes = SRV,
      .group = "engine",
      .type = CFG_T_INT,
      FIELD(batch_prompt_tokens),
@@ -203,6 +404,7 @@ static const struct cfg_opt opt_table[] = {
 
     /* KV policy */
     {.key = "kv_policy",
+     .scopes = SRV_GEN_BQ,
      .group = group_kv,
      .type = CFG_T_ENUM,
      FIELD(kv_policy),
@@ -210,6 +412,7 @@ static const struct cfg_opt opt_table[] = {
      .help = "full keeps every token; h2o keeps the heavy hitters and a recent window; "
              "local keeps the recent window only"},
     {.key = "h2o_heavy_ratio",
+     .scopes = SRV_GEN_BQ,
      .group = group_kv,
      .type = CFG_T_FLOAT,
      FIELD(h2o_heavy_ratio),
@@ -218,6 +421,7 @@ static const struct cfg_opt opt_table[] = {
      .help = "heavy hitters per layer and head, as a fraction of prompt + max_tokens "
              "(0.1 + 0.1 is the H2O paper's 20% budget)"},
     {.key = "h2o_recent_ratio",
+     .scopes = SRV_GEN_BQ,
      .group = group_kv,
      .type = CFG_T_FLOAT,
      FIELD(h2o_recent_ratio),
@@ -225,6 +429,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 1,
      .help = "recent window, as the same fraction (at least 1 token)"},
     {.key = "h2o_heavy",
+     .scopes = SRV_GEN_BQ,
      .group = group_kv,
      .type = CFG_T_INT,
      FIELD(h2o_heavy),
@@ -232,6 +437,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 1 << 20,
      .help = "heavy hitters as a token count; -1 uses h2o_heavy_ratio"},
     {.key = "h2o_recent",
+     .scopes = SRV_GEN_BQ,
      .group = group_kv,
      .type = CFG_T_INT,
      FIELD(h2o_recent),
@@ -239,6 +445,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 1 << 20,
      .help = "recent window as a token count (>= 1); -1 uses h2o_recent_ratio"},
     {.key = "kv_min_budget",
+     .scopes = SRV_GEN_BQ,
      .group = group_kv,
      .type = CFG_T_INT,
      FIELD(kv_min_budget),
@@ -250,6 +457,7 @@ static const struct cfg_opt opt_table[] = {
 
     /* server limits */
     {.key = "api_key",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_STR,
      FIELD(api_key),
@@ -258,6 +466,7 @@ static const struct cfg_opt opt_table[] = {
      .help = "require 'Authorization: Bearer KEY' (prefer the config file: other users "
              "can read command lines)"},
     {.key = "max_body_bytes",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_SIZE,
      FIELD(max_body_bytes),
@@ -265,6 +474,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 16 * GIB,
      .help = "largest request body; larger gets 413"},
     {.key = "max_header_bytes",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_SIZE,
      FIELD(max_header_bytes),
@@ -272,6 +482,7 @@ static const struct cfg_opt opt_table[] = {
      .max = MIB,
      .help = "largest request line plus headers; larger gets 431"},
     {.key = "max_prompts_per_request",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_INT,
      FIELD(max_prompts_per_request),
@@ -279,6 +490,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 65536,
      .help = "prompts in one completion request"},
     {.key = "max_n",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_INT,
      FIELD(max_n),
@@ -286,6 +498,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 4096,
      .help = "largest n and best_of of a request"},
     {.key = "max_queue",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_INT,
      FIELD(max_queue),
@@ -293,6 +506,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 1 << 24,
      .help = "requests waiting for the engine; beyond it new ones get 429"},
     {.key = "max_connections",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_INT,
      FIELD(max_connections),
@@ -300,6 +514,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 1 << 20,
      .help = "client connections open at once"},
     {.key = "idle_timeout_s",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_INT,
      FIELD(idle_timeout_s),
@@ -307,6 +522,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 86400,
      .help = "seconds a keep-alive connection may sit idle before it is closed; 0 = never"},
     {.key = "request_timeout_s",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_INT,
      FIELD(request_timeout_s),
@@ -314,6 +530,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 1 << 24,
      .help = "seconds a request may run before it is cancelled; 0 = no limit"},
     {.key = "cors_allow_origin",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_STR,
      FIELD(cors_allow_origin),
@@ -322,6 +539,7 @@ static const struct cfg_opt opt_table[] = {
      .help = "answer CORS preflights and send Access-Control-Allow-Origin: ORIGIN "
              "(for example *); unset sends no CORS headers"},
     {.key = "shutdown_grace_s",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_INT,
      FIELD(shutdown_grace_s),
@@ -330,6 +548,7 @@ static const struct cfg_opt opt_table[] = {
      .help = "on SIGINT or SIGTERM, seconds that requests in flight may take to finish "
              "before they are cancelled"},
     {.key = "write_queue_max_bytes",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_SIZE,
      FIELD(write_queue_max_bytes),
@@ -338,6 +557,7 @@ static const struct cfg_opt opt_table[] = {
      .help = "response bytes a connection may leave unsent (a slow client) before the "
              "server closes it"},
     {.key = "log_requests",
+     .scopes = SRV,
      .group = "server",
      .type = CFG_T_BOOL,
      FIELD(log_requests),
@@ -345,12 +565,14 @@ static const struct cfg_opt opt_table[] = {
 
     /* batch */
     {.key = "data_dir",
+     .scopes = SRV,
      .group = "batch",
      .type = CFG_T_STR,
      FIELD(data_dir),
      .metavar = "DIR",
      .help = "where the Files and Batches API keep their SQLite store and file bodies"},
     {.key = "batch_max_in_flight",
+     .scopes = SRV,
      .group = "batch",
      .type = CFG_T_INT,
      FIELD(batch_max_in_flight),
@@ -359,6 +581,7 @@ static const struct cfg_opt opt_table[] = {
      .help = "batch-job requests handed to the engine at once (they run after "
              "interactive requests)"},
     {.key = "max_file_bytes",
+     .scopes = SRV,
      .group = "batch",
      .type = CFG_T_SIZE,
      FIELD(max_file_bytes),
@@ -366,6 +589,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 16 * GIB,
      .help = "largest file POST /v1/files accepts (OpenAI's batch limit is 200 MB)"},
     {.key = "batch_max_requests",
+     .scopes = SRV,
      .group = "batch",
      .type = CFG_T_INT,
      FIELD(batch_max_requests),
@@ -373,6 +597,7 @@ static const struct cfg_opt opt_table[] = {
      .max = 10000000,
      .help = "most request lines in one batch input file"},
     {.key = "batch_window_s",
+     .scopes = SRV,
      .group = "batch",
      .type = CFG_T_INT,
      FIELD(batch_window_s),
@@ -426,6 +651,56 @@ void cfg_defaults(struct cfg *c)
     c->max_file_bytes = 200 * (int64_t)MIB;
     c->batch_max_requests = 50000;
     c->batch_window_s = 86400;
+    /* generate: sampler_params_default's, 16 tokens */
+    c->generate.max_tokens = 16;
+    c->generate.temperature = 1;
+    c->generate.top_p = 1;
+    /* bench quality: quality_spec_default's */
+    c->bench_quality.prompt_len = 64;
+    c->bench_quality.gen_len = 448;
+    c->bench_quality.segments = 0;
+    c->bench_quality.batch = 16;
+}
+
+void cfg_defaults_cmd(struct cfg *c, unsigned scope)
+{
+    cfg_defaults(c);
+    /* The offline commands run where they are told: a machine with a GPU still runs
+     * `generate` on the CPU unless --device says otherwise (model_opts_default). */
+    if (scope & (CFG_GENERATE | CFG_BENCH_QUALITY)) c->device = BE_DEVICE_CPU;
+    if (scope & CFG_GENERATE) c->max_num_seqs = 0; /* every prompt at once */
+    if (scope & CFG_BENCH_QUALITY) {
+        /* Budgets are exactly what they say: full is the reference row, and the
+         * floor applies only when --kv-min-budget asks for it. */
+        c->kv_policy = KV_POLICY_FULL;
+        c->kv_min_budget = 0;
+    }
+}
+
+/* The subcommands that parse through the table. */
+static const struct cfg_cmd cmd_table[] = {
+    {.scope = CFG_SERVE, .name = "serve", .positional = true, .config = true},
+    {.scope = CFG_RUN_BATCH,
+     .name = "run-batch",
+     .required = "-i IN.jsonl -o OUT.jsonl",
+     .positional = true,
+     .config = true},
+    {.scope = CFG_GENERATE, .name = "generate", .required = "--prompt TEXT"},
+    {.scope = CFG_BENCH_QUALITY, .name = "bench quality", .required = "--text FILE"},
+};
+
+const struct cfg_cmd *cfg_cmd_of(unsigned scope)
+{
+    for (size_t i = 0; i < ARRAY_LEN(cmd_table); i++)
+        if (cmd_table[i].scope == scope) return &cmd_table[i];
+    return NULL;
+}
+
+unsigned cfg_scope_of(const char *cmd)
+{
+    for (size_t i = 0; i < ARRAY_LEN(cmd_table); i++)
+        if (strcmp(cmd_table[i].name, cmd) == 0) return cmd_table[i].scope;
+    return 0;
 }
 
 const struct cfg_opt *cfg_opts(size_t *n)
@@ -459,354 +734,4 @@ const struct cfg_opt *cfg_find(const char *name)
     if (name[0] == '-' && name[1] == '-')
         return cfg_find_n(name + 2, strlen(name + 2), true);
     return cfg_find_n(name, strlen(name), false);
-}
-
-char **cfg_str_field(struct cfg *c, const struct cfg_opt *o)
-{
-    return (char **)((char *)c + o->offset);
-}
-
-int64_t cfg_int_get(const struct cfg *c, const struct cfg_opt *o)
-{
-    const char *p = (const char *)c + o->offset;
-    if (o->type == CFG_T_BOOL) return *(const bool *)p;
-    if (o->type == CFG_T_ENUM) return *(const int *)p;
-    if (o->size == sizeof(int32_t)) return *(const int32_t *)p;
-    return *(const int64_t *)p;
-}
-
-double cfg_float_get(const struct cfg *c, const struct cfg_opt *o)
-{
-    return *(const double *)((const char *)c + o->offset);
-}
-
-const char *cfg_str_get(const struct cfg *c, const struct cfg_opt *o)
-{
-    return *(char *const *)((const char *)c + o->offset);
-}
-
-/* Store a checked value into o's field; strings are copied, the old one freed. */
-static void store(struct cfg *c, const struct cfg_opt *o, const struct cfg_val *v)
-{
-    char *p = (char *)c + o->offset;
-    switch (o->type) {
-    case CFG_T_STR: {
-        char **s = (char **)p;
-        free(*s);
-        *s = v->s ? xstrdup(v->s) : NULL;
-        break;
-    }
-    case CFG_T_BOOL: *(bool *)p = v->i != 0; break;
-    case CFG_T_ENUM: *(int *)p = (int)v->i; break;
-    case CFG_T_FLOAT: *(double *)p = v->f; break;
-    case CFG_T_INT:
-    case CFG_T_SIZE:
-        if (o->size == sizeof(int32_t))
-            *(int32_t *)p = (int32_t)v->i;
-        else
-            *(int64_t *)p = v->i;
-        break;
-    }
-}
-
-/* Ranges print as integers for integer types and as sizes for sizes. */
-static void fmt_num(const struct cfg_opt *o, double x, char *buf, size_t len)
-{
-    if (o->type == CFG_T_SIZE)
-        cfg_format_size((int64_t)x, buf, len);
-    else if (o->type == CFG_T_FLOAT)
-        snprintf(buf, len, "%g", x);
-    else
-        snprintf(buf, len, "%.0f", x);
-}
-
-static int range_error(const struct cfg_opt *o, const char *who, const char *got)
-{
-    char lo[32], hi[32];
-    fmt_num(o, o->min, lo, sizeof lo);
-    fmt_num(o, o->max, hi, sizeof hi);
-    const char *what = o->type == CFG_T_SIZE    ? "a size"
-                       : o->type == CFG_T_FLOAT ? "a number"
-                                                : "an integer";
-    return err_set(ENG_EINVAL, "%s wants %s in [%s, %s], got %s", who, what, lo, hi, got);
-}
-
-/* Whole bytes from "123", "1.5G", "512M", "64KiB", "2gb", "100B" (powers of 1024). No
- * sign, exponent or hex: a size is digits, an optional fraction and a unit. */
-static int parse_size(const char *s, double *out)
-{
-    static const char units[] = "kmgt";
-    size_t n = strspn(s, "0123456789.");
-    char num[64];
-    if (n == 0 || n >= sizeof num) return -1;
-    memcpy(num, s, n);
-    num[n] = '\0';
-    char *end;
-    double v = strtod(num, &end);
-    if (*end) return -1; /* "1.2.3" */
-    const char *u = s + n;
-    int exp = 0;
-    const char *k = *u ? strchr(units, tolower((unsigned char)*u)) : NULL;
-    if (k) {
-        exp = (int)(k - units) + 1;
-        u++;
-        if (*u == 'i' || *u == 'I') u++;
-    }
-    if (*u == 'b' || *u == 'B') u++;
-    if (*u) return -1;
-    v *= pow(1024.0, exp);
-    if (!isfinite(v) || v != floor(v)) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_bool(const char *s, int64_t *out)
-{
-    static const char *const yes[] = {"true", "1", "yes", "on"};
-    static const char *const no[] = {"false", "0", "no", "off"};
-    for (size_t i = 0; i < ARRAY_LEN(yes); i++) {
-        if (strcasecmp(s, yes[i]) == 0) return *out = 1, 0;
-        if (strcasecmp(s, no[i]) == 0) return *out = 0, 0;
-    }
-    return -1;
-}
-
-int cfg_enum_parse(const struct cfg_opt *o, const char *s, const char *who, int64_t *out)
-{
-    for (int i = 0; o->values[i]; i++)
-        if (strcmp(o->values[i], s) == 0) return *out = i, 0;
-    /* An alias is normalised here, so the struct only ever holds canonical values. */
-    for (const struct cfg_enum_alias *a = o->value_aliases; a && a->name; a++)
-        if (strcmp(a->name, s) == 0) return *out = a->value, 0;
-    char all[256] = "";
-    for (int i = 0; o->values[i]; i++) {
-        if (i) strncat(all, "|", sizeof all - strlen(all) - 1);
-        strncat(all, o->values[i], sizeof all - strlen(all) - 1);
-    }
-    for (const struct cfg_enum_alias *a = o->value_aliases; a && a->name; a++) {
-        strncat(all, a == o->value_aliases ? " (or " : ", ", sizeof all - strlen(all) - 1);
-        strncat(all, a->name, sizeof all - strlen(all) - 1);
-        if (!a[1].name) strncat(all, ")", sizeof all - strlen(all) - 1);
-    }
-    return err_set(ENG_EINVAL, "%s wants one of %s, got '%.64s'", who, all, s);
-}
-
-int cfg_opt_set(struct cfg *c, const struct cfg_opt *o, const struct cfg_val *v,
-                const char *who)
-{
-    struct cfg_val w = *v;
-    char got[48];
-    switch (o->type) {
-    case CFG_T_STR:
-        if ((o->flags & CFG_F_NULLABLE) && w.s && !w.s[0]) w.s = NULL;
-        break;
-    case CFG_T_INT:
-    case CFG_T_SIZE:
-        /* w.f holds the number; ranges never reach past 2^63, so the cast is safe once
-         * it is inside them. */
-        if (!(w.f >= o->min && w.f <= o->max)) {
-            snprintf(got, sizeof got, "%.17g", w.f);
-            return range_error(o, who, got);
-        }
-        if (w.f != floor(w.f))
-            return err_set(ENG_EINVAL, "%s wants a whole number, got %.17g", who, w.f);
-        w.i = (int64_t)w.f;
-        break;
-    case CFG_T_FLOAT:
-        if (!(w.f >= o->min && w.f <= o->max)) {
-            snprintf(got, sizeof got, "%.17g", w.f);
-            return range_error(o, who, got);
-        }
-        break;
-    case CFG_T_BOOL:
-    case CFG_T_ENUM: break;
-    }
-    store(c, o, &w);
-    return 0;
-}
-
-int cfg_opt_set_text(struct cfg *c, const struct cfg_opt *o, const char *s, const char *who)
-{
-    struct cfg_val v = {0};
-    char *end;
-    switch (o->type) {
-    case CFG_T_STR: v.s = s; break;
-    case CFG_T_INT:
-        /* strtod, not strtoll, so that "1e3" works and out-of-range numbers reach the
-         * range check as numbers rather than as ERANGE. No hex, no spaces. */
-        v.f = strtod(s, &end);
-        if (end == s || *end || isspace((unsigned char)s[0]) || strpbrk(s, "xXnN"))
-            return err_set(ENG_EINVAL, "%s wants an integer, got '%.64s'", who, s);
-        break;
-    case CFG_T_SIZE:
-        if (parse_size(s, &v.f))
-            return err_set(ENG_EINVAL,
-                           "%s wants a size in bytes like 65536, 512M or 2G, got '%.64s'",
-                           who, s);
-        break;
-    case CFG_T_FLOAT:
-        v.f = strtod(s, &end);
-        if (end == s || *end || isspace((unsigned char)s[0]) || strpbrk(s, "xX") ||
-            !isfinite(v.f))
-            return err_set(ENG_EINVAL, "%s wants a number, got '%.64s'", who, s);
-        break;
-    case CFG_T_BOOL:
-        if (parse_bool(s, &v.i))
-            return err_set(ENG_EINVAL, "%s wants true or false, got '%.64s'", who, s);
-        break;
-    case CFG_T_ENUM:
-        if (cfg_enum_parse(o, s, who, &v.i)) return ENG_EINVAL;
-        break;
-    }
-    return cfg_opt_set(c, o, &v, who);
-}
-
-int cfg_set(struct cfg *c, const char *name, const char *value)
-{
-    const struct cfg_opt *o = cfg_find(name);
-    if (!o) return err_set(ENG_ENOTFOUND, "unknown option '%.64s'", name);
-    char who[80];
-    snprintf(who, sizeof who, "--%s", o->key);
-    for (char *p = who; *p; p++)
-        if (*p == '_') *p = '-';
-    return cfg_opt_set_text(c, o, value, who);
-}
-
-void cfg_free(struct cfg *c)
-{
-    if (!c) return;
-    for (size_t i = 0; i < ARRAY_LEN(opt_table); i++) {
-        if (opt_table[i].type != CFG_T_STR) continue;
-        char **s = cfg_str_field(c, &opt_table[i]);
-        free(*s);
-        *s = NULL;
-    }
-}
-
-void cfg_copy(struct cfg *dst, const struct cfg *src)
-{
-    *dst = *src;
-    for (size_t i = 0; i < ARRAY_LEN(opt_table); i++) {
-        if (opt_table[i].type != CFG_T_STR) continue;
-        char **s = cfg_str_field(dst, &opt_table[i]);
-        if (*s) *s = xstrdup(*s);
-    }
-}
-
-int cfg_validate(const struct cfg *c)
-{
-    for (size_t i = 0; i < ARRAY_LEN(opt_table); i++) {
-        const struct cfg_opt *o = &opt_table[i];
-        const char *s;
-        int64_t v;
-        double f;
-        switch (o->type) {
-        case CFG_T_STR:
-            s = cfg_str_get(c, o);
-            if (!s && (o->flags & CFG_F_NULLABLE)) break;
-            if (!s || !s[0]) return err_set(ENG_EINVAL, "%s must not be empty", o->key);
-            for (const char *p = s; *p; p++)
-                if ((unsigned char)*p < 0x20 || *p == 0x7f)
-                    return err_set(ENG_EINVAL, "%s must not contain control characters",
-                                   o->key);
-            break;
-        case CFG_T_INT:
-        case CFG_T_SIZE:
-            v = cfg_int_get(c, o);
-            if ((double)v < o->min || (double)v > o->max) {
-                char got[32];
-                snprintf(got, sizeof got, "%lld", (long long)v);
-                return range_error(o, o->key, got);
-            }
-            break;
-        case CFG_T_FLOAT:
-            f = cfg_float_get(c, o);
-            if (!(f >= o->min && f <= o->max)) {
-                char got[32];
-                snprintf(got, sizeof got, "%g", f);
-                return range_error(o, o->key, got);
-            }
-            break;
-        case CFG_T_ENUM:
-            v = cfg_int_get(c, o);
-            int n = 0;
-            while (o->values[n])
-                n++;
-            if (v < 0 || v >= n)
-                return err_set(ENG_EINVAL, "%s: bad value %lld", o->key, (long long)v);
-            break;
-        case CFG_T_BOOL: break;
-        }
-    }
-    /* The scheduler needs room for every running sequence's decode token plus at
-     * least one prompt token in each step, or a waiting prompt could starve. */
-    if (c->max_batched_tokens <= c->max_num_seqs)
-        return err_set(ENG_EINVAL, "max_batched_tokens (%d) must exceed max_num_seqs (%d)",
-                       c->max_batched_tokens, c->max_num_seqs);
-    if (c->h2o_recent == 0)
-        return err_set(ENG_EINVAL, "h2o_recent must be -1 (use the ratio) or >= 1: the "
-                                   "recent window includes the current token");
-    if (c->kv_cache_bytes > 0 && c->kv_cache_blocks > 0)
-        return err_set(ENG_EINVAL, "kv_cache_bytes and kv_cache_blocks both size the KV "
-                                   "pool; set one of them (the other 0)");
-    return 0;
-}
-
-void cfg_kv_spec(const struct cfg *c, struct kv_spec *s)
-{
-    kv_spec_default(s);
-    s->policy = c->kv_policy;
-    s->heavy_ratio = (float)c->h2o_heavy_ratio;
-    s->recent_ratio = (float)c->h2o_recent_ratio;
-    s->heavy = c->h2o_heavy;
-    s->recent = c->h2o_recent;
-    s->min_budget = c->kv_min_budget;
-}
-
-void cfg_fingerprint(const struct cfg *c, char *buf, size_t len)
-{
-    struct engine_opts eo;
-    cfg_engine_opts(c, &eo);
-    const struct kv_spec *k = &eo.kv_default;
-    enum be_device device;
-    enum dtype dtype;
-    model_resolve_backend(&eo.model_opts, &device, &dtype); /* what auto comes to here */
-    char what[4096];
-    snprintf(what, sizeof what, "%s|%s|%d|%d|%d|%llu|%d|%d|%.9g|%.9g|%d|%d|%d", H2O_VERSION,
-             c->model, (int)device, (int)dtype,
-             eo.model_opts.tensor_parallel, (unsigned long long)eo.model_opts.dummy_seed,
-             eo.block_size, (int)k->policy, k->heavy_ratio, k->recent_ratio, k->heavy,
-             k->recent, k->min_budget);
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)what; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ull;
-    snprintf(buf, len, "fp_%010llx", (unsigned long long)(h >> 24));
-}
-
-void cfg_engine_opts(const struct cfg *c, struct engine_opts *o)
-{
-    engine_opts_default(o);
-    o->model = c->model;
-    /* auto keeps model_opts_default's choice (bf16 where the CPU has it); a dtype
-     * asked for is marked, so that a backend that cannot compute in it says so. */
-    if (c->dtype == CFG_DTYPE_FP32)
-        o->model_opts.dtype = DTYPE_F32;
-    else if (c->dtype == CFG_DTYPE_BF16)
-        o->model_opts.dtype = DTYPE_BF16;
-    else if (c->dtype == CFG_DTYPE_FP16)
-        o->model_opts.dtype = DTYPE_F16;
-    o->model_opts.dtype_set = c->dtype != CFG_DTYPE_AUTO;
-    o->model_opts.n_threads = c->threads;
-    o->model_opts.tensor_parallel = c->tensor_parallel;
-    o->model_opts.device = c->device;
-    o->model_opts.gpu_memory_utilization = (float)c->gpu_memory_utilization;
-    o->model_opts.dummy_seed = (uint64_t)c->dummy_seed;
-    o->block_size = c->block_size;
-    o->kv_cache_bytes = c->kv_cache_bytes;
-    o->kv_blocks = c->kv_cache_blocks;
-    o->sched.max_num_seqs = c->max_num_seqs;
-    o->sched.max_batched_tokens = c->max_batched_tokens;
-    o->sched.batch_prompt_tokens = c->batch_prompt_tokens;
-    o->sched.max_model_len = c->max_model_len;
-    cfg_kv_spec(c, &o->kv_default);
 }

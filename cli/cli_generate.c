@@ -1,0 +1,174 @@
+/*
+ * cli_generate.c - `h2oserve generate`: complete prompts and print the text, one
+ * completion a line on stdout, diagnostics (load time, per-sequence KV use, speed)
+ * on stderr. Its flags are config/'s table rows of scope CFG_GENERATE: the engine's
+ * (--model, --dtype, --kv-policy, ... as serve spells them, with generate's own
+ * defaults: the CPU, every prompt at once) and its own (--prompt, --max-tokens,
+ * sampling).
+ *
+ * Owns: the configuration, the prompts file's text (the prompts point into it) and
+ * the model, until it returns. Thread: main (generate_run drives the backend).
+ */
+#include "cli.h"
+
+#include "err.h"
+#include "generate.h"
+#include "model.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The most prompts, --prompt and --prompts-file lines together (the row's max). */
+#define GEN_MAX_PROMPTS 4096
+
+/* --prompt, then the lines of --prompts-file (empty ones skipped), into prompts[].
+ * *file_text holds the file; the prompts point into it and into c. Returns the
+ * count, or -1 (1: unreadable file, 2: too many) with the message printed. */
+static int gather_prompts(const struct cfg *c, const char **prompts, char **file_text,
+                          int *rc)
+{
+    int n = 0;
+    for (int32_t i = 0; i < c->generate.prompt.n; i++)
+        prompts[n++] = c->generate.prompt.items[i];
+    if (!c->generate.prompts_file) return n;
+    size_t len;
+    if (util_read_file(c->generate.prompts_file, file_text, &len)) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        *rc = 1;
+        return -1;
+    }
+    for (char *line = *file_text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        if (!*line) continue;
+        if (n == GEN_MAX_PROMPTS) {
+            fprintf(stderr, "h2oserve: at most %d prompts\n", GEN_MAX_PROMPTS);
+            *rc = 2;
+            return -1;
+        }
+        prompts[n++] = line;
+    }
+    return n;
+}
+
+/* The completions on stdout, the per-sequence KV lines and the speed on stderr. */
+static void report(const struct gen_result *res, int n_prompts, int32_t min_budget,
+                   double dt)
+{
+    long n_gen = 0, n_prompt_tok = 0;
+    for (int i = 0; i < n_prompts; i++) {
+        const struct gen_result *r = &res[i];
+        fwrite(r->text, 1, r->text_len, stdout);
+        fputc('\n', stdout);
+        n_gen += r->n_tokens;
+        n_prompt_tok += r->prompt_tokens;
+        if (r->budget.policy == KV_POLICY_FULL)
+            fprintf(stderr,
+                    "seq %d: %d prompt + %d generated tokens, kv full: %d slots "
+                    "per head, %d blocks\n",
+                    i, r->prompt_tokens, r->n_tokens, r->kv_slots, r->kv_blocks_max);
+        else
+            fprintf(stderr,
+                    "seq %d: %d prompt + %d generated tokens, kv %s H=%d R=%d "
+                    "(floor %d): %d slots per head, %d blocks, %lld tokens "
+                    "evicted per head\n",
+                    i, r->prompt_tokens, r->n_tokens, kv_policy_name(r->budget.policy),
+                    r->budget.heavy, r->budget.recent, min_budget, r->kv_slots,
+                    r->kv_blocks_max, (long long)r->kv_evicted_tokens);
+    }
+    fprintf(stderr,
+            "%d prompts, %ld prompt tokens, %ld generated tokens in %.2f s "
+            "(%.1f generated tokens/s)\n",
+            n_prompts, n_prompt_tok, n_gen, dt, dt > 0 ? (double)n_gen / dt : 0.0);
+}
+
+int cli_generate(int argc, char **argv)
+{
+    struct cfg c;
+    int rc = cli_parse(&c, CFG_GENERATE, argc, argv, "h2oserve", NULL);
+    if (rc >= 0) {
+        cfg_free(&c);
+        return rc;
+    }
+    char *file_text = NULL;
+    const char **prompts = xcalloc(GEN_MAX_PROMPTS, sizeof *prompts);
+    struct model *m = NULL;
+    struct gen_request *reqs = NULL;
+    struct gen_result *res = NULL;
+    const int n_prompts = gather_prompts(&c, prompts, &file_text, &rc);
+    if (n_prompts == 0) {
+        fprintf(stderr, "h2oserve: generate needs --prompt or --prompts-file\n");
+        cfg_usage(stderr, "generate");
+        rc = 2;
+    }
+    if (n_prompts <= 0) goto done;
+
+    /* The engine's options as serve maps them; generate sizes its own pool. */
+    struct engine_opts eo;
+    cfg_engine_opts(&c, &eo);
+    struct gen_opts go;
+    gen_opts_default(&go);
+    go.max_batched_tokens = c.max_batched_tokens;
+    go.block_size = c.block_size;
+    go.max_num_seqs = c.max_num_seqs;
+    struct gen_request proto = {
+        .max_tokens = c.generate.max_tokens,
+        .seed = (uint64_t)c.generate.seed,
+        .stops = (const char *const *)c.generate.stop.items,
+        .n_stops = c.generate.stop.n,
+        .ignore_eos = c.generate.ignore_eos,
+    };
+    sampler_params_default(&proto.sp);
+    proto.sp.temperature = (float)c.generate.temperature;
+    proto.sp.top_p = (float)c.generate.top_p;
+    proto.sp.top_k = c.generate.top_k;
+    proto.sp.presence_penalty = (float)c.generate.presence_penalty;
+    proto.sp.frequency_penalty = (float)c.generate.frequency_penalty;
+    cfg_kv_spec(&c, &proto.kv);
+
+    rc = 1;
+    if (model_load(&m, c.model, &eo.model_opts)) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        goto done;
+    }
+    fprintf(stderr, "loaded %s (%s, %d layers, hidden %d) in %.2f s\n", m->cfg.name,
+            dtype_name(m->dtype), m->cfg.n_layer, m->cfg.hidden, m->load_seconds);
+    if (c.kv_cache_bytes > 0) {
+        int64_t per_block = (int64_t)m->be.ops->kv_block_bytes(m->be.ctx, go.block_size);
+        go.kv_blocks = (int32_t)MIN(c.kv_cache_bytes / per_block, INT32_MAX);
+        if (go.kv_blocks < 1) {
+            fprintf(stderr,
+                    "h2oserve: --kv-cache-bytes %lld holds no block (one block of %d "
+                    "slots is %lld bytes)\n",
+                    (long long)c.kv_cache_bytes, go.block_size, (long long)per_block);
+            rc = 2;
+            goto done;
+        }
+    }
+    reqs = xcalloc((size_t)n_prompts, sizeof *reqs);
+    res = xcalloc((size_t)n_prompts, sizeof *res);
+    for (int i = 0; i < n_prompts; i++) {
+        reqs[i] = proto;
+        reqs[i].prompt = prompts[i];
+        reqs[i].prompt_len = strlen(prompts[i]);
+    }
+    double t0 = time_now();
+    if (generate_run(m, &go, reqs, n_prompts, res)) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        goto done;
+    }
+    report(res, n_prompts, proto.kv.min_budget, time_now() - t0);
+    for (int i = 0; i < n_prompts; i++)
+        gen_result_free(&res[i]);
+    rc = 0;
+done:
+    free(reqs);
+    free(res);
+    free(file_text);
+    free(prompts);
+    model_destroy(m);
+    cfg_free(&c);
+    return rc;
+}
