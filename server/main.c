@@ -12,7 +12,7 @@
 #include "err.h"
 #include "generate.h"
 #include "run_batch.h"
-#include "srv.h"
+#include "srv_run.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "util.h"
