@@ -9,6 +9,11 @@
  * depend on each other (best_of vs n and stream, stream_options vs stream); then the
  * model (404); then the prompts, which are tokenized, and the context length. The
  * first problem found is the one reported.
+ * Why one file of about 630 lines: that validation order is the contract (clients
+ * and tests see which error comes first), and it is read top to bottom here; the
+ * typed readers and the structured fields (stop, logit_bias, stream_options,
+ * kv_cache, prompts) have parse_fields as their only caller, so moving them out
+ * would export a dozen helpers to save no reader a jump.
  * Thread: any (no state).
  */
 #include "api_completions.h"

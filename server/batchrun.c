@@ -2,10 +2,11 @@
  * batchrun.c - the runner behind the Batches API (see batchrun.h): validation, feeding
  * the engine, recording results, and the end states of a batch.
  *
- * Validation reads and checks the whole input file on libuv's thread pool (a 200 MB
- * file must not stall the loop), then, back on the loop, stores every request in
- * one transaction and moves the batch to in_progress, or to failed with the errors
- * of every bad line. All or nothing: a batch never runs part of a bad file.
+ * Validation reads and checks the whole input file on libuv's thread pool
+ * (batch_check.c; a 200 MB file must not stall the loop), then, back on the loop,
+ * stores every request in one transaction and moves the batch to in_progress, or to
+ * failed with the errors of every bad line. All or nothing: a batch never runs part
+ * of a bad file.
  *
  * Feeding: in_progress batches, oldest first, hand their pending requests (a page
  * at a time from the store) to the engine at batch priority until
@@ -16,6 +17,10 @@
  *
  * Seeds: a request without one gets a seed derived from its batch and custom_id,
  * so a request that runs again after a restart samples the same tokens.
+ *
+ * Engine ids come from the server's bridge and are registered there, with the line
+ * as context, from submit until the line is dropped; events reach the line through
+ * that registry alone.
  *
  * Owns: the batches it tracks, the lines in flight (with their parsed request and
  * response assembly) and the validation jobs. Thread: loop.

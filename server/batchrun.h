@@ -21,6 +21,10 @@ struct batchrun;
 
 /* Create the runner of s's job store and resume what it finds. Thread: loop. */
 struct batchrun *batchrun_create(struct srv *s);
+
+/* Free the runner once the loop has ended (no validation is still running); lines
+ * still in flight are dropped without a cancel (the engine is stopped by then).
+ * Thread: loop. */
 void batchrun_destroy(struct batchrun *br);
 
 /* Hand the engine more requests if there is room (after events, or a new batch).
