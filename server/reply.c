@@ -5,7 +5,7 @@
  */
 #include "reply.h"
 
-#include "srv.h"
+#include "json.h"
 
 #include "err.h"
 #include "util.h"
