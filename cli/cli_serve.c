@@ -6,7 +6,7 @@
  */
 #include "cli.h"
 
-#include "srv.h"
+#include "srv_run.h"
 
 int cli_serve(int argc, char **argv)
 {

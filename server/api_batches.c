@@ -3,7 +3,12 @@
  * objects kept in the job store; the batch runner (batchrun.c) does the work.
  * Thread: loop.
  */
+#include "api_batches.h"
+
+#include "batchrun.h"
 #include "jobstore.h"
+#include "query.h"
+#include "reply.h"
 #include "srv.h"
 
 #include "err.h"
@@ -213,7 +218,7 @@ static void cancel(struct exch *x, const char *id)
     retrieve(x, id);
 }
 
-void batches_route(struct exch *x, const char *rest)
+void api_batches_route(struct exch *x, const char *rest)
 {
     if (!*rest) {
         if (!strcmp(x->req->method, "POST")) create(x);

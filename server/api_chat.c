@@ -15,17 +15,20 @@
  * endpoint of OpenAI and vLLM answers); everything else gets the chat-template 400.
  * Thread: loop.
  */
+#include "api_chat.h"
+
 #include "api_tokenize.h"
+#include "reply.h"
 #include "srv.h"
 
-void chat_route(struct exch *x)
+void api_chat_route(struct exch *x)
 {
     if (!reply_method_is(x, "POST")) return;
     const struct srv *s = x->c->s;
     struct api_error e = {0};
     cJSON *root = json_parse_object(x->req->body ? x->req->body : "", x->req->body_len, &e);
-    if (root && !api_model_check(json_field(root, "model"), s->model_id, &e))
+    if (root && !json_model_check(json_field(root, "model"), s->model_id, &e))
         api_no_chat_template(&e, s->model_id);
     cJSON_Delete(root);
-    exch_error(x, &e);
+    conn_error(x, &e);
 }

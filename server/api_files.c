@@ -19,14 +19,17 @@
  * malformed one is simply a file that does not exist (404).
  *
  * Thread: loop. A download streams the body from disk as the client reads it
- * (exch_respond_file), so a file of any size costs a few chunks of memory. An
+ * (conn_respond_file), so a file of any size costs a few chunks of memory. An
  * upload's body is already in memory (the HTTP layer buffers it, up to
  * --max-file-bytes), so an upload costs one write and the store's fsyncs.
  */
-#include "srv.h"
+#include "api_files.h"
 
 #include "jobstore.h"
 #include "multipart.h"
+#include "query.h"
+#include "reply.h"
+#include "srv.h"
 
 #include "err.h"
 #include "util.h"
@@ -64,7 +67,7 @@ static void files_error(struct exch *x, int status, const char *param, const cha
     struct api_error e = {0};
     api_error_set(&e, status, status >= 500 ? API_ERR_SERVER : API_ERR_INVALID, param, code,
                   "%s", msg);
-    exch_error(x, &e);
+    conn_error(x, &e);
 }
 
 /* OpenAI's 404 for a file id: "No such File object: file-abc", param "id". */
@@ -316,7 +319,7 @@ static void files_content(struct exch *x, const char *id)
         reply_store_error(x, err);
         return;
     }
-    /* The body is streamed from disk as the client reads it (exch_respond_file).
+    /* The body is streamed from disk as the client reads it (conn_respond_file).
      * The length is the file's on disk, which the store made durable before the
      * row; a size that disagrees with the row means the store is damaged. */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -330,7 +333,7 @@ static void files_content(struct exch *x, const char *id)
         return;
     }
     free(path);
-    exch_respond_file(x, 200, "application/octet-stream", fd, (int64_t)sb.st_size);
+    conn_respond_file(x, 200, "application/octet-stream", fd, (int64_t)sb.st_size);
 }
 
 /*
@@ -338,7 +341,7 @@ static void files_content(struct exch *x, const char *id)
  * then the method (else 405), then the id's sanity (else 404, as for an unknown id).
  * Thread: loop.
  */
-void files_route(struct exch *x, const char *rest)
+void api_files_route(struct exch *x, const char *rest)
 {
     if (!x->c->s->js) {
         files_error(x, 503, NULL, NULL, "The file store is not open");

@@ -145,18 +145,18 @@ char *api_tokenize(const char *body, size_t len, const struct api_model *m, size
     const cJSON *prompt = json_field(root, "prompt");
     const cJSON *messages = json_field(root, "messages");
     if (prompt && !cJSON_IsString(prompt)) {
-        api_error_type(err, "prompt", "a string", prompt);
+        json_type_error(err, "prompt", "a string", prompt);
         goto done;
     }
     if (messages && !cJSON_IsArray(messages)) {
-        api_error_type(err, "messages", "an array of messages", messages);
+        json_type_error(err, "messages", "an array of messages", messages);
         goto done;
     }
-    if (api_read_bool(json_field(root, "add_special_tokens"), "add_special_tokens",
+    if (json_read_bool(json_field(root, "add_special_tokens"), "add_special_tokens",
                   &add_special, err) ||
-        api_read_bool(json_field(root, "return_token_strs"), "return_token_strs", &strs, err))
+        json_read_bool(json_field(root, "return_token_strs"), "return_token_strs", &strs, err))
         goto done;
-    if (api_model_check(json_field(root, "model"), m->id, err)) goto done;
+    if (json_model_check(json_field(root, "model"), m->id, err)) goto done;
     if (prompt && messages) {
         API_BAD_VALUE(err, "messages",
                   "Give either 'prompt' (text) or 'messages' (a chat), not both.");
@@ -198,7 +198,7 @@ static int read_ids(const cJSON *tokens, const struct api_model *m, int32_t **ou
                          INT32_MAX);
     const int32_t tok_vocab = tokenizer_vocab_size(m->tok);
     int32_t *ids = xmalloc((n ? n : 1) * sizeof *ids);
-    const int32_t got = api_read_token_ids(tokens, m->vocab_size, "tokens", "tokens", ids, err);
+    const int32_t got = json_read_token_ids(tokens, m->vocab_size, "tokens", "tokens", ids, err);
     if (got < 0) {
         free(ids);
         return -1;
@@ -222,10 +222,10 @@ char *api_detokenize(const char *body, size_t len, const struct api_model *m,
     struct out o = {0};
     const cJSON *tokens = json_field(root, "tokens");
     if (tokens && !cJSON_IsArray(tokens)) {
-        api_error_type(err, "tokens", "an array of token ids", tokens);
+        json_type_error(err, "tokens", "an array of token ids", tokens);
         goto done;
     }
-    if (api_model_check(json_field(root, "model"), m->id, err)) goto done;
+    if (json_model_check(json_field(root, "model"), m->id, err)) goto done;
     if (!tokens) {
         API_BAD_VALUE(err, "tokens", "You must provide a tokens parameter.");
         goto done;

@@ -11,7 +11,10 @@
  * Tokenizing runs on the loop thread, as it does for /v1/completions prompts.
  * Thread: loop.
  */
+#include "api_vllm.h"
+
 #include "api_tokenize.h"
+#include "reply.h"
 #include "srv.h"
 
 #include <stdio.h>
@@ -28,16 +31,14 @@ typedef char *(*body_fn)(const char *body, size_t len, const struct api_model *m
 
 static void handle_body(struct exch *x, body_fn fn)
 {
-    struct api_model m;
-    router_api_model(x->c->s, &m);
     struct api_error e = {0};
     size_t len = 0;
-    char *out = fn(x->req->body ? x->req->body : "", x->req->body_len, &m, &len, &e);
+    char *out = fn(x->req->body ? x->req->body : "", x->req->body_len, &x->c->s->model, &len, &e);
     if (!out) {
-        exch_error(x, &e);
+        conn_error(x, &e);
         return;
     }
-    exch_respond(x, 200, "application/json", out, len, NULL);
+    conn_respond(x, 200, "application/json", out, len, NULL);
     free(out);
 }
 
@@ -49,7 +50,7 @@ static void handle_version(struct exch *x)
     reply_json(x, v);
 }
 
-bool vllm_route(struct exch *x)
+bool api_vllm_route(struct exch *x)
 {
     const char *p = x->req->path;
     if (strcmp(p, "/tokenize") == 0) {

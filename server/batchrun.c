@@ -1,11 +1,12 @@
 /*
- * batchrun.c - the runner behind the Batches API (see srv.h): validation, feeding
+ * batchrun.c - the runner behind the Batches API (see batchrun.h): validation, feeding
  * the engine, recording results, and the end states of a batch.
  *
- * Validation reads and checks the whole input file on libuv's thread pool (a 200 MB
- * file must not stall the loop), then, back on the loop, stores every request in
- * one transaction and moves the batch to in_progress, or to failed with the errors
- * of every bad line. All or nothing: a batch never runs part of a bad file.
+ * Validation reads and checks the whole input file on libuv's thread pool
+ * (batch_check.c; a 200 MB file must not stall the loop), then, back on the loop,
+ * stores every request in one transaction and moves the batch to in_progress, or to
+ * failed with the errors of every bad line. All or nothing: a batch never runs part
+ * of a bad file.
  *
  * Feeding: in_progress batches, oldest first, hand their pending requests (a page
  * at a time from the store) to the engine at batch priority until
@@ -17,10 +18,17 @@
  * Seeds: a request without one gets a seed derived from its batch and custom_id,
  * so a request that runs again after a restart samples the same tokens.
  *
+ * Engine ids come from the server's bridge and are registered there, with the line
+ * as context, from submit until the line is dropped; events reach the line through
+ * that registry alone.
+ *
  * Owns: the batches it tracks, the lines in flight (with their parsed request and
  * response assembly) and the validation jobs. Thread: loop.
  */
+#include "batchrun.h"
+
 #include "api_completions.h"
+#include "batch_check.h"
 #include "batch_line.h"
 #include "jobstore.h"
 #include "srv.h"
@@ -34,8 +42,6 @@
 #include <string.h>
 #include <time.h>
 
-/* Validation errors listed on a failed batch; the count of the rest is noted. */
-#define BR_MAX_ERRORS 100
 /* Requests fetched from the store at once. */
 #define BR_PAGE 64
 /* Requests one feed call looks at (started or refused), so that a batch of lines
@@ -46,13 +52,15 @@
 
 struct br_batch;
 
-/* A request line in flight: engine ids base_id .. base_id + n_prompts - 1. */
+/* A request line in flight: engine ids base_id .. base_id + n_prompts - 1, each
+ * registered with the bridge (context: the line) until the line is dropped. */
 struct br_line {
+    struct batchrun *br;
     struct br_batch *b;
     char *custom_id;
     struct cmpl_params params;
     struct cmpl_resp *resp;
-    uint64_t base_id; /* without SRV_BATCH_ID_BIT */
+    uint64_t base_id;
     int32_t n_prompts;
     char request_id[JOBSTORE_ID_MAX];
 };
@@ -76,7 +84,6 @@ struct batchrun {
     struct br_line **lines; /* in flight, by ascending base_id */
     int32_t n_lines, cap_lines;
     int32_t n_reqs;         /* engine requests in flight */
-    uint64_t next_id;
     int32_t n_checks;       /* validations on the thread pool */
     bool stopped;           /* draining: nothing more goes to the engine */
     atomic_bool checks_stop; /* draining: validations give up (read on the thread pool) */
@@ -127,7 +134,7 @@ static int set_status(struct batchrun *br, const char *id, enum jobstore_status 
 
 /* ---- lines in flight ---- */
 
-/* The line holding engine id `id` (bit cleared), or -1. */
+/* The line holding engine id `id`, or -1. */
 static int32_t find_line(const struct batchrun *br, uint64_t id)
 {
     int32_t lo = 0, hi = br->n_lines - 1, at = -1;
@@ -140,13 +147,13 @@ static int32_t find_line(const struct batchrun *br, uint64_t id)
     return at;
 }
 
-/* Forget line k; its engine requests are cancelled when `cancel`. */
+/* Forget line k: its ids leave the bridge's registry (so late events are dropped),
+ * and its engine requests are cancelled when `cancel`. */
 static void drop_line(struct batchrun *br, int32_t k, bool cancel)
 {
     struct br_line *l = br->lines[k];
-    struct engine *eng = br->s->eng;
-    for (int32_t i = 0; cancel && eng && i < l->n_prompts; i++)
-        engine_cancel(eng, SRV_BATCH_ID_BIT | (l->base_id + (uint64_t)i));
+    for (int32_t i = 0; i < l->n_prompts; i++)
+        bridge_release(&br->s->bridge, l->base_id + (uint64_t)i, cancel);
     l->b->n_lines--;
     br->n_reqs -= l->n_prompts;
     memmove(&br->lines[k], &br->lines[k + 1], (size_t)(br->n_lines - k - 1) * sizeof *br->lines);
@@ -235,6 +242,8 @@ static uint64_t seed_of(const char *batch_id, const char *custom_id)
     return h;
 }
 
+static void line_event(void *ctx, struct req_event *ev);
+
 /* Parse request r of batch b and hand it to the engine, or add why not to `refused`. */
 static void start_line(struct batchrun *br, struct br_batch *b, const struct jobstore_request *r,
                        struct br_results *refused)
@@ -250,14 +259,13 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     }
     free(cid);
     struct br_line *l = xcalloc(1, sizeof *l);
+    l->br = br;
     l->b = b;
     l->custom_id = xstrdup(r->custom_id);
     char *text = json_print(body, NULL);
     cJSON_Delete(body);
-    struct api_model m;
-    router_api_model(s, &m);
     struct api_error e = {0};
-    int err = cmpl_parse(text, strlen(text), &m, &l->params, &e);
+    int err = cmpl_parse(text, strlen(text), &s->model, &l->params, &e);
     free(text);
     if (err) { /* a request the API refuses: its error body is the response */
         results_add_error(refused, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
@@ -271,23 +279,21 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     l->resp = cmpl_resp_create(&l->params, s->tok, l->request_id, (int64_t)time(NULL));
     cmpl_resp_set_fingerprint(l->resp, s->fingerprint);
     l->n_prompts = l->params.n_prompts;
-    l->base_id = br->next_id;
-    br->next_id += (uint64_t)l->n_prompts;
+    l->base_id = bridge_new_ids(&s->bridge, l->n_prompts);
     if (br->n_lines == br->cap_lines) {
         br->cap_lines = MAX(64, 2 * br->cap_lines);
         br->lines = xrealloc(br->lines, (size_t)br->cap_lines * sizeof *br->lines);
     }
-    br->lines[br->n_lines++] = l; /* ids only grow, so the array stays sorted */
+    br->lines[br->n_lines++] = l; /* the bridge's ids only grow: the array stays sorted */
     b->n_lines++;
     br->n_reqs += l->n_prompts;
     const uint64_t seed =
         l->params.has_seed ? (uint64_t)l->params.seed : seed_of(b->id, l->custom_id);
     for (int32_t i = 0; i < l->n_prompts; i++) {
-        struct req *q = cmpl_make_req(&l->params, i, SRV_BATCH_ID_BIT | (l->base_id + (uint64_t)i),
+        struct req *q = cmpl_make_req(&l->params, i, l->base_id + (uint64_t)i,
                                       seed + (uint64_t)i * 1000003u);
         q->prio = REQ_PRIO_BATCH;
-        q->t_submit = time_now();
-        engine_submit(s->eng, q);
+        bridge_submit(&s->bridge, q, line_event, l);
     }
 }
 
@@ -318,14 +324,15 @@ static void finish_line(struct batchrun *br, int32_t k)
     if (!br->store_failed) drop_line(br, k, err != NULL); /* an error stops its other prompts */
 }
 
-void batchrun_event(struct batchrun *br, struct req_event *ev)
+/* An engine event for one of line l's ids (the bridge's callback: l is alive). */
+static void line_event(void *ctx, struct req_event *ev)
 {
-    if (!br) return;
-    int32_t k = find_line(br, ev->req_id & ~SRV_BATCH_ID_BIT);
-    if (k < 0) return; /* a line the runner dropped (cancelled) */
+    struct br_line *l = ctx;
+    struct batchrun *br = l->br;
+    const int32_t k = find_line(br, l->base_id);
+    CHECK(k >= 0 && br->lines[k] == l); /* registered ids belong to tracked lines */
     if (ev->finish != REQ_FINISH_NONE) br->s->m.finished[ev->finish]++;
-    struct br_line *l = br->lines[k];
-    const int32_t pi = (int32_t)((ev->req_id & ~SRV_BATCH_ID_BIT) - l->base_id);
+    const int32_t pi = (int32_t)(ev->req_id - l->base_id);
     free(cmpl_resp_event(l->resp, pi, ev, NULL)); /* not streaming: nothing to send */
     if (cmpl_resp_done(l->resp) || cmpl_resp_error(l->resp)) finish_line(br, k);
 }
@@ -355,8 +362,8 @@ static const struct jobstore_request *next_request(struct batchrun *br, struct b
 static bool engine_ready(const struct batchrun *br)
 {
     const struct srv *s = br->s;
-    return !br->stopped && !br->store_failed && !s->draining && s->eng &&
-           engine_state(s->eng) == ENGINE_READY;
+    return !br->stopped && !br->store_failed && !s->draining && s->bridge.eng &&
+           engine_state(s->bridge.eng) == ENGINE_READY;
 }
 
 void batchrun_feed(struct batchrun *br)
@@ -454,109 +461,18 @@ void batchrun_stop(struct batchrun *br)
 
 /* ---- validation ---- */
 
+/* A validation on the thread pool. */
 struct br_check {
     uv_work_t work;
     struct batchrun *br;
     char batch_id[JOBSTORE_ID_MAX];
-    char *path, *endpoint, *model;
-    int32_t max_requests;
-    /* results, filled on the thread pool */
-    struct jobstore_request *reqs;
-    int n_reqs, cap_reqs;
-    cJSON *errors; /* array of {code, message, param, line} */
-    int64_t n_errors;
-    bool abandoned; /* the server is stopping: the batch stays validating */
+    struct batch_check chk;
 };
 
-static void check_error(struct br_check *c, int64_t line, const char *code, const char *param,
-                        const char *message)
-{
-    if (c->n_errors++ >= BR_MAX_ERRORS) return;
-    cJSON *e = cJSON_CreateObject();
-    cJSON_AddStringToObject(e, "code", code);
-    cJSON_AddStringToObject(e, "message", message);
-    if (param) cJSON_AddStringToObject(e, "param", param);
-    else cJSON_AddNullToObject(e, "param");
-    if (line > 0) cJSON_AddNumberToObject(e, "line", (double)line);
-    else cJSON_AddNullToObject(e, "line");
-    cJSON_AddItemToArray(c->errors, e);
-}
-
-static bool blank(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return false;
-    return true;
-}
-
-/* Thread pool: read and check every line. */
 static void check_work(uv_work_t *w)
 {
     struct br_check *c = w->data;
-    c->errors = cJSON_CreateArray();
-    FILE *f = fopen(c->path, "rb");
-    if (!f) {
-        check_error(c, 0, "file_not_found", "input_file_id", "the input file cannot be read");
-        return;
-    }
-    struct batch_idset ids = {0};
-    char *text = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int64_t line = 0, requests = 0;
-    while ((n = getline(&text, &cap, f)) >= 0) {
-        /* A 200 MB file takes seconds: a stopping server does not wait for it (the
-         * batch stays validating and is validated again at the next start). */
-        if (atomic_load_explicit(&c->br->checks_stop, memory_order_relaxed)) {
-            c->abandoned = true;
-            break;
-        }
-        line++;
-        if (blank(text, (size_t)n)) continue; /* a trailing newline or a blank line */
-        struct batch_line_error le;
-        char *cid = NULL;
-        cJSON *body = batch_line_parse(text, (size_t)n, c->endpoint, c->model, &cid, &le);
-        if (cid && *cid && !batch_idset_add(&ids, cid)) {
-            check_error(c, line, "duplicate_custom_id", "custom_id",
-                        "custom_id is used by an earlier line");
-        } else if (!body) {
-            check_error(c, line, le.code, le.param, le.message);
-        } else if (++requests <= c->max_requests && c->n_errors == 0) {
-            if (c->n_reqs == c->cap_reqs) {
-                c->cap_reqs = MAX(1024, 2 * c->cap_reqs);
-                c->reqs = xrealloc(c->reqs, (size_t)c->cap_reqs * sizeof *c->reqs);
-            }
-            while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r')) text[--n] = '\0';
-            c->reqs[c->n_reqs++] = (struct jobstore_request){
-                .line = line, .custom_id = cid, .body = xstrdup(text)};
-            cid = NULL;
-        }
-        cJSON_Delete(body);
-        free(cid);
-    }
-    if (ferror(f))
-        check_error(c, 0, "file_unreadable", "input_file_id", "the input file cannot be read");
-    fclose(f);
-    free(text);
-    batch_idset_free(&ids);
-    char msg[160];
-    if (requests > c->max_requests) {
-        snprintf(msg, sizeof msg, "the file has %lld requests; a batch may have at most %d",
-                 (long long)requests, c->max_requests);
-        check_error(c, 0, "too_many_requests", NULL, msg);
-    }
-    if (requests == 0 && c->n_errors == 0)
-        check_error(c, 0, "empty_file", "input_file_id", "the input file has no requests");
-}
-
-static void check_free(struct br_check *c)
-{
-    jobstore_requests_free(c->reqs, c->n_reqs);
-    cJSON_Delete(c->errors);
-    free(c->path);
-    free(c->endpoint);
-    free(c->model);
-    free(c);
+    batch_check_file(&c->chk);
 }
 
 /* Loop: store the outcome, unless the batch was cancelled meanwhile. */
@@ -567,27 +483,15 @@ static void check_done(uv_work_t *w, int status)
     br->n_checks--;
     struct jobstore *js = br->s->js;
     struct jobstore_batch b;
-    if (status == 0 && !c->abandoned && jobstore_batch_get(js, c->batch_id, &b) == 0) {
+    if (status == 0 && !c->chk.abandoned && jobstore_batch_get(js, c->batch_id, &b) == 0) {
         if (b.status == JOBSTORE_CANCELLING) {
             set_status(br, b.id, JOBSTORE_CANCELLED, NULL);
-        } else if (b.status == JOBSTORE_VALIDATING && c->n_errors > 0) {
-            if (c->n_errors > BR_MAX_ERRORS) {
-                char msg[96];
-                snprintf(msg, sizeof msg, "%lld more errors are not listed",
-                         (long long)(c->n_errors - BR_MAX_ERRORS));
-                c->n_errors = 0; /* let this one through */
-                check_error(c, 0, "too_many_errors", NULL, msg);
-            }
-            cJSON *list = cJSON_CreateObject();
-            cJSON_AddStringToObject(list, "object", "list");
-            cJSON_AddItemToObject(list, "data", c->errors);
-            c->errors = NULL;
-            char *text = json_print(list, NULL);
-            cJSON_Delete(list);
+        } else if (b.status == JOBSTORE_VALIDATING && c->chk.n_errors > 0) {
+            char *text = batch_check_errors_json(&c->chk);
             set_status(br, b.id, JOBSTORE_FAILED, text);
             free(text);
         } else if (b.status == JOBSTORE_VALIDATING) {
-            if (jobstore_batch_add_requests(js, b.id, c->reqs, c->n_reqs)) {
+            if (jobstore_batch_add_requests(js, b.id, c->chk.reqs, c->chk.n_reqs)) {
                 /* The disk: leave it validating, so a restart validates it again. */
                 log_error("batch %s: %s", b.id, err_msg());
             } else if (!set_status(br, b.id, JOBSTORE_IN_PROGRESS, NULL)) {
@@ -597,7 +501,8 @@ static void check_done(uv_work_t *w, int status)
         }
         jobstore_batch_deinit(&b);
     }
-    check_free(c);
+    batch_check_deinit(&c->chk);
+    free(c);
 }
 
 void batchrun_validate(struct batchrun *br, const char *batch_id)
@@ -613,10 +518,11 @@ void batchrun_validate(struct batchrun *br, const char *batch_id)
     c->br = br;
     c->work.data = c;
     snprintf(c->batch_id, sizeof c->batch_id, "%s", batch_id);
-    c->endpoint = xstrdup(b.endpoint);
-    c->model = xstrdup(s->model_id);
-    c->max_requests = s->cfg->batch_max_requests;
-    if (jobstore_file_path(s->js, b.input_file_id, &c->path)) c->path = xstrdup("");
+    c->chk.endpoint = xstrdup(b.endpoint);
+    c->chk.model = xstrdup(s->model_id);
+    c->chk.max_requests = s->cfg->batch_max_requests;
+    c->chk.stop = &br->checks_stop;
+    if (jobstore_file_path(s->js, b.input_file_id, &c->chk.path)) c->chk.path = xstrdup("");
     jobstore_batch_deinit(&b);
     br->n_checks++;
     int err = uv_queue_work(s->loop, &c->work, check_work, check_done);
@@ -629,7 +535,6 @@ struct batchrun *batchrun_create(struct srv *s)
 {
     struct batchrun *br = xcalloc(1, sizeof *br);
     br->s = s;
-    br->next_id = 1;
     struct jobstore_batch *bs;
     int n;
     if (jobstore_unfinished_batches(s->js, &bs, &n)) {

@@ -10,12 +10,19 @@
  * (pipelining backpressure) until the head finishes. A connection whose unsent
  * bytes (what libuv still queues, not what the kernel took) pass
  * write_queue_max_bytes is a slow reader and is closed.
+ * Nothing here calls up into the routes: each request goes to the handler that
+ * conn_accept was given, and what a handler hangs on an exchange is released
+ * through the exchange's dispose callback.
+ * Thread: loop.
  */
+#include "conn.h"
+
 #include "srv.h"
 
 #include "util.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -37,11 +44,26 @@ struct wreq {
     char data[];
 };
 
-static void exch_free(struct exch *x)
+/* With --log-requests, one line for the exchange that is being freed: method, path,
+ * status (or "-" when the client left before the answer), its log_note and the
+ * latency. */
+static void log_exchange(const struct exch *x)
+{
+    if (!x->c->s->cfg->log_requests || !x->req) return;
+    char status[8] = "-";
+    if (x->status) snprintf(status, sizeof status, "%d", x->status);
+    log_info("request %s %s %s%s%s %.1f ms", x->req->method, x->req->path, status,
+             x->log_note ? " " : "", x->log_note ? x->log_note : "",
+             (uv_hrtime() * 1e-9 - x->t_start) * 1e3);
+}
+
+static void free_exch(struct exch *x)
 {
     if (x->file_open) close(x->file_fd);
-    router_abort(x); /* notes what an unfinished completion did, for the log */
-    router_log(x);
+    /* The handler's state goes first: an unfinished completion notes what it did,
+     * for the log line, and cancels its engine requests. */
+    if (x->dispose) x->dispose(x);
+    log_exchange(x);
     free(x->log_note);
     http_request_free(x->req);
     free(x->out);
@@ -59,7 +81,7 @@ static void on_close(uv_handle_t *h)
     while (c->head) {
         struct exch *x = c->head;
         c->head = x->next;
-        exch_free(x);
+        free_exch(x);
     }
     http_parser_destroy(c->parser);
     free(c->pending);
@@ -131,7 +153,7 @@ static void sock_write(struct conn *c, const char *data, size_t len)
     }
 }
 
-void exch_write(struct exch *x, const char *data, size_t len)
+void conn_write(struct exch *x, const char *data, size_t len)
 {
     if (x->is_head) {
         sock_write(x->c, data, len);
@@ -156,7 +178,7 @@ static void advance(struct conn *c)
         c->head = x->next;
         if (!c->head) c->tail = NULL;
         c->n_exch--;
-        exch_free(x);
+        free_exch(x);
         if (!keep) {
             /* The response said "Connection: close": finish writing, then close. */
             c->close_after_write = true;
@@ -179,7 +201,7 @@ static void advance(struct conn *c)
     if (!c->closing && !c->reading && c->n_exch < CONN_MAX_EXCH) read_more(c);
 }
 
-void exch_finish(struct exch *x)
+void conn_finish(struct exch *x)
 {
     x->done = true;
     if (x->is_head) advance(x->c);
@@ -214,7 +236,7 @@ static void pump_file(struct exch *x)
     if (x->file_left == 0 && !c->closing) {
         close(x->file_fd);
         x->file_open = false;
-        exch_finish(x);
+        conn_finish(x);
     }
 }
 
@@ -228,12 +250,12 @@ static void write_head(struct exch *x, int status, const char *content_type,
     size_t n = http_format_head(buf, sizeof buf, status, content_type, content_length,
                                 x->keep_alive, extra);
     if (n < sizeof buf) {
-        exch_write(x, buf, n);
+        conn_write(x, buf, n);
         return;
     }
     char *big = xmalloc(n + 1);
     http_format_head(big, n + 1, status, content_type, content_length, x->keep_alive, extra);
-    exch_write(x, big, n);
+    conn_write(x, big, n);
     free(big);
 }
 
@@ -249,7 +271,7 @@ static char *extra_with_cors(const struct conn *c, const char *extra)
     return out;
 }
 
-void exch_respond(struct exch *x, int status, const char *content_type, const char *body,
+void conn_respond(struct exch *x, int status, const char *content_type, const char *body,
                   size_t len, const char *extra_headers)
 {
     char *extra = extra_with_cors(x->c, extra_headers);
@@ -257,11 +279,11 @@ void exch_respond(struct exch *x, int status, const char *content_type, const ch
     x->status = status;
     write_head(x, status, content_type ? content_type : "application/json", (int64_t)len, extra);
     free(extra);
-    if (!x->head_only) exch_write(x, body, len);
-    exch_finish(x);
+    if (!x->head_only) conn_write(x, body, len);
+    conn_finish(x);
 }
 
-void exch_respond_file(struct exch *x, int status, const char *content_type, int fd,
+void conn_respond_file(struct exch *x, int status, const char *content_type, int fd,
                        int64_t len)
 {
     char *extra = extra_with_cors(x->c, NULL);
@@ -271,7 +293,7 @@ void exch_respond_file(struct exch *x, int status, const char *content_type, int
     free(extra);
     if (len == 0 || x->head_only) {
         close(fd);
-        exch_finish(x);
+        conn_finish(x);
         return;
     }
     x->file_fd = fd;
@@ -280,7 +302,7 @@ void exch_respond_file(struct exch *x, int status, const char *content_type, int
     if (x->is_head) pump_file(x); /* else advance() starts it when x reaches the head */
 }
 
-void exch_error(struct exch *x, struct api_error *e)
+void conn_error(struct exch *x, struct api_error *e)
 {
     size_t len;
     char *body = api_error_json(e, &len);
@@ -292,12 +314,12 @@ void exch_error(struct exch *x, struct api_error *e)
     } else if (e->status == 401) {
         extra = "WWW-Authenticate: Bearer\r\n";
     }
-    exch_respond(x, e->status, "application/json", body, len, extra);
+    conn_respond(x, e->status, "application/json", body, len, extra);
     free(body);
     api_error_clear(e);
 }
 
-void exch_stream_start(struct exch *x, int status, const char *content_type)
+void conn_stream_start(struct exch *x, int status, const char *content_type)
 {
     /* HTTP/1.0 has no chunked encoding: the body then ends when the connection
      * closes, so that response can never keep the connection. */
@@ -309,24 +331,24 @@ void exch_stream_start(struct exch *x, int status, const char *content_type)
     free(extra);
 }
 
-void exch_chunk(struct exch *x, const char *data, size_t len)
+void conn_chunk(struct exch *x, const char *data, size_t len)
 {
     if (len == 0) return; /* a zero-length chunk would end the body */
     if (!x->chunked) {
-        exch_write(x, data, len);
+        conn_write(x, data, len);
         return;
     }
     char h[20];
     size_t hl = http_format_chunk_head(h, len);
-    exch_write(x, h, hl);
-    exch_write(x, data, len);
-    exch_write(x, "\r\n", 2);
+    conn_write(x, h, hl);
+    conn_write(x, data, len);
+    conn_write(x, "\r\n", 2);
 }
 
-void exch_stream_end(struct exch *x)
+void conn_stream_end(struct exch *x)
 {
-    if (x->chunked) exch_write(x, http_chunk_last, strlen(http_chunk_last));
-    exch_finish(x);
+    if (x->chunked) conn_write(x, http_chunk_last, strlen(http_chunk_last));
+    conn_finish(x);
 }
 
 /* Answer a protocol error (400, 413, 431, ...) and close after it is written. The
@@ -351,10 +373,10 @@ static void protocol_error(struct conn *c, int status)
     c->pending_len = 0;
     struct api_error e = {0};
     api_error_set(&e, status, API_ERR_INVALID, NULL, NULL, "%s", http_status_reason(status));
-    exch_error(x, &e);
+    conn_error(x, &e);
 }
 
-/* Queue a parsed request and hand it to the router. */
+/* Queue a parsed request and hand it to the connection's handler. */
 static void start_exchange(struct conn *c, struct http_request *r)
 {
     struct exch *x = xcalloc(1, sizeof *x);
@@ -366,7 +388,7 @@ static void start_exchange(struct conn *c, struct http_request *r)
     c->tail = x;
     c->n_exch++;
     x->is_head = c->head == x;
-    router_dispatch(x);
+    c->handle(x);
 }
 
 static void consume_input(struct conn *c)
@@ -393,7 +415,7 @@ static void consume_input(struct conn *c)
 }
 
 /* Feed pending input to the parser and start exchanges for complete requests. A
- * request answered at once finishes inside router_dispatch, and finishing calls
+ * request answered at once finishes inside the handler, and finishing calls
  * back here (advance -> read_more): that nested call returns at once and the loop
  * of the outer one goes on, so the stack does not grow with every pipelined
  * request. */
@@ -441,10 +463,11 @@ static void read_more(struct conn *c)
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = true;
 }
 
-void conn_accept(struct srv *s)
+void conn_accept(struct srv *s, conn_handler_fn handle)
 {
     struct conn *c = xcalloc(1, sizeof *c);
     c->s = s;
+    c->handle = handle;
     uv_tcp_init(s->loop, &c->tcp);
     c->tcp.data = c;
     if (uv_accept((uv_stream_t *)&s->listener, (uv_stream_t *)&c->tcp) < 0) {

@@ -1,38 +1,16 @@
 /*
  * jobstore.c - the durable store behind the Files and Batches API (see jobstore.h
- * for the layout and the crash-ordering rules this file implements).
+ * for the layout and the crash-ordering rules): its small shared pieces (ids,
+ * statuses, the clock) and the files, whose bodies live under files/.
+ * jobstore_open.c opens the store, jobstore_batch.c keeps the batches and
+ * jobstore_result.c their results; all of them build on this file, never the
+ * other way round.
  *
- * Owns: the SQLite handle, the data-dir lock and the files/ directory.
- * Invariants: every files row has a body on disk; a request counted in a batch's
- * request_counts has its line, synced, in the batch's output or error file; no
- * custom_id has more than one line across the two files.
+ * Invariant: every files row has a body on disk (the body is written and synced
+ * before its row).
  * Thread: the store's owner only (jobstore.h).
  */
 #include "jobstore_impl.h"
-
-static const char schema_sql[] =
-    "CREATE TABLE files("
-    " seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, bytes INTEGER NOT NULL,"
-    " created_at INTEGER NOT NULL, filename TEXT NOT NULL, purpose TEXT NOT NULL,"
-    " status TEXT NOT NULL);"
-    "CREATE TABLE batches("
-    " seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, input_file_id TEXT NOT NULL,"
-    " endpoint TEXT NOT NULL, completion_window TEXT NOT NULL, status TEXT NOT NULL,"
-    " created_at INTEGER NOT NULL, in_progress_at INTEGER, expires_at INTEGER,"
-    " finalizing_at INTEGER, completed_at INTEGER, failed_at INTEGER,"
-    " expired_at INTEGER, cancelling_at INTEGER, cancelled_at INTEGER,"
-    " total INTEGER NOT NULL DEFAULT 0, completed INTEGER NOT NULL DEFAULT 0,"
-    " failed INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,"
-    " completion_tokens INTEGER NOT NULL DEFAULT 0, output_file_id TEXT,"
-    " error_file_id TEXT, metadata TEXT, errors TEXT);"
-    "CREATE INDEX batches_status ON batches(status);"
-    /* The whole input line is kept so that a resume never needs the input file,
-     * which the user may delete while the batch runs. */
-    "CREATE TABLE batch_requests("
-    " batch_id TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL,"
-    " body TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'pending',"
-    " PRIMARY KEY(batch_id, line), UNIQUE(batch_id, custom_id));";
-
 
 /* ---- public small things ---- */
 
@@ -72,174 +50,6 @@ int jobstore_new_id(const char *prefix, char *buf, size_t size)
 void jobstore_set_time(struct jobstore *js, int64_t t)
 {
     js->fixed_time = t;
-}
-
-/* ---- open / close ---- */
-
-static int pragma_int(struct jobstore *js, const char *sql, int64_t *out)
-{
-    sqlite3_stmt *st;
-    int err = db_prepare(js, sql, &st);
-    if (err) return err;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? 0 : db_fail(js, rc, sql);
-}
-
-static int db_open(struct jobstore *js)
-{
-    int rc = sqlite3_open_v2(js->db_path, &js->db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-    if (rc != SQLITE_OK) return db_fail(js, rc, "open");
-    sqlite3_extended_result_codes(js->db, 1);
-    sqlite3_busy_timeout(js->db, 5000);
-
-    /* The first statement reads the header: a garbage file fails here. */
-    int64_t app_id, version, n_tables;
-    int err = pragma_int(js, "PRAGMA application_id", &app_id);
-    if (err) return err;
-    err = pragma_int(js, "PRAGMA user_version", &version);
-    if (err) return err;
-    if (version > SCHEMA_VERSION)
-        return err_set(ENG_EUNSUPPORTED,
-                       "%s: schema version %lld is newer than this build's %d; "
-                       "use a newer h2oserve or another --data-dir",
-                       js->db_path, (long long)version, SCHEMA_VERSION);
-    if (app_id != 0 && app_id != APPLICATION_ID)
-        return err_set(ENG_EFORMAT, "%s: not an h2oserve database (application_id %lld)",
-                       js->db_path, (long long)app_id);
-
-    sqlite3_stmt *st;
-    err = db_prepare(js, "PRAGMA journal_mode=WAL", &st);
-    if (err) return err;
-    rc = sqlite3_step(st);
-    bool wal =
-        rc == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
-    sqlite3_finalize(st);
-    if (rc != SQLITE_ROW) return db_fail(js, rc, "journal_mode=WAL");
-    if (!wal) return err_set(ENG_EIO, "%s: cannot switch to WAL mode", js->db_path);
-    err = db_exec(js, "PRAGMA synchronous=FULL");
-    if (err) return err;
-
-    if (version == SCHEMA_VERSION) {
-        if (app_id != APPLICATION_ID)
-            return err_set(ENG_EFORMAT, "%s: not an h2oserve database", js->db_path);
-        return 0;
-    }
-    /* version 0: a new database, unless someone else's tables are in it. */
-    err = pragma_int(js, "SELECT count(*) FROM sqlite_master", &n_tables);
-    if (err) return err;
-    if (n_tables)
-        return err_set(ENG_EFORMAT, "%s: not an h2oserve database (no schema version)",
-                       js->db_path);
-    err = db_begin(js);
-    if (err) return err;
-    char pragmas[128];
-    snprintf(pragmas, sizeof pragmas, "PRAGMA application_id=%d; PRAGMA user_version=%d",
-             APPLICATION_ID, SCHEMA_VERSION);
-    err = db_exec(js, schema_sql);
-    if (!err) err = db_exec(js, pragmas);
-    if (!err) err = db_commit(js);
-    if (err) db_rollback(js);
-    return err;
-}
-
-static int take_lock(struct jobstore *js)
-{
-    char *path = util_path_join(js->dir, "lock");
-    js->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    int err = 0;
-    if (js->lock_fd < 0)
-        err = err_set(ENG_EIO, "%s: %s", path, strerror(errno));
-    else if (flock(js->lock_fd, LOCK_EX | LOCK_NB) != 0)
-        err = err_set(ENG_EIO, "%s: the data dir is in use by another process (%s)",
-                      js->dir, strerror(errno));
-    free(path);
-    return err;
-}
-
-/* Is `name` a body the database still needs: a file row, or the output or error
- * file of a batch that has not published it yet? */
-static int body_referenced(struct jobstore *js, const char *name, bool *out)
-{
-    sqlite3_stmt *st;
-    int err = db_prepare(js,
-                         "SELECT 1 FROM files WHERE id=?1 UNION ALL SELECT 1 FROM batches"
-                         " WHERE status IN " UNFINISHED
-                         " AND (output_file_id=?1 OR error_file_id=?1)",
-                         &st);
-    if (err) return err;
-    bind_text(st, 1, name);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_fail(js, rc, "gc");
-    *out = rc == SQLITE_ROW;
-    return 0;
-}
-
-/* Delete what interrupted uploads (.tmp) and deletes (a body whose row is gone)
- * left behind. Only names of our own id shape are touched. */
-static int collect_garbage(struct jobstore *js)
-{
-    DIR *d = opendir(js->files_dir);
-    if (!d) return err_set(ENG_EIO, "%s: %s", js->files_dir, strerror(errno));
-    int err = 0;
-    struct dirent *e;
-    while (!err && (e = readdir(d)) != NULL) {
-        char name[256];
-        snprintf(name, sizeof name, "%s", e->d_name);
-        size_t len = strlen(name);
-        bool tmp = len > 4 && strcmp(name + len - 4, ".tmp") == 0;
-        if (tmp) name[len - 4] = '\0';
-        if (!is_our_id(name, "file-")) continue;
-        bool keep = false;
-        if (!tmp) err = body_referenced(js, name, &keep);
-        if (err || keep) continue;
-        char *path = util_path_join(js->files_dir, e->d_name);
-        if (unlink(path) == 0) log_info("jobstore: removed leftover %s", path);
-        free(path);
-    }
-    closedir(d);
-    return err;
-}
-
-int jobstore_open(struct jobstore **out, const char *data_dir)
-{
-    *out = NULL;
-    struct jobstore *js = xcalloc(1, sizeof *js);
-    js->lock_fd = -1;
-    js->dir = xstrdup(data_dir);
-    js->files_dir = util_path_join(data_dir, "files");
-    js->db_path = util_path_join(data_dir, "h2oserve.db");
-    struct jobstore_batch *bs = NULL;
-    int n = 0;
-    int err = make_dir(data_dir);
-    if (!err) err = make_dir(js->files_dir);
-    if (!err) err = take_lock(js);
-    if (!err) err = db_open(js);
-    if (!err) err = collect_garbage(js);
-    if (!err) err = jobstore_unfinished_batches(js, &bs, &n);
-    for (int i = 0; !err && i < n; i++)
-        err = jobstore_batch_recover(js, bs[i].id);
-    jobstore_batches_free(bs, n);
-    if (err) {
-        jobstore_close(js);
-        return err;
-    }
-    *out = js;
-    return 0;
-}
-
-void jobstore_close(struct jobstore *js)
-{
-    if (!js) return;
-    if (js->db) sqlite3_close_v2(js->db);     /* checkpoints the WAL when last */
-    if (js->lock_fd >= 0) close(js->lock_fd); /* releases the flock */
-    free(js->dir);
-    free(js->files_dir);
-    free(js->db_path);
-    free(js);
 }
 
 /* ---- files ---- */

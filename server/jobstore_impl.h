@@ -1,7 +1,8 @@
 /*
- * jobstore_impl.h - what jobstore.c (open, files) and jobstore_batch.c (batches,
- * results, recovery) share: the store's struct, column lists, and small SQLite and
- * file helpers. Private to those two files.
+ * jobstore_impl.h - what the job store's files share (jobstore.c: ids and files,
+ * jobstore_open.c: open and recovery at start, jobstore_batch.c: batches,
+ * jobstore_result.c: results): the store's struct, column lists, and small SQLite
+ * and file helpers. Private to those files.
  */
 #ifndef H2O_JOBSTORE_IMPL_H
 #define H2O_JOBSTORE_IMPL_H

@@ -1,5 +1,5 @@
 /*
- * json.c - the OpenAI error body and shared cJSON helpers (see json.h).
+ * json.c - the shared cJSON helpers (see json.h).
  */
 #include "json.h"
 
@@ -7,55 +7,37 @@
 #include "util.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int api_error_set(struct api_error *e, int status, const char *type, const char *param,
-                  const char *code, const char *fmt, ...)
-{
-    api_error_clear(e);
-    e->status = status;
-    e->type = type;
-    e->param = param ? xstrdup(param) : NULL;
-    e->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    char *msg = NULL;
-    int n = vasprintf(&msg, fmt, ap); /* GNU; sizes the buffer in one pass */
-    va_end(ap);
-    e->message = n >= 0 ? msg : xstrdup("error");
-    return -1;
-}
-
-int api_error_type(struct api_error *e, const char *param, const char *expected,
-                   const cJSON *got)
+int json_type_error(struct api_error *e, const char *param, const char *expected,
+                    const cJSON *got)
 {
     return api_error_set(e, 400, API_ERR_INVALID, param, NULL,
                          "Invalid type for '%s': expected %s, but got %s instead.", param,
                          expected, json_type_name(got));
 }
 
-int api_read_bool(const cJSON *item, const char *param, bool *out, struct api_error *e)
+int json_read_bool(const cJSON *item, const char *param, bool *out, struct api_error *e)
 {
     if (!item || cJSON_IsNull(item)) return 0;
-    if (!cJSON_IsBool(item)) return api_error_type(e, param, "a boolean", item);
+    if (!cJSON_IsBool(item)) return json_type_error(e, param, "a boolean", item);
     *out = cJSON_IsTrue(item);
     return 0;
 }
 
-int api_model_check(const cJSON *item, const char *served_id, struct api_error *e)
+int json_model_check(const cJSON *item, const char *served_id, struct api_error *e)
 {
     if (!item || cJSON_IsNull(item)) return 0;
-    if (!cJSON_IsString(item)) return api_error_type(e, "model", "a string", item);
+    if (!cJSON_IsString(item)) return json_type_error(e, "model", "a string", item);
     if (strcmp(item->valuestring, served_id) == 0) return 0;
     return api_error_set(e, 404, API_ERR_INVALID, "model", "model_not_found",
                          "The model `%.*s` does not exist.",
                          json_clip_len(item->valuestring, 256), item->valuestring);
 }
 
-int api_read_token_ids(const cJSON *arr, int32_t vocab, const char *param, const char *name,
+int json_read_token_ids(const cJSON *arr, int32_t vocab, const char *param, const char *name,
                        int32_t *ids, struct api_error *e)
 {
     int32_t n = 0;
@@ -74,49 +56,6 @@ int api_read_token_ids(const cJSON *arr, int32_t vocab, const char *param, const
         ids[n] = (int32_t)v;
     }
     return n;
-}
-
-void api_error_clear(struct api_error *e)
-{
-    free(e->message);
-    free(e->param);
-    memset(e, 0, sizeof *e);
-}
-
-void api_error_move(struct api_error *dst, struct api_error *src)
-{
-    api_error_clear(dst);
-    *dst = *src;
-    memset(src, 0, sizeof *src);
-}
-
-/* A string item, or null for NULL. */
-static cJSON *string_or_null(const char *s)
-{
-    return s ? cJSON_CreateString(s) : cJSON_CreateNull();
-}
-
-cJSON *api_error_object(const struct api_error *e)
-{
-    cJSON *root = cJSON_CreateObject();
-    cJSON *err = cJSON_CreateObject();
-    cJSON_AddItemToObject(root, "error", err);
-    /* An error without a message would leave the user guessing; say so at least. */
-    cJSON_AddItemToObject(err, "message",
-                          cJSON_CreateString(e->message ? e->message : "unknown error"));
-    cJSON_AddItemToObject(err, "type",
-                          cJSON_CreateString(e->type ? e->type : API_ERR_SERVER));
-    cJSON_AddItemToObject(err, "param", string_or_null(e->param));
-    cJSON_AddItemToObject(err, "code", string_or_null(e->code));
-    return root;
-}
-
-char *api_error_json(const struct api_error *e, size_t *len)
-{
-    cJSON *root = api_error_object(e);
-    char *s = json_print(root, len);
-    cJSON_Delete(root);
-    return s;
 }
 
 char *json_print(const cJSON *item, size_t *len)

@@ -1,21 +1,17 @@
 /*
- * json.h - the OpenAI error body and the small cJSON helpers every API module
- * shares (completions, files, batches, admin).
+ * json.h - the small cJSON helpers every API module shares (completions, files,
+ * batches, admin): printing, field access, and the readers of request fields that
+ * answer a wrong field with the OpenAI error api_error.h describes.
  *
- * An API error is what a handler hands the HTTP layer when a request cannot be
- * served: a status and the four fields of OpenAI's error object,
- *   {"error":{"message":"...","type":"invalid_request_error","param":"n","code":null}}
- * with all four keys always present (null when absent), because the official SDKs
- * read `param` and `code` without checking that they exist.
- *
- * Owns: an api_error owns its message and param (heap copies); type and code are
- * static strings. Everything that returns a char * returns a heap buffer the caller
+ * Owns: nothing. Everything that returns a char * returns a heap buffer the caller
  * frees with free() (nothing in h2oserve installs cJSON hooks, so cJSON's
  * allocations are plain malloc).
  * Thread: any (no state).
  */
 #ifndef H2O_SERVER_JSON_H
 #define H2O_SERVER_JSON_H
+
+#include "api_error.h"
 
 #include <cjson/cJSON.h>
 
@@ -24,52 +20,21 @@
 #include <stdint.h>
 
 /*
- * OpenAI's error types. OpenAI answers most client mistakes, 401 (code
- * "invalid_api_key") and 404 (code "model_not_found") included, with
- * invalid_request_error; failures on our side are server_error.
- */
-#define API_ERR_INVALID "invalid_request_error"
-#define API_ERR_SERVER "server_error"
-
-struct api_error {
-    int status;       /* HTTP status, 0 while no error is set */
-    const char *type; /* one of API_ERR_* (static) */
-    char *message;    /* owned; one sentence for the user */
-    char *param;      /* owned; the request field at fault, or NULL */
-    const char *code; /* static, e.g. "context_length_exceeded", or NULL */
-};
-
-/*
- * Set `e` (freeing what it held): status, type, param (copied; may be NULL), code
- * (static; may be NULL) and a printf-formatted message. Returns -1 so that a parser
- * can `return api_error_set(...)`.
- * Thread: any.
- */
-int api_error_set(struct api_error *e, int status, const char *type, const char *param,
-                  const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-
-/*
  * The 400 for a field of the wrong type, worded as OpenAI does: "Invalid type for
  * 'n': expected an integer, but got a string instead." (param = the field). Returns
  * -1, like api_error_set.
  */
-int api_error_type(struct api_error *e, const char *param, const char *expected,
-                   const cJSON *got);
-
-/* The 400 for a value out of range or otherwise wrong (param = the field), with a
- * printf-formatted message. Returns -1, like api_error_set. */
-#define API_BAD_VALUE(e, param, ...) \
-    api_error_set((e), 400, API_ERR_INVALID, (param), NULL, __VA_ARGS__)
+int json_type_error(struct api_error *e, const char *param, const char *expected,
+                    const cJSON *got);
 
 /* An optional boolean field: absent or null (item NULL) leaves *out, its default;
- * anything but true or false is api_error_type's 400. Returns 0 or -1. */
-int api_read_bool(const cJSON *item, const char *param, bool *out, struct api_error *e);
+ * anything but true or false is json_type_error's 400. Returns 0 or -1. */
+int json_read_bool(const cJSON *item, const char *param, bool *out, struct api_error *e);
 
 /* An optional "model" field (item NULL when absent or null): a string equal to the
  * served id, else 400 (not a string) or 404 model_not_found, worded as OpenAI's.
  * Returns 0 or -1. */
-int api_model_check(const cJSON *item, const char *served_id, struct api_error *e);
+int json_model_check(const cJSON *item, const char *served_id, struct api_error *e);
 
 /*
  * A JSON array of token ids, each an integer in 0..vocab-1, into ids[] (room for
@@ -78,24 +43,8 @@ int api_model_check(const cJSON *item, const char *served_id, struct api_error *
  * id (integer), but got a string instead." or "Invalid value for 'tokens[3]': -1 is
  * not a token id in 0..50271.". Returns the count, or -1.
  */
-int api_read_token_ids(const cJSON *arr, int32_t vocab, const char *param, const char *name,
+int json_read_token_ids(const cJSON *arr, int32_t vocab, const char *param, const char *name,
                        int32_t *ids, struct api_error *e);
-
-/* Free the message and param and zero `e`. A zeroed or cleared error is fine. */
-void api_error_clear(struct api_error *e);
-
-/* Move `src` into `dst` (dst's old contents are freed, src is left zeroed). */
-void api_error_move(struct api_error *dst, struct api_error *src);
-
-/*
- * The error body {"error":{"message","type","param","code"}} for `e`, unformatted,
- * NUL-terminated; *len (may be NULL) gets its length. Caller frees.
- * Thread: any.
- */
-char *api_error_json(const struct api_error *e, size_t *len);
-
-/* The cJSON object {"error":{...}} for `e` (caller deletes). */
-cJSON *api_error_object(const struct api_error *e);
 
 /*
  * Print `item` unformatted into a heap buffer; *len (may be NULL) gets its length.

@@ -3,7 +3,9 @@
  * OpenAI SDK sends `?limit=2&after=file-abc`) for the list endpoints.
  * Thread: loop.
  */
-#include "srv.h"
+#include "query.h"
+
+#include "reply.h"
 
 #include "jobstore.h"
 

@@ -3,8 +3,9 @@
  * bodies, JSON bodies, and the mapping from job store errors to HTTP statuses.
  * Thread: loop.
  */
-#include "api_completions.h"
-#include "srv.h"
+#include "reply.h"
+
+#include "json.h"
 
 #include "err.h"
 #include "util.h"
@@ -18,14 +19,14 @@ void reply_error(struct exch *x, int status, const char *code, const char *fmt,
     struct api_error e = {0};
     api_error_set(&e, status, status >= 500 ? API_ERR_SERVER : API_ERR_INVALID, NULL, code, fmt,
                   arg ? arg : "");
-    exch_error(x, &e);
+    conn_error(x, &e);
 }
 
 void reply_json(struct exch *x, cJSON *obj)
 {
     size_t len;
     char *body = json_print(obj, &len);
-    exch_respond(x, 200, "application/json", body, len, NULL);
+    conn_respond(x, 200, "application/json", body, len, NULL);
     free(body);
     cJSON_Delete(obj);
 }

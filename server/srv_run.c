@@ -1,13 +1,20 @@
 /*
- * srv.c - the server's loop: listener, engine bridge, signals, drain, registry.
+ * srv_run.c - the server's life: set-up, the listener, signals, the tick, the drain
+ * and the shutdown.
  *
- * The engine thread pokes `wake` (uv_async_send, the only call another thread
- * makes here) when its outbox goes from empty to non-empty; the callback drains the
- * whole outbox and hands each event to its exchange, dropping events whose request
- * id is no longer registered (the client went away). SIGINT / SIGTERM stop
- * accepting, let in-flight work finish for up to shutdown_grace_s, then cancel the
- * rest and close every handle so the loop ends on its own.
+ * The engine's events come in through the bridge (bridge.c), which hands each to
+ * its owner; after every wake-up this file feeds the batch runner and notices a
+ * model that failed to load. SIGINT / SIGTERM stop accepting, let in-flight work
+ * finish for up to shutdown_grace_s, then cancel the rest and close every handle so
+ * the loop ends on its own.
+ * Owns: the struct srv it makes (see srv.h), from start to exit.
+ * Thread: main, which runs the loop.
  */
+#include "srv_run.h"
+
+#include "batchrun.h"
+#include "conn.h"
+#include "router.h"
 #include "srv.h"
 
 #include "err.h"
@@ -23,87 +30,11 @@
 #include <string.h>
 #include <time.h>
 
-/* ---- registry: engine request id -> exchange ---- */
+/* After the grace period the running requests are cancelled, and their connections
+ * get this long to send the final chunk or body before they are closed. */
+#define SRV_DRAIN_FLUSH_MS 5000
 
-static uint64_t mix(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdull;
-    x ^= x >> 33;
-    return x;
-}
-
-static void reg_grow(struct srv *s)
-{
-    struct srv_reg_slot *old = s->reg;
-    int32_t old_cap = s->reg_cap;
-    s->reg_cap = old_cap ? 2 * old_cap : 1024;
-    s->reg = xcalloc((size_t)s->reg_cap, sizeof *s->reg);
-    s->reg_n = 0;
-    for (int32_t i = 0; i < old_cap; i++)
-        if (old[i].id) srv_reg_put(s, old[i].id, old[i].x);
-    free(old);
-}
-
-void srv_reg_put(struct srv *s, uint64_t id, struct exch *x)
-{
-    CHECK(id != 0);
-    if (2 * (s->reg_n + 1) > s->reg_cap) reg_grow(s);
-    uint32_t mask = (uint32_t)s->reg_cap - 1;
-    for (uint32_t i = (uint32_t)mix(id) & mask;; i = (i + 1) & mask)
-        if (!s->reg[i].id) {
-            s->reg[i].id = id;
-            s->reg[i].x = x;
-            s->reg_n++;
-            return;
-        }
-}
-
-struct exch *srv_reg_get(struct srv *s, uint64_t id)
-{
-    if (!s->reg_cap) return NULL;
-    uint32_t mask = (uint32_t)s->reg_cap - 1;
-    for (uint32_t i = (uint32_t)mix(id) & mask; s->reg[i].id; i = (i + 1) & mask)
-        if (s->reg[i].id == id) return s->reg[i].x;
-    return NULL;
-}
-
-void srv_reg_del(struct srv *s, uint64_t id)
-{
-    if (!s->reg_cap) return;
-    uint32_t mask = (uint32_t)s->reg_cap - 1;
-    uint32_t i = (uint32_t)mix(id) & mask;
-    while (s->reg[i].id && s->reg[i].id != id) i = (i + 1) & mask;
-    if (!s->reg[i].id) return;
-    s->reg[i].id = 0;
-    s->reg_n--;
-    /* Re-insert the rest of the cluster so lookups never stop at the new hole. */
-    for (i = (i + 1) & mask; s->reg[i].id; i = (i + 1) & mask) {
-        struct srv_reg_slot e = s->reg[i];
-        s->reg[i].id = 0;
-        s->reg_n--;
-        srv_reg_put(s, e.id, e.x);
-    }
-}
-
-/* ---- metrics ---- */
-
-/* Bucket bounds in seconds, shared by the three histograms. */
-const double srv_hist_bounds[SRV_HIST_BUCKETS] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                                  0.5, 1, 2.5, 5, 10, 30, 60};
-
-void srv_hist_add(struct srv_hist *h, double v)
-{
-    h->sum += v;
-    h->count++;
-    for (int i = 0; i < SRV_HIST_BUCKETS; i++)
-        if (v <= srv_hist_bounds[i]) {
-            h->bucket[i]++;
-            break;
-        }
-}
-
-/* ---- the engine bridge ---- */
+/* ---- after the engine's events ---- */
 
 static void close_cb_noop(uv_handle_t *h)
 {
@@ -112,39 +43,21 @@ static void close_cb_noop(uv_handle_t *h)
 
 static void start_drain(struct srv *s);
 
-static void on_wake(uv_async_t *a)
+/* The bridge's hook, once per wake-up, after the events went to their owners. */
+static void after_events(void *arg)
 {
-    struct srv *s = a->data;
-    if (!s->eng) return;
-    struct req_node *list = engine_take_events(s->eng);
-    while (list) {
-        struct req_event *ev = (struct req_event *)list;
-        list = list->next;
-        if (ev->req_id & SRV_BATCH_ID_BIT) {
-            batchrun_event(s->br, ev);
-        } else {
-            struct exch *x = srv_reg_get(s, ev->req_id);
-            if (x) router_event(x, ev);
-        }
-        req_event_free(ev);
-    }
+    struct srv *s = arg;
     /* Finished batch requests made room: hand the engine more. */
     batchrun_feed(s->br);
-    if (engine_state(s->eng) == ENGINE_FAILED && s->exit_code == 0) {
+    if (engine_state(s->bridge.eng) == ENGINE_FAILED && s->exit_code == 0) {
         /* A server that cannot serve its model must not look alive: it exits
          * non-zero with the reason, as vLLM does, so that systemd or Kubernetes see
          * it. The drain lets the requests that waited for the model get their 503
          * (the engine's error events) first. */
-        log_error("the model failed to load: %s", engine_error(s->eng));
+        log_error("the model failed to load: %s", engine_error(s->bridge.eng));
         s->exit_code = 1;
         start_drain(s);
     }
-}
-
-/* Called by the engine thread: the only cross-thread call into the loop. */
-static void engine_notify(void *arg)
-{
-    uv_async_send(arg);
 }
 
 /* ---- shutdown ---- */
@@ -159,9 +72,7 @@ static void stop_everything(struct srv *s)
         uv_close((uv_handle_t *)&s->sig_term, close_cb_noop);
     /* Stop the engine (every request left is cancelled; the thread is joined), and
      * only then close the handle it pokes. */
-    engine_destroy(s->eng);
-    s->eng = NULL;
-    if (!uv_is_closing((uv_handle_t *)&s->wake)) uv_close((uv_handle_t *)&s->wake, close_cb_noop);
+    bridge_stop(&s->bridge);
 }
 
 static void start_drain(struct srv *s)
@@ -196,15 +107,6 @@ static void on_signal(uv_signal_t *h, int signum)
     start_drain(s);
 }
 
-/* Cancel every request the registry holds. Each cancelled sequence gets its finishing
- * event, and router_event ends its response properly: a last chunk with a
- * finish_reason and [DONE] for a stream, the whole body for the rest. */
-static void cancel_registered(struct srv *s)
-{
-    for (int32_t i = 0; i < s->reg_cap; i++)
-        if (s->reg[i].id) engine_cancel(s->eng, s->reg[i].id);
-}
-
 static void on_tick(uv_timer_t *t)
 {
     struct srv *s = t->data;
@@ -213,15 +115,19 @@ static void on_tick(uv_timer_t *t)
     if (!s->draining) return;
     /* Busy: an engine request is registered, an exchange is unanswered, or answered
      * bytes are still on their way out (closing now would drop them). */
-    bool busy = s->reg_n > 0;
+    bool busy = s->bridge.reg_n > 0;
     for (struct conn *c = s->conns; c && !busy; c = c->next)
         busy = c->head != NULL || c->wq_bytes > 0;
     const uint64_t now = uv_now(s->loop);
     if (!busy) {
         stop_everything(s);
     } else if (now >= s->drain_deadline && !s->drain_cancelled) {
-        log_warn("drain deadline: cancelling the %d engine requests still running", s->reg_n);
-        cancel_registered(s);
+        log_warn("drain deadline: cancelling the %d engine requests still running",
+                 s->bridge.reg_n);
+        /* Each cancelled sequence gets its finishing event, and its owner ends its
+         * response properly: a last chunk with a finish_reason and [DONE] for a
+         * stream, the whole body for the rest. */
+        bridge_cancel_all(&s->bridge);
         s->drain_cancelled = true;
         s->drain_deadline = now + SRV_DRAIN_FLUSH_MS;
     } else if (now >= s->drain_deadline) {
@@ -238,7 +144,7 @@ static void on_connection(uv_stream_t *l, int status)
         log_warn("accept: %s", uv_strerror(status));
         return;
     }
-    conn_accept(s);
+    conn_accept(s, router_dispatch);
 }
 
 static int listen_on(struct srv *s)
@@ -268,11 +174,26 @@ static int listen_on(struct srv *s)
     return 0;
 }
 
+/* The served model as the request parsers see it (pointers into s), made once:
+ * nothing it is made of changes while the server runs. */
+static void set_model(struct srv *s)
+{
+    struct api_model *m = &s->model;
+    memset(m, 0, sizeof *m);
+    m->id = s->model_id;
+    m->max_model_len = s->max_model_len;
+    m->vocab_size = s->mcfg.vocab_size;
+    m->tok = s->tok;
+    cfg_kv_spec(s->cfg, &m->kv_default);
+    m->max_prompts = s->cfg->max_prompts_per_request;
+    m->max_n = s->cfg->max_n;
+    m->max_seqs = s->cfg->max_queue; /* prompts x max(n, best_of) in one request */
+}
+
 int srv_run(const struct cfg *cfg)
 {
     struct srv *s = xcalloc(1, sizeof *s);
     s->cfg = cfg;
-    s->next_id = 1;
     s->started = (int64_t)time(NULL);
     cfg_fingerprint(cfg, s->fingerprint, sizeof s->fingerprint);
     s->loop = uv_default_loop();
@@ -297,6 +218,7 @@ int srv_run(const struct cfg *cfg)
         log_info("max_model_len %d (the model's context is %d tokens)", s->max_model_len,
                  s->mcfg.max_pos);
     s->model_id = xstrdup(cfg->served_model_name ? cfg->served_model_name : cfg->model);
+    set_model(s);
     /* The job store first: it recovers interrupted batches, and a data dir another
      * server holds is a reason not to start at all. */
     if (jobstore_open(&s->js, cfg->data_dir)) {
@@ -305,11 +227,9 @@ int srv_run(const struct cfg *cfg)
         goto out_early;
     }
 
-    uv_async_init(s->loop, &s->wake, on_wake);
-    s->wake.data = s;
     struct engine_opts eo;
     cfg_engine_opts(cfg, &eo);
-    if (engine_create(&s->eng, &eo, engine_notify, &s->wake)) {
+    if (bridge_open(&s->bridge, s->loop, &eo, after_events, s)) {
         log_error("%s", err_msg());
         s->exit_code = 1;
         goto out;
@@ -330,9 +250,9 @@ int srv_run(const struct cfg *cfg)
 
     uv_run(s->loop, UV_RUN_DEFAULT);
 out:
-    /* Everything but the wake handle is closed; stop the engine, then drop it. */
-    if (s->eng) engine_destroy(s->eng);
-    if (!uv_is_closing((uv_handle_t *)&s->wake)) uv_close((uv_handle_t *)&s->wake, close_cb_noop);
+    /* Everything but the bridge's wake handle is closed; stop the engine, then drop
+     * the handle. */
+    bridge_stop(&s->bridge);
     if (s->listener.loop && !uv_is_closing((uv_handle_t *)&s->listener))
         uv_close((uv_handle_t *)&s->listener, close_cb_noop);
     uv_run(s->loop, UV_RUN_DEFAULT);
@@ -344,7 +264,7 @@ out_early:
     tokenizer_destroy(s->tok);
     free(s->model_id);
     free(s->metrics_label);
-    free(s->reg);
+    bridge_free(&s->bridge);
     free(s);
     return code;
 }

@@ -1,0 +1,343 @@
+/*
+ * jobstore_result.c - a batch's results: each line appended to the batch's output
+ * or error file and fsynced before its request counts as done, and the recovery
+ * after a crash that makes the files and the counts agree again (see jobstore.h for
+ * the durability argument).
+ * Invariant: a request counted in request_counts has its line, synced, in one of
+ * the two files; no custom_id has more than one line across them.
+ * Thread: the store's owner.
+ */
+#include "jobstore_impl.h"
+
+/* Read custom_id and the usage of one output line; false when it is not an object
+ * with a string custom_id. */
+static bool parse_result_line(const char *s, size_t len, char **custom_id, int64_t *prompt,
+                              int64_t *completion)
+{
+    cJSON *root = cJSON_ParseWithLength(s, len);
+    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(root, "custom_id");
+    bool ok = cJSON_IsObject(root) && cJSON_IsString(cid);
+    *custom_id = ok ? xstrdup(cid->valuestring) : NULL;
+    *prompt = *completion = 0;
+    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(root, "response");
+    const cJSON *body = cJSON_GetObjectItemCaseSensitive(resp, "body");
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(body, "usage");
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
+    if (cJSON_IsNumber(pt)) *prompt = (int64_t)pt->valuedouble;
+    if (cJSON_IsNumber(ct)) *completion = (int64_t)ct->valuedouble;
+    cJSON_Delete(root);
+    return ok;
+}
+
+/* Mark a pending request done or failed and add its usage; *marked says whether it
+ * was pending. Inside the caller's transaction; counts are the caller's. */
+static int mark_request(struct jobstore *js, const char *batch_id, const char *custom_id,
+                        bool ok, int64_t prompt, int64_t completion, bool *marked)
+{
+    sqlite3_stmt *st;
+    int err = db_prepare(js,
+                         "UPDATE batch_requests SET state=? WHERE batch_id=? AND"
+                         " custom_id=? AND state='pending'",
+                         &st);
+    if (err) return err;
+    bind_text(st, 1, ok ? "done" : "failed");
+    bind_text(st, 2, batch_id);
+    bind_text(st, 3, custom_id);
+    err = db_step_done(js, st, "mark request");
+    if (err) return err;
+    *marked = sqlite3_changes(js->db) == 1;
+    if (!*marked) return 0;
+    err = db_prepare(js,
+                     "UPDATE batches SET prompt_tokens=prompt_tokens+?,"
+                     " completion_tokens=completion_tokens+? WHERE id=?",
+                     &st);
+    if (err) return err;
+    sqlite3_bind_int64(st, 1, prompt);
+    sqlite3_bind_int64(st, 2, completion);
+    bind_text(st, 3, batch_id);
+    return db_step_done(js, st, "add usage");
+}
+
+/* Recount request_counts from the requests' states. */
+static int recount(struct jobstore *js, const char *batch_id)
+{
+    sqlite3_stmt *st;
+    int err = db_prepare(js,
+                         "UPDATE batches SET"
+                         " completed=(SELECT count(*) FROM batch_requests"
+                         "  WHERE batch_id=?1 AND state='done'),"
+                         " failed=(SELECT count(*) FROM batch_requests"
+                         "  WHERE batch_id=?1 AND state='failed') WHERE id=?1",
+                         &st);
+    if (err) return err;
+    bind_text(st, 1, batch_id);
+    return db_step_done(js, st, "recount");
+}
+
+/* The state of one request: "pending", "done", "failed"; ENG_ENOTFOUND. */
+static int request_state(struct jobstore *js, const char *batch_id, const char *custom_id,
+                         bool *pending)
+{
+    sqlite3_stmt *st;
+    int err = db_prepare(js,
+                         "SELECT state='pending' FROM batch_requests WHERE batch_id=? AND"
+                         " custom_id=?",
+                         &st);
+    if (err) return err;
+    bind_text(st, 1, batch_id);
+    bind_text(st, 2, custom_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *pending = sqlite3_column_int(st, 0) != 0;
+    sqlite3_finalize(st);
+    if (rc == SQLITE_DONE)
+        return err_set(ENG_ENOTFOUND, "batch %s: no request with custom_id '%s'", batch_id,
+                       custom_id);
+    return rc == SQLITE_ROW ? 0 : db_fail(js, rc, "request state");
+}
+
+static int poison(struct jobstore *js, int err)
+{
+    js->broken = true;
+    log_error("jobstore: %s; refusing further results until a restart", err_msg());
+    return err;
+}
+
+/* Commit a new output or error file id for the batch before anything is written to
+ * it, so that recovery always knows which file to read. */
+static int ensure_output_id(struct jobstore *js, const struct jobstore_batch *b, bool ok,
+                            char *id, size_t size)
+{
+    const char *have = ok ? b->output_file_id : b->error_file_id;
+    if (have[0]) {
+        snprintf(id, size, "%s", have);
+        return 0;
+    }
+    jobstore_new_id("file-", id, size);
+    sqlite3_stmt *st;
+    int err = db_prepare(js,
+                         ok ? "UPDATE batches SET output_file_id=? WHERE id=?"
+                            : "UPDATE batches SET error_file_id=? WHERE id=?",
+                         &st);
+    if (err) return err;
+    bind_text(st, 1, id);
+    bind_text(st, 2, b->id);
+    return db_step_done(js, st, "set output file");
+}
+
+/* Append `len` bytes (whole lines) to `path` and make them durable. On a failed
+ * write the file is cut back to its old length, so no torn line stays in the
+ * middle of it. */
+static int append_bytes(struct jobstore *js, const char *path, const char *buf, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return err_set(ENG_EIO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int err = err_set(ENG_EIO, "%s: %s", path, strerror(errno));
+        close(fd);
+        return err;
+    }
+    int err = 0;
+    if (write_all(fd, buf, len) != 0) {
+        err = err_set(ENG_EIO, "%s: write: %s", path, strerror(errno));
+        if (ftruncate(fd, sb.st_size) != 0) err = poison(js, err);
+    } else if (fsync(fd) != 0) {
+        err = poison(js, err_set(ENG_EIO, "%s: fsync: %s", path, strerror(errno)));
+    } else if (sb.st_size == 0) {
+        /* A new file: its directory entry must be durable too. */
+        err = fsync_path(js->files_dir);
+        if (err) err = poison(js, err);
+    }
+    close(fd);
+    return err;
+}
+
+/* The checks of one result before anything is written: a single line whose
+ * custom_id is the result's, not answered yet, not twice in this call. */
+static int check_result(struct jobstore *js, const char *batch_id,
+                        const struct jobstore_result *rs, int i, int64_t *prompt,
+                        int64_t *completion)
+{
+    const struct jobstore_result *r = &rs[i];
+    if (!r->custom_id || !r->line || strchr(r->line, '\n'))
+        return err_set(ENG_EINVAL, "result line missing or not a single line");
+    char *line_cid;
+    if (!parse_result_line(r->line, strlen(r->line), &line_cid, prompt, completion))
+        return err_set(ENG_EINVAL, "result line is not a JSON object with a custom_id");
+    bool same = strcmp(line_cid, r->custom_id) == 0;
+    free(line_cid);
+    if (!same) return err_set(ENG_EINVAL, "result line's custom_id is not '%s'", r->custom_id);
+    for (int k = 0; k < i; k++)
+        if (strcmp(rs[k].custom_id, r->custom_id) == 0)
+            return err_set(ENG_EINVAL, "custom_id '%s' is twice in one append", r->custom_id);
+    /* A second line for a custom_id would be a second answer that no recovery could
+     * take back. */
+    bool pending = false;
+    int err = request_state(js, batch_id, r->custom_id, &pending);
+    if (!err && !pending)
+        err = err_set(ENG_EINVAL, "batch %s: custom_id '%s' is already answered", batch_id,
+                      r->custom_id);
+    return err;
+}
+
+int jobstore_batch_append_results(struct jobstore *js, const char *batch_id,
+                                  const struct jobstore_result *rs, int n)
+{
+    if (js->broken)
+        return err_set(ENG_EIO, "%s: an earlier write failed; restart to recover", js->dir);
+    if (n <= 0) return n == 0 ? 0 : err_set(ENG_EINVAL, "negative result count");
+    struct jobstore_batch b;
+    int err = jobstore_batch_get(js, batch_id, &b);
+    if (err) return err;
+    int64_t *usage = xcalloc((size_t)n * 2, sizeof *usage);
+    char *buf[2] = {NULL, NULL}; /* [0] error lines, [1] output lines */
+    size_t len[2] = {0, 0}, cap[2] = {0, 0};
+    int appended = 0;
+    if (b.status != JOBSTORE_IN_PROGRESS && b.status != JOBSTORE_CANCELLING) {
+        err = err_set(ENG_EINVAL, "batch %s is %s: no more results", batch_id,
+                      status_names[b.status]);
+        goto out;
+    }
+    for (int i = 0; i < n && !err; i++) {
+        err = check_result(js, batch_id, rs, i, &usage[2 * i], &usage[2 * i + 1]);
+        if (err) break;
+        const int k = rs[i].ok;
+        size_t l = strlen(rs[i].line);
+        if (len[k] + l + 1 > cap[k]) {
+            cap[k] = MAX(2 * cap[k], len[k] + l + 1);
+            buf[k] = xrealloc(buf[k], cap[k]);
+        }
+        memcpy(buf[k] + len[k], rs[i].line, l);
+        buf[k][len[k] + l] = '\n';
+        len[k] += l + 1;
+    }
+    for (int k = 1; k >= 0 && !err; k--) { /* each file: one append, one fsync */
+        if (!len[k]) continue;
+        char file_id[JOBSTORE_ID_MAX];
+        err = ensure_output_id(js, &b, k, file_id, sizeof file_id);
+        if (err) break;
+        char *path = jobstore_body_path(js, file_id);
+        err = append_bytes(js, path, buf[k], len[k]);
+        free(path);
+        if (!err) appended++;
+    }
+    /* Once a line is durable, a failure leaves it uncounted, which only the recovery
+     * at the next open can settle, so it poisons the store. */
+    if (err) {
+        if (appended) err = poison(js, err);
+        goto out;
+    }
+    int64_t n_ok = 0;
+    err = db_begin(js);
+    for (int i = 0; i < n && !err; i++) {
+        bool marked = false;
+        err = mark_request(js, batch_id, rs[i].custom_id, rs[i].ok, usage[2 * i],
+                           usage[2 * i + 1], &marked);
+        CHECK(err || marked); /* pending a moment ago, and we are its only writer */
+        n_ok += rs[i].ok;
+    }
+    if (!err) {
+        sqlite3_stmt *st;
+        err = db_prepare(js, "UPDATE batches SET completed=completed+?, failed=failed+? WHERE id=?",
+                         &st);
+        if (!err) {
+            sqlite3_bind_int64(st, 1, n_ok);
+            sqlite3_bind_int64(st, 2, n - n_ok);
+            bind_text(st, 3, batch_id);
+            err = db_step_done(js, st, "count results");
+        }
+    }
+    if (!err) err = db_commit(js);
+    if (err) {
+        db_rollback(js);
+        err = poison(js, err);
+    }
+out:
+    free(buf[0]);
+    free(buf[1]);
+    free(usage);
+    jobstore_batch_deinit(&b);
+    return err;
+}
+
+int jobstore_batch_append_result(struct jobstore *js, const char *batch_id,
+                                 const char *custom_id, bool ok, const char *json_line)
+{
+    const struct jobstore_result r = {.custom_id = custom_id, .ok = ok, .line = json_line};
+    return jobstore_batch_append_results(js, batch_id, &r, 1);
+}
+
+/* Read one output or error file back: mark every complete line's custom_id, cut
+ * everything from the first torn or unparsable line on. Only the last append can
+ * be damaged (each is synced before the next starts), so nothing counted is cut. */
+static int recover_file(struct jobstore *js, const char *batch_id, const char *file_id,
+                        bool ok)
+{
+    char *path = jobstore_body_path(js, file_id);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        /* ENOENT: the id was committed but the process died before the first
+         * write, so there is nothing to recover. */
+        int err = errno == ENOENT ? 0 : err_set(ENG_EIO, "%s: %s", path, strerror(errno));
+        free(path);
+        return err;
+    }
+    int err = 0;
+    int fd2 = dup(fd);
+    FILE *f = fd2 >= 0 ? fdopen(fd2, "r") : NULL;
+    if (!f) {
+        err = err_set(ENG_EIO, "%s: %s", path, strerror(errno));
+        if (fd2 >= 0) close(fd2);
+        goto out;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    off_t good = 0;
+    while (!err && (len = getline(&line, &cap, f)) > 0) {
+        char *cid;
+        int64_t prompt, completion;
+        if (line[len - 1] != '\n' ||
+            !parse_result_line(line, (size_t)len - 1, &cid, &prompt, &completion))
+            break;
+        bool marked;
+        err = mark_request(js, batch_id, cid, ok, prompt, completion, &marked);
+        if (!err && marked)
+            log_info("jobstore: %s: recovered '%s' from %s", batch_id, cid, path);
+        free(cid);
+        good += len;
+    }
+    free(line);
+    fclose(f);
+    struct stat sb;
+    if (!err && fstat(fd, &sb) == 0 && sb.st_size > good) {
+        log_warn("jobstore: %s: cutting %lld bytes of an unfinished line", path,
+                 (long long)(sb.st_size - good));
+        if (ftruncate(fd, good) != 0 || fsync(fd) != 0)
+            err = err_set(ENG_EIO, "%s: truncate: %s", path, strerror(errno));
+    }
+out:
+    close(fd);
+    free(path);
+    return err;
+}
+
+int jobstore_batch_recover(struct jobstore *js, const char *batch_id)
+{
+    struct jobstore_batch b;
+    int err = jobstore_batch_get(js, batch_id, &b);
+    if (err) return err;
+    err = db_begin(js);
+    if (!err && b.output_file_id[0])
+        err = recover_file(js, batch_id, b.output_file_id, true);
+    if (!err && b.error_file_id[0])
+        err = recover_file(js, batch_id, b.error_file_id, false);
+    /* Recounted from the states rather than incremented: the counts then agree
+     * with the files whatever the crash interrupted. */
+    if (!err) err = recount(js, batch_id);
+    if (!err) err = db_commit(js);
+    if (err) db_rollback(js);
+    jobstore_batch_deinit(&b);
+    return err;
+}
