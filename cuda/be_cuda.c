@@ -509,15 +509,6 @@ static void be_cuda_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots
     run_or_abort(c, job_kv_compact);
 }
 
-static int be_cuda_kv_state(void *ctx, int32_t layer, int32_t **pos, float **score)
-{
-    (void)ctx;
-    (void)layer;
-    *pos = NULL;
-    *score = NULL;
-    return -1; /* on the GPUs: kv_read_state and kv_victims serve the engine */
-}
-
 /* One sequence's slot state of every layer, this rank's heads, into the engine's
  * [n_layer, n_head, n_slots] arrays (the ranks write disjoint heads). */
 static void job_kv_read(void *arg, int32_t rank)
@@ -648,7 +639,7 @@ static const struct be_ops cuda_ops = {
     .kv_init_blocks = be_cuda_kv_init_blocks,
     .kv_copy_blocks = be_cuda_kv_copy_blocks,
     .kv_compact = be_cuda_kv_compact,
-    .kv_state = be_cuda_kv_state,
+    .kv_state = NULL, /* on the GPUs: kv_read_state and kv_victims serve the engine */
     .kv_read_state = be_cuda_kv_read_state,
     .kv_victims = be_cuda_kv_victims,
     .sample = be_cuda_sample,

@@ -23,6 +23,7 @@
 #define H2O_BE_CUDA_IMPL_H
 
 #include "backend.h"
+#include "backend_cuda.h"
 #include "comm.h"
 #include "cuda_gemm.h"
 #include "cuda_kernels.h"
