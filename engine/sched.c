@@ -9,6 +9,10 @@
  * more sequences are forked by copying the blocks. Each finishing sequence returns
  * its decode share. Because no sequence ever holds more than its share, a forward
  * never runs out of blocks.
+ *
+ * Over 600 lines on purpose: admission, prompt chunks, forks, sampling and the end
+ * of a sequence are the stages of one sched_step over the same private state
+ * (struct sched, sreq, sseq); apart, each would need that state in a shared header.
  */
 #include "sched.h"
 
