@@ -89,9 +89,10 @@ static inline __attribute__((always_inline)) void
 block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const float *qv,
              const int32_t *qpos, float *s, int32_t stride, const int32_t NQ, const int32_t BS)
 {
+    // qv: [NQ, head_dim] scaled queries; K tile t: [head_dim, BS]; s: [NQ, stride]
     const int32_t D = a->head_dim;
-    float acc[ATTN_QT][ATTN_MAX_BS];
-    float kt[ATTN_MAX_BS];
+    float acc[ATTN_QT][ATTN_MAX_BS]; // acc: [NQ, BS] logits
+    float kt[ATTN_MAX_BS];           // kt: [BS] dimension d of the block's keys
     for (int32_t q = 0; q < NQ; q++)
         for (int32_t j = 0; j < BS; j++) acc[q][j] = 0.0f;
     for (int32_t d = 0; d < D; d++) {
@@ -119,9 +120,10 @@ static inline __attribute__((always_inline)) void
 block_values(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t stride,
              float *out, const int32_t NQ, const int32_t BS)
 {
+    // p: [NQ, stride] probabilities; V tile t: [BS, head_dim]; out: [NQ, head_dim]
     const int32_t D = a->head_dim; /* a multiple of 16, checked at load */
     for (int32_t d0 = 0; d0 < D; d0 += 16) {
-        float acc[ATTN_QT][16], v[16];
+        float acc[ATTN_QT][16], v[16]; // acc: [NQ, 16] outputs d0.., v: [16] of slot j
         for (int32_t q = 0; q < NQ; q++)
             for (int32_t d = 0; d < 16; d++) acc[q][d] = out[q * D + d0 + d];
         for (int32_t j = 0; j < BS; j++) {
