@@ -23,6 +23,7 @@
 #define H2O_BE_CUDA_IMPL_H
 
 #include "backend.h"
+#include "backend_cuda.h"
 #include "comm.h"
 #include "cuda_gemm.h"
 #include "cuda_kernels.h"
@@ -210,5 +211,20 @@ int be_cuda_sample(void *ctx, const struct be_sample_row *rows, int32_t n,
 
 /* The victims of the last forward's sequence `seq` (be_cuda_fwd.c), a be_ops entry. */
 int be_cuda_kv_victims(void *ctx, int32_t seq, int32_t *victims);
+
+/* The KV pool (be_cuda_kv.c): be_ops entries, each a job on every rank. */
+size_t be_cuda_kv_block_bytes(void *ctx, int32_t block_size);
+size_t be_cuda_kv_capacity(void *ctx);
+int be_cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size);
+void be_cuda_kv_init_blocks(void *ctx, const int32_t *blocks, int32_t n);
+void be_cuda_kv_copy_blocks(void *ctx, const int32_t *src, const int32_t *dst, int32_t n);
+void be_cuda_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots, const int32_t *keep,
+                        int32_t n_keep);
+int be_cuda_kv_read_state(void *ctx, const int32_t *blocks, int32_t n_slots, int32_t *pos,
+                          float *score);
+
+/* Free rank r's part of the pool (on the rank's thread, its device current); safe
+ * when none was allocated. */
+void be_cuda_kv_free(struct cuda_be *c, struct cu_rank *r);
 
 #endif

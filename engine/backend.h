@@ -1,16 +1,26 @@
 /*
- * backend.h - the backend vtable: what the engine needs from a device.
+ * backend.h - the backend vtable: what the engine needs from a device, and the
+ * wrappers the engine calls it through.
  *
  * Coarse on purpose (ggml-style table of function pointers plus an opaque context):
  * load the weights, allocate the paged KV pool, run one batched forward, copy and
  * initialise blocks, and expose the per-slot H2O state. The CPU backend
- * (engine/cpu) is the readable reference; the CUDA backend implements the same table.
+ * (engine/cpu, backend_cpu.h) is the readable reference; the CUDA backend (cuda/,
+ * backend_cuda.h) implements the same table. Entries marked optional may be NULL:
+ * the backend_* wrappers (backend.c) own the checks and supply the fallback, so
+ * the engine calls the wrappers, never the table.
  *
- * KV geometry (DESIGN section 5): per layer, K and V pools of n_blocks blocks, each
- * [n_head, block_size, head_dim]; and per layer the slot state pos/score, each
- * [n_blocks, n_head, block_size]. pos = -1 marks a free slot. A sequence's block
+ * KV geometry (DESIGN section 5): per layer, K and V pools of n_blocks blocks, K
+ * [n_blocks, n_head, head_dim, block_size] (each (block, head) tile transposed, so
+ * the logits of a block's slots are one vector FMA per dimension) and V
+ * [n_blocks, n_head, block_size, head_dim]; and per layer the slot state pos/score,
+ * each [n_blocks, n_head, block_size]. pos = -1 marks a free slot. A sequence's block
  * table maps slot s to (blocks[s / block_size], s % block_size) for every layer and
  * head; with H2O the same slot may hold different tokens in different heads.
+ *
+ * Slot state on a device: a backend that keeps pos/score where the host cannot
+ * read them (the CUDA backend) leaves kv_state NULL and provides kv_read_state and
+ * kv_victims instead; backend_state_on_device says which kind the engine has.
  */
 #ifndef H2O_BACKEND_H
 #define H2O_BACKEND_H
@@ -42,8 +52,8 @@ struct be_seq {
     /* The sequence's H2O budget, for a decode token (n_tok == 1) of a sequence that
      * evicts: B = H + R slots per head and the recent window R >= 1; h2o_budget 0
      * otherwise (full, or a prompt chunk). A backend whose slot state lives on a
-     * device (kv_state returns -1) picks each head's victim in the forward's own
-     * pass once B slots are occupied (see kv_victims); the CPU backend ignores them
+     * device (kv_state NULL) picks each head's victim in the forward's own pass
+     * once B slots are occupied (see kv_victims); the CPU backend ignores them
      * unless it emulates such a device (be_cpu_opts.device_state). */
     int32_t h2o_budget, h2o_recent;
 };
@@ -98,23 +108,25 @@ struct be_ops {
      */
     void (*kv_compact)(void *ctx, const int32_t *blocks, int32_t n_slots, const int32_t *keep,
                        int32_t n_keep);
-    /* Host pointers to one layer's slot state [n_blocks, n_head, block_size], or
-     * -1 when the state lives on a device: the engine then uses kv_read_state and
-     * kv_victims, which such a backend must provide. */
+    /* Host pointers to one layer's slot state [n_blocks, n_head, block_size];
+     * returns 0. NULL when the state lives on a device: the engine then uses
+     * kv_read_state and kv_victims, which such a backend must provide. */
     int (*kv_state)(void *ctx, int32_t layer, int32_t **pos, float **score);
     /*
-     * Device state only. Copy one sequence's slot state (block table `blocks`, slots
-     * [0, n_slots)) of every layer and head to the host: pos and score
-     * [n_layer, n_head, n_slots]. The engine reads it once per prompt, to choose the
-     * tokens H2O keeps (kv_seq_finish_prefill). Returns 0 or an engine error.
+     * Required when kv_state is NULL; a host backend may have it too (the CPU
+     * backend's is a plain gather). Copy one sequence's slot state (block table
+     * `blocks`, slots [0, n_slots)) of every layer and head to the host: pos and
+     * score [n_layer, n_head, n_slots]. The engine reads it once per prompt, to
+     * choose the tokens H2O keeps (kv_seq_finish_prefill). Returns 0 or an engine
+     * error.
      */
     int (*kv_read_state)(void *ctx, const int32_t *blocks, int32_t n_slots, int32_t *pos,
                          float *score);
     /*
-     * Device state only. After a forward: the victims of the forward's sequence
-     * `seq` (an index into that be_batch's seqs, a decode token with h2o_budget > 0),
-     * victims [n_layer * n_head]: for each (layer, head), the slot that the decode
-     * pass chose to evict once the head held h2o_budget occupied slots (the rule of
+     * Device state only: required when kv_state is NULL, else NULL. After a forward:
+     * the victims of the forward's sequence `seq` (an index into that be_batch's
+     * seqs, a decode token with h2o_budget > 0), victims [n_layer * n_head]: for each
+     * (layer, head), the slot that the decode pass chose to evict once the head held h2o_budget occupied slots (the rule of
      * h2o_select_evict), or -1 when it held fewer. A victim keeps its pos and score
      * until the sequence's next token is written into it (the engine passes it as
      * that head's head_slots entry), so attention never sees a stale token. Returns
@@ -134,9 +146,9 @@ struct be_ops {
      */
     int (*forward)(void *ctx, const struct be_batch *b, float *logits);
     /*
-     * Optional. Sample n rows of the last forward, run with logits NULL: for entry
-     * i, a copy of logits row rows[i].row gets the additions of steps 1-2, then steps
-     * 3-5 of sampler_sample_u with the entry's knobs and u (sampler.h); out[i] gets
+     * Optional (NULL: the engine samples the logits on the host). Sample n rows of
+     * the last forward, run with logits NULL: for entry i, a copy of logits row
+     * rows[i].row gets the additions of steps 1-2, then steps 3-5 of sampler_sample_u with the entry's knobs and u (sampler.h); out[i] gets
      * what sampler_sample_u returns. Entries may share a row (n completions of one
      * prompt). Only the sample_outs come back: the point is that the [n_out, vocab]
      * logits never cross to the host. Returns 0 or an engine error.
@@ -164,56 +176,78 @@ enum be_device {
 /* Most tensor-parallel ranks a backend takes. */
 #define BE_MAX_TP 64
 
-struct be_cpu_opts {
-    enum dtype dtype; /* DTYPE_F32 or DTYPE_BF16: weights, activations into GEMMs, KV */
-    int n_threads;    /* 0 = OpenMP's default; split evenly between the ranks */
-    int tensor_parallel; /* ranks (threads) the layers are sharded over; 0 or 1 = none */
-    /* Serve the slot state as a device backend does (kv_state -1; kv_read_state,
-     * and victims picked in the forward for kv_victims): the engine's path for the
-     * CUDA backend, run and tested on the CPU. Results are identical either way. */
-    bool device_state;
-};
-
 /*
- * Create the CPU backend. Returns 0, ENG_EUNSUPPORTED when bf16 is asked for on a
- * CPU without it, or ENG_EINVAL for tensor_parallel outside 0..BE_MAX_TP. The model's
- * heads and ffn must divide by tensor_parallel; load says so (ENG_EINVAL) if not. Owns: *out (backend_destroy). Thread: the engine thread from
- * then on.
+ * The wrappers: the engine's only way into a backend. Each checks what the table
+ * promises (CHECK: a broken promise is a bug, not an error to return) and supplies
+ * the fallback of an optional entry. All take a backend made by a *_create
+ * (backend_cpu.h, backend_cuda.h) and borrow their arguments.
+ * Thread: the engine thread (the one that drives the backend), unless noted.
  */
-int backend_cpu_create(struct backend *out, const struct be_cpu_opts *opts);
 
-struct be_cuda_opts {
-    int tensor_parallel;          /* ranks, one per GPU (devices 0..N-1); 0 or 1 = GPU 0 */
-    float gpu_memory_utilization; /* fraction of each GPU's memory for weights, workspace
-                                     and the KV pool together, in (0, 1]; 0 = 0.9 */
-    int32_t max_step_tokens;      /* tokens of one forward the workspace reserve holds
-                                     (activations); 0 = 4096 */
-    int32_t max_step_rows;        /* logits rows of one forward the reserve holds (the
-                                     logits and, on rank 0, the sampler); 0 = 512 */
-};
+/* The backend's name ("cpu", "cuda"), for logs. Thread: any. */
+const char *backend_name(const struct backend *be);
 
-/*
- * Create the CUDA backend: fp16 weights and activations, fp32 accumulation, fp32 H2O
- * scores, the slot state on the GPUs (kv_state returns -1; kv_read_state and
- * kv_victims serve the engine). Returns 0, ENG_EUNSUPPORTED when this build has no
- * CUDA backend, ENG_EUNAVAILABLE when fewer GPUs than ranks are present or a device
- * cannot be initialised, or ENG_EINVAL for bad options.
- * Owns: *out (backend_destroy). Thread: the engine thread from then on (with tensor
- * parallelism it drives one worker thread per further GPU).
- */
-int backend_cuda_create(struct backend *out, const struct be_cuda_opts *opts);
+/* Load every tensor of `cfg` from `w` (once). Returns 0 or an engine error. */
+int backend_load(struct backend *be, const struct opt_config *cfg, const struct weights *w);
 
-/*
- * How many CUDA GPUs this build can use: 0 without the CUDA backend, without an
- * NVIDIA driver (no /dev/nvidiactl: then no CUDA call is made at all) or without a
- * device. Thread: any.
- */
-int backend_cuda_device_count(void);
+/* Allocate the KV pool and slot state for n_blocks blocks. Returns 0 or an engine
+ * error (ENG_ENOMEM, ENG_EINVAL for a block size the backend cannot run). */
+int backend_kv_alloc(struct backend *be, int32_t n_blocks, int32_t block_size);
 
-/* Whether this CPU has AVX512-BF16 (the default dtype is bf16 where it does). */
-int backend_cpu_has_bf16(void);
+/* Bytes one block takes over all layers (K, V and slot state). */
+size_t backend_kv_block_bytes(const struct backend *be, int32_t block_size);
 
-/* Destroy a backend made by any *_create. Safe on a zeroed struct. Thread: engine. */
+/* Bytes the KV pool may take, or 0 when the backend leaves it to the engine (no
+ * kv_capacity: the engine sizes the pool from host RAM). */
+size_t backend_kv_capacity(const struct backend *be);
+
+/* be_ops.kv_init_blocks, kv_copy_blocks and kv_compact. */
+void backend_kv_init_blocks(struct backend *be, const int32_t *blocks, int32_t n);
+void backend_kv_copy_blocks(struct backend *be, const int32_t *src, const int32_t *dst,
+                            int32_t n);
+void backend_kv_compact(struct backend *be, const int32_t *blocks, int32_t n_slots,
+                        const int32_t *keep, int32_t n_keep);
+
+/* Whether the slot state lives on a device (kv_state NULL): the engine then reads
+ * it with backend_kv_read_state and takes the victims from backend_kv_victims.
+ * Thread: any. */
+bool backend_state_on_device(const struct backend *be);
+
+/* Host pointers to one layer's slot state [n_blocks, n_head, block_size]; only for
+ * a backend whose state is on the host (checked). The arrays stay the backend's. */
+void backend_kv_state(struct backend *be, int32_t layer, int32_t **pos, float **score);
+
+/* be_ops.kv_read_state: pos and score [n_layer, n_head, n_slots] of one sequence.
+ * Returns 0 or an engine error. */
+int backend_kv_read_state(struct backend *be, const int32_t *blocks, int32_t n_slots,
+                          int32_t *pos, float *score);
+
+/* be_ops.kv_victims, device state only (checked): victims [n_layer * n_head] of the
+ * last forward's sequence `seq`. Returns 0 or an engine error. */
+int backend_kv_victims(struct backend *be, int32_t seq, int32_t *victims);
+
+/* Whether the backend samples where the logits are (be_ops.sample): a forward may
+ * then be run with logits NULL. Thread: any. */
+bool backend_can_sample(const struct backend *be);
+
+/* be_ops.forward; logits NULL only when backend_can_sample (checked). Returns 0 or
+ * an engine error. */
+int backend_forward(struct backend *be, const struct be_batch *b, float *logits);
+
+/* be_ops.sample, for a backend that can (checked). Returns 0 or an engine error. */
+int backend_sample(struct backend *be, const struct be_sample_row *rows, int32_t n,
+                   struct sample_out *out);
+
+/* Read and reset the time profile into *out; all zeros from a backend that keeps
+ * none. */
+void backend_profile(struct backend *be, struct be_profile *out);
+
+/* Destroy a backend made by any *_create. Safe on a zeroed struct. */
 void backend_destroy(struct backend *be);
+
+/* Each backend's options and constructor live in its own header. They are included
+ * here too for the callers that still look for them in backend.h. */
+#include "backend_cpu.h"
+#include "backend_cuda.h"
 
 #endif

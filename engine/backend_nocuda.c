@@ -2,7 +2,7 @@
  * backend_nocuda.c - the CUDA entry points of a build without CUDA (-Dcuda=disabled,
  * or no toolkit found): no device, and a clear error for --device cuda.
  */
-#include "backend.h"
+#include "backend_cuda.h"
 
 #include "err.h"
 

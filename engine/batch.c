@@ -117,8 +117,8 @@ int batch_run(struct batch *b, struct backend *be, struct kv_pool *pool, int32_t
         .n_tok = n_tok, .tokens = b->tokens, .pos = b->pos, .n_seq = n_items,
         .seqs = b->seqs, .n_out = n_out, .out_rows = b->out_rows,
     };
-    CHECK(!b->device_logits || be->ops->sample);
-    int err = be->ops->forward(be->ctx, &b->be, b->device_logits ? NULL : b->logits);
+    CHECK(!b->device_logits || backend_can_sample(be));
+    int err = backend_forward(be, &b->be, b->device_logits ? NULL : b->logits);
     if (err) return err;
     for (int32_t i = 0; i < n_items; i++)
         if (!items[i].kv->head_slots) items[i].kv->n_slots += items[i].n_tok;

@@ -402,8 +402,7 @@ void sched_finish_prompt(struct sched *s, struct sreq *q)
         CHECK(kv_seq_grow(&sq->kv, s->pool, &s->m->be,
                           s0->kv.n_blocks * s->pool->block_size) == 0);
         CHECK(sq->kv.n_blocks == s0->kv.n_blocks);
-        s->m->be.ops->kv_copy_blocks(s->m->be.ctx, s0->kv.blocks, sq->kv.blocks,
-                                     s0->kv.n_blocks);
+        backend_kv_copy_blocks(&s->m->be, s0->kv.blocks, sq->kv.blocks, s0->kv.n_blocks);
         sq->kv.n_slots = s0->kv.n_slots;
         sq->kv.n_evicted = s0->kv.n_evicted;
         sq->kv.prefilled = true; /* a fork's next token is a decode token too */

@@ -142,7 +142,7 @@ static int sample_on_device(struct sched *s)
         };
         at += n_add;
     }
-    return s->m->be.ops->sample(s->m->be.ctx, s->srows, s->n_pending, s->souts);
+    return backend_sample(&s->m->be, s->srows, s->n_pending, s->souts);
 }
 
 /* Sample every pending row (on the device when the step's logits stayed there) and
@@ -301,7 +301,7 @@ int sched_step(struct sched *s)
 
     /* The logits stay on the device when the backend samples there and no item
      * needs its rows on the host (prompt logprobs). */
-    bool on_device = s->m->be.ops->sample != NULL;
+    bool on_device = backend_can_sample(&s->m->be);
     for (int32_t i = 0; i < n_items && on_device; i++) on_device = !s->items[i].all_logits;
     s->batch.device_logits = on_device;
     int err = batch_run(&s->batch, &s->m->be, s->pool, s->m->cfg.vocab_size, s->items, n_items);

@@ -15,25 +15,27 @@
  * shared-memory communicator (comm_shm.h). The OpenMP threads are split evenly between
  * the ranks.
  *
- * Device-state emulation (opts.device_state): the slot state stays in the host pool,
- * but the backend serves it as the CUDA backend does, so the engine's device path
- * runs and is tested here: kv_state returns -1, kv_read_state copies a sequence's
- * state out, and after every forward the victim of each (layer, head) of every decode
- * token with an H2O budget is chosen on the spot, the way a device decode pass does,
- * and kept for kv_victims; a forward without a logits destination keeps them for
- * sample, which runs the sampler's device half (sampler_sample_u). Without it the
- * ops table has kv_read_state (a plain gather, valid either way) but no kv_victims
- * or sample: the engine evicts and samples on the host.
+ * Device-state emulation (opts.device_state, be_cpu_device.c): the slot state stays
+ * in the host pool, but the backend serves it as the CUDA backend does, so the
+ * engine's device path runs and is tested here: the ops table handed out has no
+ * kv_state, kv_read_state copies a sequence's state out, and after every forward
+ * the victim of each (layer, head) of every decode token with an H2O budget is
+ * chosen on the spot, the way a device decode pass does, and kept for kv_victims; a
+ * forward without a logits destination keeps them for sample, which runs the
+ * sampler's device half (sampler_sample_u). Without it the ops table has kv_state
+ * and kv_read_state (a plain gather, valid either way) but no kv_victims or sample:
+ * the engine evicts and samples on the host.
  * Thread: engine only (the workers are internal).
  */
 #include "backend.h"
+#include "backend_cpu.h"
+#include "be_cpu_device.h"
 #include "comm_shm.h"
 #include "cpu_attn.h"
 #include "cpu_gemm.h"
 #include "cpu_ops.h"
 #include "cpu_rank.h"
 #include "err.h"
-#include "h2o.h"
 #include "ranks.h"
 #include "shard.h"
 #include "util.h"
@@ -58,20 +60,7 @@ struct cpu_be {
     struct ranks *threads;         /* rank threads; rank 0 is the engine thread */
     const struct be_batch *batch;  /* the forward's batch, read by every rank */
     int32_t n_blocks;
-    /* device_state only: the last forward's victims [n_seq, n_layer * n_head] (-1 for
-     * a sequence without a budget, or a head below it), and scratch for one head's
-     * slots, ev_pos / ev_score [cap_ev_slots]. */
-    int32_t *victims;
-    int32_t n_victim_seqs, cap_victim_seqs;
-    int32_t *ev_pos;
-    float *ev_score;
-    int32_t cap_ev_slots;
-    /* device_state only: logits kept for sample when the forward gets logits NULL
-     * [n_kept, vocab], and the sampler's scratch. */
-    float *kept;
-    int64_t cap_kept;
-    int32_t n_kept;
-    struct sampler_scratch scratch;
+    struct be_cpu_device dev; /* device_state only: victims and kept logits */
     struct be_profile prof; /* time spent since the last profile read */
     bool loaded;
 };
@@ -313,25 +302,13 @@ static int cpu_kv_state(void *ctx, int32_t layer, int32_t **pos, float **score)
     return 0;
 }
 
-/* device_state: the state is served as if it were on a device. */
-static int cpu_kv_state_device(void *ctx, int32_t layer, int32_t **pos, float **score)
+/* The pool as the device-state module reads it. */
+static struct be_cpu_device_pool dev_pool(const struct cpu_be *c)
 {
-    (void)ctx, (void)layer;
-    *pos = NULL;
-    *score = NULL;
-    return -1;
-}
-
-/* One head's state for slots [0, n) of a sequence with block table `blocks`, from
- * one layer's [n_blocks, n_head, block_size] arrays into pos / score [n]. */
-static void gather_head(const struct cpu_kv_layer *kv, const int32_t *blocks, int32_t n,
-                        int32_t h, int32_t n_head, int32_t bs, int32_t *pos, float *score)
-{
-    for (int32_t s = 0; s < n; s++) {
-        const int64_t i = ((int64_t)blocks[s / bs] * n_head + h) * bs + s % bs;
-        pos[s] = kv->pos[i];
-        score[s] = kv->score[i];
-    }
+    return (struct be_cpu_device_pool){.kv = c->kv,
+                                       .n_layer = c->m.cfg.n_layer,
+                                       .n_head = c->m.cfg.n_head,
+                                       .block_size = c->m.block_size};
 }
 
 /* pos / score [n_layer, n_head, n_slots]: what a device backend copies back. */
@@ -339,68 +316,17 @@ static int cpu_kv_read_state(void *ctx, const int32_t *blocks, int32_t n_slots,
                              int32_t *pos, float *score)
 {
     struct cpu_be *c = ctx;
-    const int32_t L = c->m.cfg.n_layer, H = c->m.cfg.n_head;
-    CHECK(n_slots >= 0);
-    for (int32_t l = 0; l < L; l++)
-        for (int32_t h = 0; h < H; h++) {
-            const int64_t at = ((int64_t)l * H + h) * n_slots;
-            gather_head(&c->kv[l], blocks, n_slots, h, H, c->m.block_size, pos + at,
-                        score + at);
-        }
+    const struct be_cpu_device_pool p = dev_pool(c);
+    be_cpu_device_read_state(&p, blocks, n_slots, pos, score);
     return 0;
 }
 
-/*
- * After a forward, device_state: each decode token's victims, as the device decode
- * pass picks them (cuda_decode_attn_args): once a head's occupied slots among
- * [0, n_slots) number at least B, the argmin score among them outside the R - 1
- * newest positions (h2o_select_evict, which skips free slots), else -1. The
- * scores read are the ones this forward just accumulated, as on the device.
- */
-static void pick_victims(struct cpu_be *c, const struct be_batch *b)
-{
-    const int32_t L = c->m.cfg.n_layer, H = c->m.cfg.n_head, LH = L * H;
-    if (b->n_seq > c->cap_victim_seqs) {
-        c->cap_victim_seqs = MAX(b->n_seq, 2 * c->cap_victim_seqs);
-        c->victims =
-            xrealloc(c->victims, (size_t)c->cap_victim_seqs * LH * sizeof *c->victims);
-    }
-    c->n_victim_seqs = b->n_seq;
-    for (int32_t i = 0; i < b->n_seq; i++) {
-        const struct be_seq *sq = &b->seqs[i];
-        int32_t *vic = c->victims + (int64_t)i * LH;
-        for (int32_t j = 0; j < LH; j++)
-            vic[j] = -1;
-        if (sq->n_tok != 1 || sq->h2o_budget <= 0) continue;
-        const int32_t n = sq->n_slots, t = b->pos[sq->tok_start];
-        if (n > c->cap_ev_slots) {
-            c->cap_ev_slots = MAX(n, 2 * c->cap_ev_slots);
-            c->ev_pos = xrealloc(c->ev_pos, (size_t)c->cap_ev_slots * sizeof *c->ev_pos);
-            c->ev_score =
-                xrealloc(c->ev_score, (size_t)c->cap_ev_slots * sizeof *c->ev_score);
-        }
-        for (int32_t l = 0; l < L; l++)
-            for (int32_t h = 0; h < H; h++) {
-                gather_head(&c->kv[l], sq->blocks, n, h, H, c->m.block_size, c->ev_pos,
-                            c->ev_score);
-                int32_t occupied = 0;
-                for (int32_t s = 0; s < n; s++)
-                    occupied += c->ev_pos[s] >= 0;
-                if (occupied >= sq->h2o_budget)
-                    vic[l * H + h] =
-                        h2o_select_evict(c->ev_score, c->ev_pos, n, t, sq->h2o_recent);
-            }
-    }
-}
-
+/* device_state: the victims of the last forward's sequence seq. */
 static int cpu_kv_victims(void *ctx, int32_t seq, int32_t *victims)
 {
     struct cpu_be *c = ctx;
-    const int32_t LH = c->m.cfg.n_layer * c->m.cfg.n_head;
-    if (seq < 0 || seq >= c->n_victim_seqs)
-        return err_set(ENG_EINVAL, "CPU backend: no sequence %d in the last forward", seq);
-    memcpy(victims, c->victims + (int64_t)seq * LH, (size_t)LH * sizeof *victims);
-    return 0;
+    const struct be_cpu_device_pool p = dev_pool(c);
+    return be_cpu_device_victims(&c->dev, &p, seq, victims);
 }
 
 /* One rank's part of a forward (a ranks job). */
@@ -415,26 +341,23 @@ static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *
     const struct opt_config *cfg = &c->m.cfg;
     const int32_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim;
     CHECK(c->n_blocks > 0);
-    c->n_victim_seqs = 0; /* the last forward's victims only */
+    be_cpu_device_begin(&c->dev);
     if (b->n_tok == 0) return 0;
     c->batch = b;
     ranks_run(c->threads, rank_forward, c);
-    if (c->opts.device_state) pick_victims(c, b);
+    if (c->opts.device_state) {
+        const struct be_cpu_device_pool p = dev_pool(c);
+        be_cpu_device_pick_victims(&c->dev, &p, b);
+    }
 
     /* Logits only for the rows asked for (usually each sequence's last token), on
      * rank 0, whose residual stream is every rank's. Without a destination they are
      * kept for sample, as a device would keep them. */
-    c->n_kept = 0;
+    c->dev.n_kept = 0;
     if (b->n_out == 0) return 0;
     if (!logits) {
         CHECK(c->opts.device_state);
-        const int64_t need = (int64_t)b->n_out * cfg->vocab_size;
-        if (need > c->cap_kept) {
-            c->cap_kept = MAX(need, 2 * c->cap_kept);
-            c->kept = xrealloc(c->kept, (size_t)c->cap_kept * sizeof *c->kept);
-        }
-        c->n_kept = b->n_out;
-        logits = c->kept;
+        logits = be_cpu_device_keep(&c->dev, b->n_out, cfg->vocab_size);
     }
     struct cpu_rank *r0 = &c->ranks[0];
     struct cpu_ws *ws = &r0->ws;
@@ -456,34 +379,12 @@ static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *
     return 0;
 }
 
-/* device_state: sample kept rows as a device does, through the sampler's split
- * (steps 1-2 as the given additions, steps 3-5 with the given u). */
+/* device_state: sample kept rows as a device does (be_cpu_device_sample). */
 static int cpu_sample(void *ctx, const struct be_sample_row *rows, int32_t n,
                       struct sample_out *out)
 {
     struct cpu_be *c = ctx;
-    const int32_t V = c->m.cfg.vocab_size;
-    float *row = xmalloc((size_t)V * sizeof *row);
-    int err = 0;
-    for (int32_t i = 0; i < n && !err; i++) {
-        const struct be_sample_row *r = &rows[i];
-        if (r->row < 0 || r->row >= c->n_kept) {
-            err = err_set(ENG_EINVAL, "sample: row %d of a forward that kept %d", r->row,
-                          c->n_kept);
-            break;
-        }
-        memcpy(row, c->kept + (int64_t)r->row * V, (size_t)V * sizeof *row);
-        for (int32_t j = 0; j < r->n_add; j++) row[r->add_ids[j]] += r->add_vals[j];
-        struct sampler_params p;
-        sampler_params_default(&p);
-        p.temperature = r->temperature;
-        p.top_p = r->top_p;
-        p.top_k = r->top_k;
-        p.n_logprobs = r->n_logprobs;
-        sampler_sample_u(&p, row, V, r->u, &c->scratch, &out[i]);
-    }
-    free(row);
-    return err;
+    return be_cpu_device_sample(&c->dev, c->m.cfg.vocab_size, rows, n, out);
 }
 
 static int cpu_forward(void *ctx, const struct be_batch *b, float *logits)
@@ -529,11 +430,7 @@ static void cpu_destroy(void *ctx)
     free(c->lnf_w);
     free(c->lnf_b);
     free(c->ranks);
-    free(c->victims);
-    free(c->kept);
-    sampler_scratch_deinit(&c->scratch);
-    free(c->ev_pos);
-    free(c->ev_score);
+    be_cpu_device_deinit(&c->dev);
     free(c);
 }
 
@@ -552,7 +449,8 @@ static const struct be_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
-/* The same backend with its slot state served as a device's (opts.device_state). */
+/* The same backend with its slot state served as a device's (opts.device_state):
+ * no kv_state, and be_cpu_device.c's victims and sampling. */
 static const struct be_ops cpu_device_ops = {
     .name = "cpu",
     .load = cpu_load,
@@ -561,7 +459,7 @@ static const struct be_ops cpu_device_ops = {
     .kv_init_blocks = cpu_kv_init_blocks,
     .kv_copy_blocks = cpu_kv_copy_blocks,
     .kv_compact = cpu_kv_compact,
-    .kv_state = cpu_kv_state_device,
+    .kv_state = NULL, /* on the "device": kv_read_state and kv_victims stand in */
     .kv_read_state = cpu_kv_read_state,
     .kv_victims = cpu_kv_victims,
     .sample = cpu_sample,

@@ -26,6 +26,8 @@ struct cpu_kv_layer {
     float *score;   /* [n_blocks, n_head, block_size] accumulated attention */
 };
 
+struct cpu_attn_kernels; /* a kernel set (cpu_attn_impl.h) */
+
 struct cpu_attn_args {
     const struct be_batch *batch;
     const float *qkv;      /* [n_tok, 3 * n_head * head_dim]: q | k | v, q unscaled */
@@ -41,6 +43,9 @@ struct cpu_attn_args {
     float scale;           /* head_dim^-0.5 */
     float *scratch;        /* [n_threads, scratch_stride] attention row buffers */
     int32_t scratch_stride; /* >= max n_slots of any sequence */
+    /* The kernel set to run; NULL (what the backend passes) = cpu_attn_kernels_for.
+     * Tests set it to compare the sets. */
+    const struct cpu_attn_kernels *kernels;
 };
 
 /*
@@ -69,6 +74,20 @@ void cpu_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size, int32_
 /* Whether the kernels handle this geometry: head_dim a multiple of 16 up to 256
  * (every OPT: 64, 80 or 128), block_size up to 64. */
 bool cpu_attn_supports(int32_t head_dim, int32_t block_size);
+
+/* The portable kernel set (cpu_attn.c), the reference: any block size. */
+extern const struct cpu_attn_kernels cpu_attn_ref;
+
+/* The AVX-512 kernel set (cpu_attn_avx512.c, block size 16 only), or NULL when this
+ * build does not target AVX-512. Thread: any. */
+const struct cpu_attn_kernels *cpu_attn_avx512(void);
+
+/* The set cpu_attn_forward runs by default for this block size: the AVX-512 one
+ * where it is built and handles the size, else the portable one. Thread: any. */
+const struct cpu_attn_kernels *cpu_attn_kernels_for(int32_t block_size);
+
+/* The name of a kernel set ("portable", "avx512"), for test and log lines. */
+const char *cpu_attn_kernels_name(const struct cpu_attn_kernels *k);
 
 /* Scratch floats one thread needs for a sequence of n_slots slots. */
 int32_t cpu_attn_scratch_floats(int32_t n_slots, int32_t block_size, int32_t n_head);

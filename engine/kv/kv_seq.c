@@ -39,7 +39,7 @@ int kv_seq_grow(struct kv_seq *seq, struct kv_pool *pool, struct backend *be,
     int32_t add = need - seq->n_blocks;
     int err = kv_pool_alloc(pool, add, seq->blocks + seq->n_blocks);
     if (err) return err;
-    be->ops->kv_init_blocks(be->ctx, seq->blocks + seq->n_blocks, add);
+    backend_kv_init_blocks(be, seq->blocks + seq->n_blocks, add);
     seq->n_blocks = need;
     return 0;
 }
@@ -67,15 +67,6 @@ static void gather_head(const struct kv_seq *seq, const int32_t *lpos, const flo
     }
 }
 
-/* Whether the backend keeps the slot state on a device: kv_state then has no host
- * pointers to give (it returns -1) and kv_read_state / kv_victims stand in. */
-static bool state_on_device(struct backend *be)
-{
-    int32_t *pos;
-    float *score;
-    return be->ops->kv_state(be->ctx, 0, &pos, &score) != 0;
-}
-
 void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct backend *be,
                            const struct opt_config *cfg)
 {
@@ -92,15 +83,15 @@ void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct back
      * [n_layer, n_head, n], rather than L * H small reads. */
     int32_t *dev_pos = NULL;
     float *dev_col = NULL;
-    if (state_on_device(be)) {
+    if (backend_state_on_device(be)) {
         dev_pos = xmalloc((size_t)L * H * (size_t)n * sizeof *dev_pos);
         dev_col = xmalloc((size_t)L * H * (size_t)n * sizeof *dev_col);
-        CHECK(be->ops->kv_read_state(be->ctx, seq->blocks, n, dev_pos, dev_col) == 0);
+        CHECK(backend_kv_read_state(be, seq->blocks, n, dev_pos, dev_col) == 0);
     }
     for (int32_t l = 0; l < L; l++) {
         int32_t *lpos = NULL;
         float *lscore = NULL;
-        if (!dev_pos) CHECK(be->ops->kv_state(be->ctx, l, &lpos, &lscore) == 0);
+        if (!dev_pos) backend_kv_state(be, l, &lpos, &lscore);
         for (int32_t h = 0; h < H; h++) {
             const int64_t lh = (int64_t)l * H + h;
             const int32_t *hpos = pos;
@@ -117,7 +108,7 @@ void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct back
             CHECK(got == keep_n);
         }
     }
-    be->ops->kv_compact(be->ctx, seq->blocks, n, keep, keep_n);
+    backend_kv_compact(be, seq->blocks, n, keep, keep_n);
     seq->n_evicted += (int64_t)(n - keep_n) * L * H;
     /* The kept tokens are in slots 0..B-2; the budget needs ceil(B / bs) blocks. */
     const int32_t need = CEIL_DIV(B, bs);
@@ -153,13 +144,13 @@ static bool evict_begin(struct kv_seq *seq, struct backend *be, const struct opt
     if (!seq->head_slots)
         seq->head_slots = xmalloc((size_t)L * H * sizeof *seq->head_slots);
     seq->n_evicted += (int64_t)L * H; /* every head evicts one token either way */
-    if (!state_on_device(be)) return true;
+    if (!backend_state_on_device(be)) return true;
     /* The forward chose the victims by the same rule on the device. They are not
      * freed here: each keeps its pos and score until this head's next token is
      * written over it (head_slots sends it there), and nothing reads the slot in
      * between. All B slots of every head are occupied now, so each head has one. */
     CHECK(seq->prefilled);
-    CHECK(be->ops->kv_victims(be->ctx, seq->batch_index, seq->head_slots) == 0);
+    CHECK(backend_kv_victims(be, seq->batch_index, seq->head_slots) == 0);
     for (int32_t i = 0; i < L * H; i++)
         CHECK(seq->head_slots[i] >= 0 && seq->head_slots[i] < B);
     return false;
@@ -174,7 +165,7 @@ static void evict_head(struct kv_seq *seq, struct backend *be, int32_t n_head, i
     const int32_t B = kv_budget_slots(&seq->budget), h = lh % n_head;
     int32_t *lpos;
     float *lscore;
-    CHECK(be->ops->kv_state(be->ctx, lh / n_head, &lpos, &lscore) == 0);
+    backend_kv_state(be, lh / n_head, &lpos, &lscore);
     gather_head(seq, lpos, lscore, h, n_head, B, pos, score);
     const int32_t e = h2o_select_evict(score, pos, B, t, seq->budget.recent);
     CHECK(e >= 0);

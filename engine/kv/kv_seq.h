@@ -15,7 +15,7 @@
  * head's hole, where that head's next token goes.
  * Invariant: after the prompt, n_blocks <= ceil(B / block_size).
  *
- * Slot state on a device (be_ops.kv_state returns -1, the CUDA backend): the prompt's
+ * Slot state on a device (be_ops.kv_state NULL, the CUDA backend): the prompt's
  * state is read once with kv_read_state, and the decode victims are those the forward
  * itself chose (kv_victims, asked by batch_index); a victim is not freed on the host,
  * it keeps its pos and score until its head's next token overwrites it.

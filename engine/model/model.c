@@ -6,6 +6,8 @@
  */
 #include "model.h"
 
+#include "backend_cpu.h"
+#include "backend_cuda.h"
 #include "err.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -170,7 +172,7 @@ int model_load(struct model **out, const char *name, const struct model_opts *op
     if (err) goto fail;
     err = create_backend(m, opts);
     if (err) goto fail;
-    err = m->be.ops->load(m->be.ctx, &m->cfg, w);
+    err = backend_load(&m->be, &m->cfg, w);
     if (err) goto fail;
     weights_close(w);
     m->load_seconds = time_now() - t0;

@@ -3,6 +3,10 @@
  * (see sampler.h for the order of the steps and why). The top-k / top-p selection
  * is in sampler_select.c, the random generator in rng.c.
  *
+ * The steps' building blocks are exported to the CUDA sampler's host reference
+ * through sampler_impl.h (sampler_sanitize, sampler_sample_random, ...), so that
+ * reference runs this very code rather than a copy of it.
+ *
  * Owns: nothing between calls except what the caller's sampler_scratch holds.
  * Invariant: scratch->counts is all zeros between calls.
  * Thread: any, one scratch and one rng per thread at a time.
@@ -18,43 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Temperatures below this are greedy, as in vLLM: dividing logits by them would
- * overflow, and the distribution is an argmax to float precision anyway. */
-#define SAMPLER_MIN_TEMPERATURE 1e-5f
-
-/* Above this every finite logit is already equally likely. Clamping keeps 1 / T
- * above zero, so a -inf logit still maps to weight 0 and not to NaN (-inf * 0). */
-#define SAMPLER_MAX_TEMPERATURE 1e30f
-
-/* ---- vectorisable building blocks ---------------------------------------------- */
-
-/* w[j] = e^((logits[j] - m) * inv_t) for j < n. */
-static void exp_weights(const float *logits, int32_t n, float m, float inv_t, float *w)
-{
-    for (int32_t j = 0; j < n; j++)
-        w[j] = fast_exp((logits[j] - m) * inv_t);
-}
-
-/*
- * The sum of w[0, n) in double, in a fixed order: eight interleaved partial sums
- * (which the compiler keeps in SIMD registers, where one running sum would wait on
- * every addition), then the tail, then the eight lanes. Fixed order keeps the
- * result, and so every draw, identical from run to run.
- */
-static double sum_weights(const float *w, int32_t n)
-{
-    double lane[8] = {0};
-    int32_t j = 0;
-    for (; j + 8 <= n; j += 8)
-        for (int k = 0; k < 8; k++)
-            lane[k] += (double)w[j + k];
-    double s = 0.0;
-    for (; j < n; j++)
-        s += (double)w[j];
-    for (int k = 0; k < 8; k++)
-        s += lane[k];
-    return s;
-}
+/* The vectorisable building blocks (sampler_exp_weights, sampler_sum_weights) are
+ * in sampler_impl.h, shared with sampler_select.c and the CUDA reference. */
 
 /* ---- parameters and scratch ---------------------------------------------------- */
 
@@ -123,7 +92,7 @@ static inline int32_t order_key(uint32_t b)
  * works on bit patterns and an integer maximum, so it is branch-free SIMD; the
  * second looks for the first copy of the maximum sixteen tokens at a time.
  */
-static float sanitize(float *logits, int32_t vocab, int32_t *argmax)
+float sampler_sanitize(float *logits, int32_t vocab, int32_t *argmax)
 {
     const uint32_t neg_inf = 0xff800000u, pos_inf = 0x7f800000u, flt_max = 0x7f7fffffu;
     int32_t key_m = INT32_MIN;
@@ -157,21 +126,14 @@ static float sanitize(float *logits, int32_t vocab, int32_t *argmax)
 
 /* ---- step 4: logprobs ------------------------------------------------------------ */
 
-/* log(sum_j e^logits[j]), computed around the maximum `m` so nothing overflows.
- * `w` [vocab] is scratch. */
-static double log_sum_exp(const float *logits, int32_t vocab, float m, float *w)
+double sampler_log_sum_exp(const float *logits, int32_t vocab, float m, float *w)
 {
-    exp_weights(logits, vocab, m, 1.0f, w);
-    return (double)m + log(sum_weights(w, vocab));
+    sampler_exp_weights(logits, vocab, m, 1.0f, w);
+    return (double)m + log(sampler_sum_weights(w, vocab));
 }
-/* The `n` (<= 5) most likely tokens, best first, skipping -inf (impossible tokens
- * have no meaningful logprob and -inf does not fit in JSON). One pass keeping a
- * tiny sorted array. */
-static void top_logprobs(const float *logits, int32_t vocab, int32_t n, double lse,
-                         struct sample_out *out)
+/* One pass keeping a tiny sorted array. */
+int32_t sampler_top(const float *logits, int32_t vocab, int32_t n, int32_t *ids, float *vals)
 {
-    int32_t ids[SAMPLER_MAX_LOGPROBS];
-    float vals[SAMPLER_MAX_LOGPROBS];
     int32_t have = 0;
     for (int32_t j = 0; j < vocab && n > 0; j += SAMPLER_BLOCK) {
         int32_t end = MIN(j + SAMPLER_BLOCK, vocab);
@@ -194,6 +156,17 @@ static void top_logprobs(const float *logits, int32_t vocab, int32_t n, double l
             ids[pos] = i;
         }
     }
+    return have;
+}
+
+/* The `n` (<= 5) most likely tokens (sampler_top) with their logprobs, given the
+ * log-sum-exp `lse`. */
+static void top_logprobs(const float *logits, int32_t vocab, int32_t n, double lse,
+                         struct sample_out *out)
+{
+    int32_t ids[SAMPLER_MAX_LOGPROBS];
+    float vals[SAMPLER_MAX_LOGPROBS];
+    const int32_t have = sampler_top(logits, vocab, n, ids, vals);
     out->n_top = have;
     for (int32_t i = 0; i < have; i++) {
         out->top_ids[i] = ids[i];
@@ -202,20 +175,14 @@ static void top_logprobs(const float *logits, int32_t vocab, int32_t n, double l
 }
 /* ---- step 5: the draw ------------------------------------------------------------ */
 
-/*
- * Draw from weights w[0, n) with total `total`: the first index where the running
- * sum passes u * total. Whole blocks of 64 are skipped by their (vectorised) sums
- * while the running sum stays below the target; the block that crosses it is
- * scanned one by one. Rounding can leave the last running sum a hair below
- * u * total; then the last index with a non-zero weight is taken, never an
- * impossible one.
- */
-static int32_t draw_index(const float *w, int32_t n, double total, double u01)
+/* Whole blocks of 64 are skipped by their (vectorised) sums while the running sum
+ * stays below the target; the block that crosses it is scanned one by one. */
+int32_t sampler_draw_index(const float *w, int32_t n, double total, double u01)
 {
     double u = u01 * total, acc = 0.0;
     int32_t j = 0;
     for (; j + 64 <= n; j += 64) {
-        double b = sum_weights(w + j, 64);
+        double b = sampler_sum_weights(w + j, 64);
         if (acc + b > u) break;
         acc += b;
     }
@@ -228,8 +195,7 @@ static int32_t draw_index(const float *w, int32_t n, double total, double u01)
     return j;
 }
 
-/* The same draw over candidates, whose total is summed here. */
-static int32_t draw_cand(const struct sampler_cand *c, int32_t n, double u01)
+int32_t sampler_draw_cand(const struct sampler_cand *c, int32_t n, double u01)
 {
     double total = 0.0;
     for (int32_t j = 0; j < n; j++)
@@ -245,40 +211,34 @@ static int32_t draw_cand(const struct sampler_cand *c, int32_t n, double u01)
     return c[last].id;
 }
 
-/*
- * Step 5 for a non-greedy request. `m` is the maximum processed logit. When the
- * full-vocabulary sum of e^(logit - m) at temperature 1 falls out as a by-product,
- * it is stored in *sum_t1 so the logprobs need not recompute it (left < 0
- * otherwise).
- */
-static int32_t sample_random(const struct sampler_params *p, const float *logits,
-                             int32_t vocab, float m, double u01,
-                             struct sampler_scratch *s, double *sum_t1)
+int32_t sampler_sample_random(float temperature, int32_t top_k, float top_p,
+                              const float *logits, int32_t vocab, float m, double u01,
+                              float *w, struct sampler_cand *c, double *sum_t1)
 {
-    float inv_t = 1.0f / MIN(p->temperature, SAMPLER_MAX_TEMPERATURE);
-    int top_k_on = p->top_k > 0 && p->top_k < vocab;
-    int top_p_on = p->top_p < 1.0f;
+    float inv_t = 1.0f / MIN(temperature, SAMPLER_MAX_TEMPERATURE);
+    int top_k_on = top_k > 0 && top_k < vocab;
+    int top_p_on = top_p < 1.0f;
 
     if (top_k_on) {
         /* Select by logit first, so exp runs only on the k survivors; top_p then
          * applies to what top-k left, renormalised. */
-        int32_t n = sampler_select_top_k(logits, vocab, m, inv_t, p->top_k, s->cand);
+        int32_t n = sampler_select_top_k(logits, vocab, m, inv_t, top_k, c);
         if (top_p_on && n > 1) {
             double total = 0.0;
             for (int32_t j = 0; j < n; j++)
-                total += s->cand[j].w;
-            n = sampler_select_nucleus(s->cand, n, (double)p->top_p * total);
+                total += c[j].w;
+            n = sampler_select_nucleus(c, n, (double)top_p * total);
         }
-        return draw_cand(s->cand, n, u01);
+        return sampler_draw_cand(c, n, u01);
     }
 
-    exp_weights(logits, vocab, m, inv_t, s->w);
-    double total = sum_weights(s->w, vocab);
-    if (p->temperature == 1.0f) *sum_t1 = total;
-    if (!top_p_on) return draw_index(s->w, vocab, total, u01);
-    float t = MIN(p->temperature, SAMPLER_MAX_TEMPERATURE);
-    int32_t n = sampler_select_top_p(logits, s->w, vocab, m, t, total, p->top_p, s->cand);
-    return draw_cand(s->cand, n, u01);
+    sampler_exp_weights(logits, vocab, m, inv_t, w);
+    double total = sampler_sum_weights(w, vocab);
+    if (temperature == 1.0f && sum_t1) *sum_t1 = total;
+    if (!top_p_on) return sampler_draw_index(w, vocab, total, u01);
+    float t = MIN(temperature, SAMPLER_MAX_TEMPERATURE);
+    int32_t n = sampler_select_top_p(logits, w, vocab, m, t, total, top_p, c);
+    return sampler_draw_cand(c, n, u01);
 }
 
 /* ---- the whole call -------------------------------------------------------------- */
@@ -338,17 +298,19 @@ int32_t sampler_sample_u(const struct sampler_params *p, float *logits, int32_t 
     CHECK(p->n_logprobs <= SAMPLER_MAX_LOGPROBS);
     scratch_reserve(scratch, vocab);
     int32_t argmax;
-    float m = sanitize(logits, vocab, &argmax);
+    float m = sampler_sanitize(logits, vocab, &argmax);
     double sum_t1 = -1.0;
     int32_t token = sampler_is_greedy(p)
                         ? argmax
-                        : sample_random(p, logits, vocab, m, u, scratch, &sum_t1);
+                        : sampler_sample_random(p->temperature, p->top_k, p->top_p, logits,
+                                                vocab, m, u, scratch->w, scratch->cand,
+                                                &sum_t1);
 
     memset(out, 0, sizeof *out);
     out->token = token;
     if (p->n_logprobs >= 0) {
         double lse = sum_t1 > 0.0 ? (double)m + log(sum_t1)
-                                  : log_sum_exp(logits, vocab, m, scratch->w);
+                                  : sampler_log_sum_exp(logits, vocab, m, scratch->w);
         out->logprob = (float)((double)logits[token] - lse);
         top_logprobs(logits, vocab, p->n_logprobs, lse, out);
     }
@@ -378,8 +340,8 @@ void sampler_logprobs(float *logits, int32_t vocab, int32_t token, int32_t n_top
     CHECK(n_top >= 0 && n_top <= SAMPLER_MAX_LOGPROBS);
     scratch_reserve(scratch, vocab);
     int32_t argmax;
-    float m = sanitize(logits, vocab, &argmax);
-    double lse = log_sum_exp(logits, vocab, m, scratch->w);
+    float m = sampler_sanitize(logits, vocab, &argmax);
+    double lse = sampler_log_sum_exp(logits, vocab, m, scratch->w);
     memset(out, 0, sizeof *out);
     out->token = token;
     out->logprob = (float)((double)logits[token] - lse);

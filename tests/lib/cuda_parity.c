@@ -42,7 +42,7 @@ static double top2_gap(const float *x, int32_t n)
 }
 
 /* One sequence's slot state of every layer from a backend: kv_read_state where the
- * state is on the device, else gathered from kv_state's host arrays.
+ * state is on the device (kv_state NULL), else gathered from kv_state's host arrays.
  * pos, score [n_layer, n_head, n_slots]. */
 static void read_state(struct model *m, const struct kv_seq *kv, int32_t *pos, float *score)
 {
@@ -50,7 +50,7 @@ static void read_state(struct model *m, const struct kv_seq *kv, int32_t *pos, f
     const int32_t L = m->cfg.n_layer, H = m->cfg.n_head, n = kv->n_slots;
     int32_t *lp = NULL;
     float *ls = NULL;
-    if (ops->kv_state(m->be.ctx, 0, &lp, &ls) != 0) {
+    if (!ops->kv_state) {
         CHECK(ops->kv_read_state(m->be.ctx, kv->blocks, n, pos, score) == 0);
         return;
     }
