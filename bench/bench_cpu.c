@@ -100,7 +100,7 @@ struct result {
 static struct be_profile read_profile(struct model *m)
 {
     struct be_profile p = {0};
-    if (m->be.ops->profile) m->be.ops->profile(m->be.ctx, &p);
+    backend_profile(&m->be, &p);
     return p;
 }
 

@@ -99,7 +99,7 @@ static int run_policy(struct model *m, const struct opts *o, enum kv_policy poli
 {
     struct workload w = o->w;
     w.spec.policy = policy;
-    const size_t block = m->be.ops->kv_block_bytes(m->be.ctx, w.block_size);
+    const size_t block = backend_kv_block_bytes(&m->be, w.block_size);
     int64_t pool = kv_bytes > 0 ? kv_bytes / (int64_t)block : workload_peak_blocks(&w);
     int32_t fit = 0;
     if (kv_bytes > 0) {
@@ -155,7 +155,7 @@ static void print_json(const struct model *m, const struct opts *o, const struct
            "\"prefill_latency_s\": %.4f, \"prefill_throughput\": %.2f, "
            "\"decode_latency_s\": %.4f, \"decode_throughput\": %.2f, "
            "\"total_throughput\": %.2f, \"tokens_evicted\": %lld}\n",
-           m->cfg.name, m->be.ops->name, dtype_name(m->dtype),
+           m->cfg.name, backend_name(&m->be), dtype_name(m->dtype),
            MAX(o->mo.tensor_parallel, 1), w->prompt_len, w->gen_len,
            kv_policy_name(r->policy), b.policy == KV_POLICY_FULL ? 0 : b.heavy,
            b.policy == KV_POLICY_FULL ? 0 : b.recent, r->batch,
@@ -304,7 +304,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_throughput: %s\n", err_msg());
         return 1;
     }
-    const double block = (double)m->be.ops->kv_block_bytes(m->be.ctx, o.w.block_size);
+    const double block = (double)backend_kv_block_bytes(&m->be, o.w.block_size);
     const int64_t weights = param_count(&m->cfg) * dtype_size(m->dtype);
     struct workload warm = o.w;
     warm.n = 1;
@@ -337,7 +337,7 @@ int main(int argc, char **argv)
     printf(
         "model %s, backend %s (%s), tensor parallel %d, %d + %d tokens, %s, weights %.1f "
         "MiB (loaded in %.1f s), max batched tokens %d\n",
-        m->cfg.name, m->be.ops->name, dtype_name(m->dtype), MAX(o.mo.tensor_parallel, 1),
+        m->cfg.name, backend_name(&m->be), dtype_name(m->dtype), MAX(o.mo.tensor_parallel, 1),
         o.w.prompt_len, o.w.gen_len,
         o.batch_max    ? "batch: the largest that fits the backend's KV capacity"
         : kv_bytes > 0 ? "batch: the largest that fits the KV cache"

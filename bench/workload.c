@@ -108,7 +108,7 @@ static int pick(struct model *m, struct batch *b, const struct batch_item *items
     for (int32_t i = 0; i < n; i++)
         rows[i] = (struct be_sample_row){
             .row = items[i].logits_row, .temperature = 0, .top_p = 1, .n_logprobs = -1};
-    int err = m->be.ops->sample(m->be.ctx, rows, n, outs);
+    int err = backend_sample(&m->be, rows, n, outs);
     for (int32_t i = 0; !err && i < n; i++)
         tok[i] = outs[i].token;
     return err;
@@ -146,7 +146,7 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
     }
     struct batch b;
     batch_init(&b);
-    b.device_logits = m->be.ops->sample != NULL;
+    b.device_logits = backend_can_sample(&m->be);
     memset(res, 0, sizeof *res);
 
     /* Prefill: chunks of the prompts in order, up to max_batched tokens a forward. */
@@ -188,7 +188,7 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
 
     /* Decode: every sequence one token per step. */
     struct be_profile prof;
-    if (m->be.ops->profile) m->be.ops->profile(m->be.ctx, &prof); /* reset */
+    backend_profile(&m->be, &prof); /* reset */
     t0 = time_now();
     struct kv_seq **kv_ptr = xmalloc((size_t)n * sizeof *kv_ptr);
     int32_t *at = xmalloc((size_t)n * sizeof *at);
@@ -216,7 +216,7 @@ int workload_run(struct model *m, const struct workload *w, int32_t pool_blocks,
             toks[(size_t)i * (size_t)(prompt_len + gen_len) + p + 1] = picked[i];
     }
     res->decode_s = time_now() - t0;
-    if (m->be.ops->profile) m->be.ops->profile(m->be.ctx, &res->decode_prof);
+    backend_profile(&m->be, &res->decode_prof);
     for (int32_t i = 0; i < n; i++) {
         res->evicted += kv[i].n_evicted;
         const int32_t *g = toks + (size_t)i * (size_t)(prompt_len + gen_len) + prompt_len;

@@ -177,7 +177,7 @@ static int run(const struct cfg *cf)
         if (o.q.segments > 0) segs = MIN(segs, o.q.segments);
         printf("model %s, backend %s (%s), text %s: %d tokens, %lld segments of %d + %d "
                "tokens (%lld scored)\n",
-               m->cfg.name, m->be.ops->name, dtype_name(m->dtype), o.text, n_ids,
+               m->cfg.name, backend_name(&m->be), dtype_name(m->dtype), o.text, n_ids,
                (long long)segs, o.q.prompt_len, o.q.gen_len, (long long)segs * o.q.gen_len);
         printf("%-6s %6s %6s %11s %8s\n", "policy", "heavy", "recent", "perplexity",
                "vs full");

@@ -136,7 +136,7 @@ int cli_generate(int argc, char **argv)
     fprintf(stderr, "loaded %s (%s, %d layers, hidden %d) in %.2f s\n", m->cfg.name,
             dtype_name(m->dtype), m->cfg.n_layer, m->cfg.hidden, m->load_seconds);
     if (c.kv_cache_bytes > 0) {
-        int64_t per_block = (int64_t)m->be.ops->kv_block_bytes(m->be.ctx, go.block_size);
+        int64_t per_block = (int64_t)backend_kv_block_bytes(&m->be, go.block_size);
         go.kv_blocks = (int32_t)MIN(c.kv_cache_bytes / per_block, INT32_MAX);
         if (go.kv_blocks < 1) {
             fprintf(stderr,

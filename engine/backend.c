@@ -34,9 +34,11 @@ size_t backend_kv_block_bytes(const struct backend *be, int32_t block_size)
     return be->ops->kv_block_bytes(be->ctx, block_size);
 }
 
-size_t backend_kv_capacity(const struct backend *be)
+bool backend_kv_capacity(const struct backend *be, size_t *bytes)
 {
-    return be->ops->kv_capacity ? be->ops->kv_capacity(be->ctx) : 0;
+    if (!be->ops->kv_capacity) return false;
+    *bytes = be->ops->kv_capacity(be->ctx);
+    return true;
 }
 
 void backend_kv_init_blocks(struct backend *be, const int32_t *blocks, int32_t n)

@@ -197,9 +197,10 @@ int backend_kv_alloc(struct backend *be, int32_t n_blocks, int32_t block_size);
 /* Bytes one block takes over all layers (K, V and slot state). */
 size_t backend_kv_block_bytes(const struct backend *be, int32_t block_size);
 
-/* Bytes the KV pool may take, or 0 when the backend leaves it to the engine (no
- * kv_capacity: the engine sizes the pool from host RAM). */
-size_t backend_kv_capacity(const struct backend *be);
+/* Whether the backend bounds the KV pool (be_ops.kv_capacity); if so, the bytes the
+ * pool may take go to *bytes (0 is a real answer: a device the weights filled).
+ * Without one, the engine sizes the pool from host RAM. */
+bool backend_kv_capacity(const struct backend *be, size_t *bytes);
 
 /* be_ops.kv_init_blocks, kv_copy_blocks and kv_compact. */
 void backend_kv_init_blocks(struct backend *be, const int32_t *blocks, int32_t n);

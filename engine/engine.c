@@ -190,10 +190,10 @@ static int engine_load(struct engine *e)
     const struct model *m = e->core->m;
     const int32_t n_blocks = e->core->pool.n_blocks;
     const double mib =
-        (double)m->be.ops->kv_block_bytes(m->be.ctx, e->o.block_size) * n_blocks / (1 << 20);
+        (double)backend_kv_block_bytes(&m->be, e->o.block_size) * n_blocks / (1 << 20);
     log_info("engine: %s (%s, %s) loaded in %.2f s; KV pool %d blocks of %d tokens "
              "(%.1f MiB)",
-             m->cfg.name, m->be.ops->name, dtype_name(m->dtype), m->load_seconds, n_blocks,
+             m->cfg.name, backend_name(&m->be), dtype_name(m->dtype), m->load_seconds, n_blocks,
              e->o.block_size, mib);
     return 0;
 }

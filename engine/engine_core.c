@@ -22,8 +22,8 @@
 
 int64_t engine_core_kv_capacity(const struct model *m)
 {
-    const struct be_ops *ops = m->be.ops;
-    if (ops->kv_capacity) return (int64_t)MIN(ops->kv_capacity(m->be.ctx), (size_t)INT64_MAX);
+    size_t cap;
+    if (backend_kv_capacity(&m->be, &cap)) return (int64_t)MIN(cap, (size_t)INT64_MAX);
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     int64_t bytes = ENGINE_CORE_DEFAULT_KV_BYTES;
     if (pages > 0 && page > 0) bytes = MIN(bytes, (int64_t)pages * page / 4);
@@ -35,7 +35,7 @@ int engine_core_pool_blocks(const struct engine_core_opts *o, const struct model
 {
     const struct opt_config *cfg = &m->cfg;
     const int32_t bs = o->block_size;
-    const size_t bb = m->be.ops->kv_block_bytes(m->be.ctx, bs);
+    const size_t bb = backend_kv_block_bytes(&m->be, bs);
     CHECK(bb > 0);
     if (o->kv_blocks > 0) {
         *out = o->kv_blocks;
@@ -102,7 +102,7 @@ int engine_core_open(const struct engine_core_opts *o, struct engine_core **out)
         int32_t n_blocks = 0;
         err = engine_core_pool_blocks(o, c->m, &n_blocks);
         if (err) goto fail;
-        err = c->m->be.ops->kv_alloc(c->m->be.ctx, n_blocks, o->block_size);
+        err = backend_kv_alloc(&c->m->be, n_blocks, o->block_size);
         if (err) goto fail;
         kv_pool_init(&c->pool, n_blocks, o->block_size);
         c->pool_inited = true;

@@ -96,8 +96,10 @@ TEST(null_entries_get_the_fallbacks)
     struct fake f = {0};
     struct backend be = {.ops = &bare_ops, .ctx = &f};
     EXPECT_STR(backend_name(&be), "bare");
-    /* No kv_capacity: 0, the engine sizes the pool from host RAM. */
-    EXPECT_EQ(backend_kv_capacity(&be), 0);
+    /* No kv_capacity: no bound, the engine sizes the pool from host RAM. */
+    size_t cap = 7;
+    EXPECT(!backend_kv_capacity(&be, &cap));
+    EXPECT_EQ(cap, 7);
     /* No profile: all zeros, whatever *out held. */
     struct be_profile p;
     memset(&p, 0x5a, sizeof p);
@@ -125,7 +127,9 @@ TEST(set_entries_are_called_through)
 {
     struct fake f = {0};
     struct backend be = {.ops = &full_ops, .ctx = &f};
-    EXPECT_EQ(backend_kv_capacity(&be), 12345);
+    size_t cap = 0;
+    EXPECT(backend_kv_capacity(&be, &cap));
+    EXPECT_EQ(cap, 12345);
     EXPECT_EQ(f.n_capacity, 1);
     struct be_profile p;
     backend_profile(&be, &p);
