@@ -17,6 +17,7 @@
  * With --tensor-parallel N the layers are sharded over N rank threads that split the
  * cores; on one socket this measures the cost of the all-reduces, not a speed-up.
  */
+#include "backend_cpu.h"
 #include "batch.h"
 #include "bench_args.h"
 #include "cpu_gemm.h"

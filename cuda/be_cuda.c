@@ -12,6 +12,8 @@
  * Owns: everything in struct cuda_be. Thread: engine (the rank threads are internal).
  */
 #include "be_cuda_impl.h"
+
+#include "backend_cuda.h"
 #include "comm_nccl.h"
 
 #include "err.h"

@@ -8,6 +8,7 @@
  * code has no switch, environment variable or hook for it.
  * Owns: nothing. Thread: any.
  */
+#include "backend_cuda.h"
 #include "be_cuda_impl.h"
 
 #include <unistd.h>

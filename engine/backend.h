@@ -246,9 +246,4 @@ void backend_profile(struct backend *be, struct be_profile *out);
 /* Destroy a backend made by any *_create. Safe on a zeroed struct. */
 void backend_destroy(struct backend *be);
 
-/* Each backend's options and constructor live in its own header. They are included
- * here too for the callers that still look for them in backend.h. */
-#include "backend_cpu.h"
-#include "backend_cuda.h"
-
 #endif

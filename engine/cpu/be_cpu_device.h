@@ -17,6 +17,7 @@
 #define H2O_BE_CPU_DEVICE_H
 
 #include "backend.h"
+#include "backend_cpu.h"
 #include "cpu_attn.h"
 #include "sampler.h"
 

@@ -8,6 +8,7 @@
  */
 #include "cpu_rank.h"
 
+#include "backend_cpu.h"
 #include "cpu_ops.h"
 #include "err.h"
 #include "util.h"

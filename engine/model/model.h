@@ -6,6 +6,7 @@
 #define H2O_MODEL_H
 
 #include "backend.h"
+#include "backend_cpu.h"
 #include "opt_config.h"
 
 #include <stdbool.h>

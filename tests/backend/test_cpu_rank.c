@@ -4,6 +4,7 @@
  */
 #include "test.h"
 
+#include "backend_cpu.h"
 #include "batch.h"
 #include "kv_pool.h"
 #include "kv_seq.h"

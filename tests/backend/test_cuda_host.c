@@ -28,6 +28,7 @@
  */
 #include "test.h"
 
+#include "backend_cuda.h"
 #include "cuda_parity.h"
 #include "fakecuda.h"
 

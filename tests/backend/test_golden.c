@@ -9,6 +9,7 @@
  */
 #include "test.h"
 
+#include "backend_cpu.h"
 #include "err.h"
 #include "generate.h"
 #include "golden.h"

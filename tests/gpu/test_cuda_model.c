@@ -26,6 +26,7 @@
  */
 #include "test.h"
 
+#include "backend_cuda.h"
 #include "cuda_parity.h"
 
 TEST(golden_tiny_opt)
