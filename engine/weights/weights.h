@@ -12,7 +12,7 @@
 #define H2O_WEIGHTS_H
 
 #include "dtype.h"
-#include "model.h"
+#include "opt_config.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -14,7 +14,7 @@
 #define H2O_WEIGHTS_IMPL_H
 
 #include "dtype.h"
-#include "model.h"
+#include "opt_config.h"
 #include "weights.h"
 
 #include <stddef.h>
