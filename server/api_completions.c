@@ -247,7 +247,7 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
                     err))
         return -1;
     struct kv_spec kv = m->kv_default;
-    if (kv_policy_parse(pname, &kv.policy))
+    if (kv_budget_policy_parse(pname, &kv.policy))
         return API_BAD_VALUE(err, "kv_cache.policy",
                          "Invalid value for 'kv_cache.policy': \"%.*s\" "
                          "is not one of \"full\", \"h2o\", \"local\".",
@@ -284,7 +284,7 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
         const bool is_heavy = which < 2, is_ratio = which % 2 == 1;
         if (kv.policy == KV_POLICY_FULL || (kv.policy == KV_POLICY_LOCAL && is_heavy))
             return API_BAD_VALUE(err, param, "'%s' does not apply to the %s policy.", param,
-                             kv_policy_name(kv.policy));
+                             kv_budget_policy_name(kv.policy));
         if (seen[which ^ 1])
             return API_BAD_VALUE(err, param,
                              "'kv_cache' takes a count or a ratio for each size, "

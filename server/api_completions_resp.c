@@ -270,7 +270,7 @@ static cJSON *kv_usage_object(const struct cmpl_resp *r)
     int64_t evicted;
     cmpl_resp_kv_usage(r, &b, &evicted);
     cJSON *k = cJSON_CreateObject();
-    cJSON_AddStringToObject(k, "policy", kv_policy_name(b.policy));
+    cJSON_AddStringToObject(k, "policy", kv_budget_policy_name(b.policy));
     if (b.policy != KV_POLICY_FULL) {
         cJSON_AddNumberToObject(k, "heavy", b.heavy);
         cJSON_AddNumberToObject(k, "recent", b.recent);

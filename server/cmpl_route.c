@@ -63,8 +63,8 @@ static void note_completion(struct cmpl_job *j)
     cmpl_resp_kv_usage(j->resp, &b, &evicted);
     char kv[96] = "full";
     if (b.policy != KV_POLICY_FULL)
-        snprintf(kv, sizeof kv, "%s(heavy=%d,recent=%d,evicted=%lld)", kv_policy_name(b.policy),
-                 b.heavy, b.recent, (long long)evicted);
+        snprintf(kv, sizeof kv, "%s(heavy=%d,recent=%d,evicted=%lld)",
+                 kv_budget_policy_name(b.policy), b.heavy, b.recent, (long long)evicted);
     char note[256];
     snprintf(note, sizeof note, "%s prompt_tokens=%lld completion_tokens=%lld kv=%s", j->id,
              (long long)pt, (long long)ct, kv);
