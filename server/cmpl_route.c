@@ -3,7 +3,7 @@
  *
  * A completion request becomes one engine request per prompt (ids base_id + i,
  * registered with the bridge so engine events find their job); events feed the
- * pure response assembly of api_completions_resp.c, whose bytes go out as SSE
+ * pure response assembly of cmpl_resp.c, whose bytes go out as SSE
  * chunks or, at the end, as one JSON body.
  *
  * Owns: a job per exchange (the parsed request, the response assembly and the
@@ -15,6 +15,7 @@
  */
 #include "cmpl_route.h"
 
+#include "cmpl_resp.h"
 #include "reply.h"
 #include "srv.h"
 

@@ -1,7 +1,6 @@
 /*
- * api_completions.c - POST /v1/completions: parsing and validating the request body,
- * and turning it into engine requests (see api_completions.h). The response side is
- * api_completions_resp.c.
+ * cmpl.c - POST /v1/completions: parsing and validating the request body, and
+ * turning it into engine requests (see cmpl.h). The response side is cmpl_resp.c.
  *
  * Owns: the strings and arrays of a struct cmpl_params (cmpl_params_free).
  * Validation order: the body must be UTF-8 JSON holding an object; then each known
@@ -16,7 +15,7 @@
  * would export a dozen helpers to save no reader a jump.
  * Thread: any (no state).
  */
-#include "api_completions.h"
+#include "cmpl.h"
 
 #include "tokenizer.h"
 #include "util.h"
