@@ -761,9 +761,9 @@ const struct cfg_opt *cfg_find_n(const char *name, size_t len, bool flag, unsign
         const struct cfg_opt *o = &opt_table[i];
         if (!(o->scopes & scopes)) continue;
         /* A row that names its flag answers to that flag, not to its key's. */
-        const bool own = flag && o->flag ? strlen(o->flag) == len &&
-                                               memcmp(o->flag, name, len) == 0
-                                         : name_is(o->key, name, len, flag);
+        const bool own = flag && o->flag
+                             ? strlen(o->flag) == len && memcmp(o->flag, name, len) == 0
+                             : name_is(o->key, name, len, flag);
         if (own || name_is(o->alias, name, len, flag)) return o;
     }
     return NULL;

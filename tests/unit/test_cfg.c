@@ -172,7 +172,8 @@ static const struct cfg_opt *flag_twin(const struct cfg_opt *o, const char *flag
     const struct cfg_opt *t = cfg_opts(&n);
     for (size_t i = 0; i < n; i++) {
         char f[80];
-        if (&t[i] != o && (t[i].scopes & scope) && strcmp(flag_of(&t[i], f, sizeof f), flag) == 0)
+        if (&t[i] != o && (t[i].scopes & scope) &&
+            strcmp(flag_of(&t[i], f, sizeof f), flag) == 0)
             return &t[i];
     }
     return NULL;
