@@ -296,7 +296,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         case 'g': o->gap_s = atof(optarg) * 1e-3; break;
         case 'w': o->window_s = atof(optarg); break;
         case 'v':
-            if (kv_policy_parse(optarg, &o->kv.policy))
+            if (kv_budget_policy_parse(optarg, &o->kv.policy))
                 return fprintf(stderr, "bad --kv\n"), 2;
             break;
         case 's': o->so.max_num_seqs = atoi(optarg); break;
@@ -321,7 +321,7 @@ int main(int argc, char **argv)
         .interactive_tokens = 8, .gap_s = 0.25, .window_s = 8,
         .so = {.max_num_seqs = 256, .max_batched_tokens = 2048},
     };
-    kv_spec_default(&o.kv); /* the server's default: H2O, 10% heavy + 10% recent */
+    kv_budget_spec_default(&o.kv); /* the server's default: H2O, 10% heavy + 10% recent */
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
 
@@ -353,8 +353,8 @@ int main(int argc, char **argv)
     b.s = b.core->sched;
     printf("model %s %s, kv %s, max_num_seqs %d, max_batched_tokens %d, "
            "batch_prompt_tokens %d\n",
-           o.model, dtype_name(o.dtype), kv_policy_name(o.kv.policy), o.so.max_num_seqs,
-           o.so.max_batched_tokens, o.so.batch_prompt_tokens);
+           o.model, dtype_name(o.dtype), kv_budget_policy_name(o.kv.policy),
+           o.so.max_num_seqs, o.so.max_batched_tokens, o.so.batch_prompt_tokens);
     printf("batch: %d in flight, %d + %d (+-%.0f%%) tokens each; interactive: %d per "
            "prompt length, %d tokens, arriving 0..%.0f ms after the previous one\n",
            o.in_flight, o.batch_prompt, o.batch_tokens, 100 * o.batch_spread,

@@ -109,7 +109,7 @@ static int run_policy(struct model *m, const struct opts *o, enum kv_policy poli
             return err_set(ENG_ENOMEM,
                            "%s: %lld bytes of KV cache hold no sequence of %d + %d "
                            "tokens",
-                           kv_policy_name(policy), (long long)kv_bytes, w.prompt_len,
+                           kv_budget_policy_name(policy), (long long)kv_bytes, w.prompt_len,
                            w.gen_len);
         /* The batch's own peak, planned without a pool limit, is what it needs; if a
          * limit changed the plan (prompts held back from a forward), keep the limit. */
@@ -128,8 +128,9 @@ static void print_row(const struct row *r, const struct workload *w, double bloc
                       const struct row *full)
 {
     const double n = r->batch;
-    printf("%-6s %6d %10.3f %12.1f %10.3f %12.1f %12.1f %10.1f", kv_policy_name(r->policy),
-           r->batch, r->r.prefill_s, n * w->prompt_len / r->r.prefill_s, r->r.decode_s,
+    printf("%-6s %6d %10.3f %12.1f %10.3f %12.1f %12.1f %10.1f",
+           kv_budget_policy_name(r->policy), r->batch, r->r.prefill_s,
+           n * w->prompt_len / r->r.prefill_s, r->r.decode_s,
            n * (w->gen_len - 1) / r->r.decode_s, total_tps(r, w),
            r->r.peak_blocks * block_mib);
     if (full) printf(" %8.2fx", total_tps(r, w) / total_tps(full, w));
@@ -157,7 +158,7 @@ static void print_json(const struct model *m, const struct opts *o, const struct
            "\"total_throughput\": %.2f, \"tokens_evicted\": %lld}\n",
            m->cfg.name, backend_name(&m->be), dtype_name(m->dtype),
            MAX(o->mo.tensor_parallel, 1), w->prompt_len, w->gen_len,
-           kv_policy_name(r->policy), b.policy == KV_POLICY_FULL ? 0 : b.heavy,
+           kv_budget_policy_name(r->policy), b.policy == KV_POLICY_FULL ? 0 : b.heavy,
            b.policy == KV_POLICY_FULL ? 0 : b.recent, r->batch,
            o->batch_max   ? "max"
            : kv_bytes > 0 ? "kv-cache-bytes"
@@ -179,7 +180,7 @@ static int parse_policies(const char *s, struct opts *o)
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         enum kv_policy p;
-        if (kv_policy_parse(t, &p) || o->n_policies == 3) return -1;
+        if (kv_budget_policy_parse(t, &p) || o->n_policies == 3) return -1;
         for (int i = 0; i < o->n_policies; i++)
             if (o->policies[i] == p) return -1;
         o->policies[o->n_policies++] = p;
@@ -285,7 +286,7 @@ int main(int argc, char **argv)
                            .gen_len = 32,
                            .max_batched = 2048,
                            .block_size = 16}};
-    kv_spec_default(&o.w.spec);
+    kv_budget_spec_default(&o.w.spec);
     /* FlexGen's workload at the paper's exact budget: no floor unless asked for
      * (--kv-min-budget); the budget run is printed with every result. */
     o.w.spec.min_budget = 0;
@@ -372,7 +373,7 @@ int main(int argc, char **argv)
         printf(
             "%-6s decode step %.2f ms = gemm %.2f + attention %.2f + other forward %.2f + "
             "H2O victims %.2f + sampling %.2f + batching %.2f\n",
-            kv_policy_name(rows[i].policy), r->decode_s * ms, p->gemm_s * ms,
+            kv_budget_policy_name(rows[i].policy), r->decode_s * ms, p->gemm_s * ms,
             p->attn_s * ms, (p->forward_s - p->gemm_s - p->attn_s) * ms, r->evict_s * ms,
             r->sample_s * ms, (r->decode_s - p->forward_s - r->evict_s - r->sample_s) * ms);
     }

@@ -27,6 +27,7 @@
 #include "loadgen_http.h"
 #include "loadgen_opts.h"
 #include "loadgen_result.h"
+#include "loadgen_rng.h"
 #include "loadgen_stats.h"
 
 struct lg_req {
@@ -182,8 +183,8 @@ static void bench_finish(struct lg_bench *b)
     b->t_end = uv_hrtime();
     uv_timer_stop(&b->arrivals);
     uv_close((uv_handle_t *)&b->arrivals, NULL);
-    b->connects = lg_client_n_connects(b->cl);  /* the probe's included (reused) */
-    lg_client_destroy(b->cl);
+    b->connects = loadgen_http_n_connects(b->cl);  /* the probe's included (reused) */
+    loadgen_http_destroy(b->cl);
     b->cl = NULL;
 }
 
@@ -240,7 +241,7 @@ static void bench_dispatch(struct lg_bench *b)
         struct lg_req *r = &b->reqs[b->n_sent++];
         b->n_in_flight++;
         r->t_send = uv_hrtime();
-        lg_client_submit(b->cl, &r->call);
+        loadgen_http_submit(b->cl, &r->call);
     }
 }
 
@@ -274,12 +275,13 @@ static int bench_prepare(struct lg_bench *b)
         free(arrivals);
         return -1;
     }
-    lg_arrivals_fill(arrivals, o->num_prompts, o->request_rate, o->burstiness, &arrival_rng);
+    loadgen_arrivals_fill(arrivals, o->num_prompts, o->request_rate, o->burstiness,
+                          &arrival_rng);
     int err = 0;
     for (int64_t i = 0; i < o->num_prompts && !err; i++) {
         struct lg_req *r = &b->reqs[i];
         for (int32_t k = 0; k < o->input_len; k++)
-            ids[k] = 4 + (int)(lg_rng_next(&rng) % (uint64_t)(o->vocab - 4));
+            ids[k] = 4 + (int)(loadgen_rng_next(&rng) % (uint64_t)(o->vocab - 4));
         r->arrival_s = arrivals[i];
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "model", b->model);
@@ -371,7 +373,7 @@ static void probe_on_done(struct lg_call *call)
     if (why) {
         fprintf(stderr, "loadgen: server at %s:%d: %s\n", b->o.host, b->o.port, why);
         b->probe_failed = true;
-        lg_client_destroy(b->cl);
+        loadgen_http_destroy(b->cl);
         b->cl = NULL;
         return;
     }
@@ -408,12 +410,12 @@ static int save_result(const struct lg_bench *b, const struct lg_summary *s,
         snprintf(date, sizeof date, "00000000-000000");
     struct lg_result_run run = {.model = b->model, .date = date,
                                 .connections_opened = b->connects};
-    if (lg_result_path(path, sizeof path, &b->o, &run) != 0) {
+    if (loadgen_result_path(path, sizeof path, &b->o, &run) != 0) {
         fprintf(stderr, "loadgen: cannot make the result file's path in %s: %s\n",
                 b->o.result_dir ? b->o.result_dir : ".", strerror(errno));
         return -1;
     }
-    if (lg_result_save(path, &b->o, &run, s, recs, b->o.num_prompts) != 0) {
+    if (loadgen_result_save(path, &b->o, &run, s, recs, b->o.num_prompts) != 0) {
         fprintf(stderr, "loadgen: cannot write %s: %s\n", path, strerror(errno));
         return -1;
     }
@@ -424,14 +426,14 @@ static int save_result(const struct lg_bench *b, const struct lg_summary *s,
 int main(int argc, char **argv)
 {
     struct lg_bench b = {0};
-    int perr = lg_opts_parse(&b.o, argc, argv);
+    int perr = loadgen_opts_parse(&b.o, argc, argv);
     if (perr != 0)
         return perr < 0 ? 2 : 0;
     b.loop = uv_default_loop();
     char headers[600] = "", err[300];
     if (b.o.api_key)
         snprintf(headers, sizeof headers, "Authorization: Bearer %s\r\n", b.o.api_key);
-    b.cl = lg_client_create(b.loop, b.o.host, b.o.port, headers, err, sizeof err);
+    b.cl = loadgen_http_create(b.loop, b.o.host, b.o.port, headers, err, sizeof err);
     if (!b.cl) {
         fprintf(stderr, "loadgen: %s\n", err);
         return 1;
@@ -449,7 +451,7 @@ int main(int argc, char **argv)
                                .timeout_ms = (uint64_t)(probe_s * 1e3),
                                .on_body = probe_on_body, .on_done = probe_on_done,
                                .user = &b};
-    lg_client_submit(b.cl, &b.probe);
+    loadgen_http_submit(b.cl, &b.probe);
     uv_run(b.loop, UV_RUN_DEFAULT);
     int rc = 1;
     if (b.probe_failed)
@@ -462,12 +464,13 @@ int main(int argc, char **argv)
     struct lg_summary s = {.max_concurrency = b.o.max_concurrency, .metrics = b.o.metrics,
                            .n_pct = b.o.n_pct};
     memcpy(s.pct, b.o.pct, sizeof s.pct);
-    if (lg_summary_compute(&s, recs, b.o.num_prompts, (double)(b.t_end - b.t_start) / 1e9)) {
+    if (loadgen_stats_summarize(&s, recs, b.o.num_prompts,
+                                (double)(b.t_end - b.t_start) / 1e9)) {
         free(recs);
         goto out;
     }
     print_errors(&b);
-    lg_summary_print(stdout, &s);
+    loadgen_stats_print(stdout, &s);
     rc = s.failed ? 1 : 0;
     if (b.o.save_result && save_result(&b, &s, recs) != 0)
         rc = 1;

@@ -1,7 +1,7 @@
 /*
  * loadgen_arrivals.h - when bench/loadgen releases each request: `vllm bench serve`'s
- * arrival process (gamma-distributed gaps whose shape is --burstiness, 1 = Poisson),
- * and the seeded generator that the prompts share.
+ * arrival process (gamma-distributed gaps whose shape is --burstiness, 1 = Poisson,
+ * drawn from loadgen_rng.h's generator).
  *
  * Owns: nothing; the caller owns the generator state and the arrival array.
  * Thread: any (pure functions of their arguments and the generator state).
@@ -10,19 +10,6 @@
 #define H2O_LOADGEN_ARRIVALS_H
 
 #include <stdint.h>
-
-/* splitmix64: the next 64 random bits of the stream whose state is *s. Every random
- * choice of a run comes from --seed through it, so a run is a function of its flags.
- * Thread: any. */
-uint64_t lg_rng_next(uint64_t *s);
-
-/* Uniform in [0, 1), 53 bits. Thread: any. */
-double lg_rng_unit(uint64_t *s);
-
-/* One draw of Gamma(shape, scale) (mean shape * scale, variance shape * scale^2) by
- * Marsaglia and Tsang's method; shape < 1 is boosted to shape + 1 and scaled by
- * U^(1/shape). Returns NAN unless shape > 0 and scale > 0. Thread: any. */
-double lg_rng_gamma(uint64_t *s, double shape, double scale);
 
 /*
  * Fill t[0..n) with the release times in seconds from the benchmark's start, as vLLM
@@ -34,6 +21,7 @@ double lg_rng_gamma(uint64_t *s, double shape, double scale);
  * Expects rate > 0 and burstiness > 0 (loadgen_opts.c refuses anything else).
  * Thread: any.
  */
-void lg_arrivals_fill(double *t, int64_t n, double rate, double burstiness, uint64_t *rng);
+void loadgen_arrivals_fill(double *t, int64_t n, double rate, double burstiness,
+                           uint64_t *rng);
 
 #endif

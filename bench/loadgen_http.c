@@ -293,8 +293,9 @@ static void on_timer(uv_timer_t *t)
     conn_fail(c, "timed out after %s ms", ms);
 }
 
-struct lg_client *lg_client_create(uv_loop_t *loop, const char *host, int port,
-                                   const char *extra_headers, char *errbuf, size_t errlen)
+struct lg_client *loadgen_http_create(uv_loop_t *loop, const char *host, int port,
+                                      const char *extra_headers, char *errbuf,
+                                      size_t errlen)
 {
     struct lg_client *cl = calloc(1, sizeof *cl);
     if (!cl) {
@@ -325,7 +326,7 @@ struct lg_client *lg_client_create(uv_loop_t *loop, const char *host, int port,
     return cl;
 }
 
-void lg_client_submit(struct lg_client *cl, struct lg_call *call)
+void loadgen_http_submit(struct lg_client *cl, struct lg_call *call)
 {
     call->status = 0;
     call->err[0] = '\0';
@@ -367,7 +368,7 @@ void lg_client_submit(struct lg_client *cl, struct lg_call *call)
     }
 }
 
-void lg_client_destroy(struct lg_client *cl)
+void loadgen_http_destroy(struct lg_client *cl)
 {
     cl->destroying = true;
     while (cl->idle) {
@@ -378,7 +379,7 @@ void lg_client_destroy(struct lg_client *cl)
     client_maybe_free(cl);
 }
 
-int64_t lg_client_n_connects(const struct lg_client *cl)
+int64_t loadgen_http_n_connects(const struct lg_client *cl)
 {
     return cl->n_connects;
 }

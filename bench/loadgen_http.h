@@ -47,20 +47,20 @@ struct lg_client;
 /* Create a client for `host:port` (a numeric address or a name, resolved once, here,
  * blocking); extra_headers ("Name: value\r\n"..., may be NULL) go into every request.
  * Returns NULL and writes a message to errbuf when the address does not resolve. */
-struct lg_client *lg_client_create(uv_loop_t *loop, const char *host, int port,
-                                   const char *extra_headers, char *errbuf,
-                                   size_t errlen);
+struct lg_client *loadgen_http_create(uv_loop_t *loop, const char *host, int port,
+                                      const char *extra_headers, char *errbuf,
+                                      size_t errlen);
 
 /* Send `call` on an idle connection, or on a new one. Never fails synchronously:
  * every error reaches call->on_done, from a later loop iteration. */
-void lg_client_submit(struct lg_client *cl, struct lg_call *call);
+void loadgen_http_submit(struct lg_client *cl, struct lg_call *call);
 
 /* Close the idle connections and free the client once every connection has closed.
  * Call it when no call is in flight; the loop then runs out of handles and returns. */
-void lg_client_destroy(struct lg_client *cl);
+void loadgen_http_destroy(struct lg_client *cl);
 
 /* Connections opened so far (for the report: keep-alive keeps it near the
  * concurrency). */
-int64_t lg_client_n_connects(const struct lg_client *cl);
+int64_t loadgen_http_n_connects(const struct lg_client *cl);
 
 #endif

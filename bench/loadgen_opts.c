@@ -162,7 +162,8 @@ static int parse_metrics(const char *list, unsigned *out)
     do {
         rest = list_next(rest, item, sizeof item);
         int m = 0;
-        while (m < LG_N_METRICS && strcmp(item, lg_metric_key((enum lg_metric)m)) != 0)
+        while (m < LG_N_METRICS &&
+               strcmp(item, loadgen_stats_metric_key((enum lg_metric)m)) != 0)
             m++;
         if (m == LG_N_METRICS) {
             fprintf(stderr, "loadgen: bad value for --percentile-metrics: %s ('%s' is not "
@@ -196,7 +197,7 @@ static int parse_percentiles(const char *list, double *pct, int *n_pct)
     return 0;
 }
 
-int lg_opts_parse(struct lg_opts *o, int argc, char **argv)
+int loadgen_opts_parse(struct lg_opts *o, int argc, char **argv)
 {
     enum { O_HOST = 256, O_PORT, O_BASE, O_MODEL, O_KEY, O_NUM, O_RATE, O_CONC, O_IN,
            O_OUT, O_VOCAB, O_SEED, O_TIMEOUT, O_SAVE, O_BURST, O_ENDPOINT, O_BACKEND,

@@ -41,6 +41,6 @@ struct lg_opts {
 /* Fill `o` from argv (defaults first). Returns 0; 1 after printing --help (exit 0);
  * -1 after printing what is wrong to stderr (exit 2). Borrows argv's strings.
  * Thread: main. */
-int lg_opts_parse(struct lg_opts *o, int argc, char **argv);
+int loadgen_opts_parse(struct lg_opts *o, int argc, char **argv);
 
 #endif

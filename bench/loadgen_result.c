@@ -42,15 +42,15 @@ static int mkdir_parents(const char *dir)
     }
 }
 
-int lg_result_path(char *buf, size_t len, const struct lg_opts *o,
-                   const struct lg_result_run *run)
+int loadgen_result_path(char *buf, size_t len, const struct lg_opts *o,
+                        const struct lg_result_run *run)
 {
     char name[2048];
     if (o->result_filename) {
         snprintf(name, sizeof name, "%s", o->result_filename);
     } else {
         char rate[40], conc[40] = "";
-        lg_py_float(rate, sizeof rate, o->request_rate);
+        loadgen_stats_py_float(rate, sizeof rate, o->request_rate);
         if (o->max_concurrency > 0)
             snprintf(conc, sizeof conc, "-concurrency%d", o->max_concurrency);
         const char *slash = strrchr(run->model, '/');
@@ -106,7 +106,7 @@ static cJSON *config_json(const struct lg_opts *o, const struct lg_result_run *r
 static void add_dist(cJSON *o, const struct lg_summary *s, enum lg_metric m)
 {
     const struct lg_dist *d = &s->dist[m];
-    const char *name = lg_metric_key(m);
+    const char *name = loadgen_stats_metric_key(m);
     char key[80], word[40];
     snprintf(key, sizeof key, "mean_%s_ms", name);
     cJSON_AddNumberToObject(o, key, d->mean);
@@ -115,7 +115,7 @@ static void add_dist(cJSON *o, const struct lg_summary *s, enum lg_metric m)
     snprintf(key, sizeof key, "std_%s_ms", name);
     cJSON_AddNumberToObject(o, key, d->std);
     for (int k = 0; k < s->n_pct; k++) {
-        lg_percentile_word(word, sizeof word, s->pct[k]);
+        loadgen_stats_percentile_word(word, sizeof word, s->pct[k]);
         snprintf(key, sizeof key, "p%s_%s_ms", word, name);
         cJSON_DeleteItemFromObject(o, key);  /* a repeated percentile: one key, as a dict */
         cJSON_AddNumberToObject(o, key, d->pct[k]);
@@ -177,8 +177,9 @@ static void add_requests(cJSON *o, const struct lg_record *rec, int64_t n)
     }
 }
 
-int lg_result_save(const char *path, const struct lg_opts *o, const struct lg_result_run *run,
-                   const struct lg_summary *s, const struct lg_record *rec, int64_t n)
+int loadgen_result_save(const char *path, const struct lg_opts *o,
+                        const struct lg_result_run *run, const struct lg_summary *s,
+                        const struct lg_record *rec, int64_t n)
 {
     cJSON *j = cJSON_CreateObject();
     // vLLM's order: the setup, the traffic, the benchmark's result.

@@ -30,8 +30,8 @@ struct lg_result_run {
  * its parents. Returns 0, or -1 with errno set (ENAMETOOLONG, or mkdir's).
  * Thread: main.
  */
-int lg_result_path(char *buf, size_t len, const struct lg_opts *o,
-                   const struct lg_result_run *run);
+int loadgen_result_path(char *buf, size_t len, const struct lg_opts *o,
+                        const struct lg_result_run *run);
 
 /*
  * Write the JSON to `path`: vLLM's top-level keys (date, backend, label, model_id,
@@ -42,7 +42,8 @@ int lg_result_path(char *buf, size_t len, const struct lg_opts *o,
  * record each, in ms). rec[0..n) in request order. Returns 0, or -1 with errno set.
  * Thread: main.
  */
-int lg_result_save(const char *path, const struct lg_opts *o, const struct lg_result_run *run,
-                   const struct lg_summary *s, const struct lg_record *rec, int64_t n);
+int loadgen_result_save(const char *path, const struct lg_opts *o,
+                        const struct lg_result_run *run, const struct lg_summary *s,
+                        const struct lg_record *rec, int64_t n);
 
 #endif

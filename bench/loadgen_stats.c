@@ -18,7 +18,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-double lg_percentile(double *x, int64_t n, double p)
+double loadgen_stats_percentile(double *x, int64_t n, double p)
 {
     if (n <= 0)
         return 0;
@@ -31,13 +31,13 @@ double lg_percentile(double *x, int64_t n, double p)
     return x[lo] + (x[lo + 1] - x[lo]) * frac;
 }
 
-const char *lg_metric_key(enum lg_metric m)
+const char *loadgen_stats_metric_key(enum lg_metric m)
 {
     static const char *const keys[LG_N_METRICS] = {"ttft", "tpot", "itl", "e2el"};
     return m >= 0 && m < LG_N_METRICS ? keys[m] : "?";
 }
 
-const char *lg_metric_label(enum lg_metric m)
+const char *loadgen_stats_metric_label(enum lg_metric m)
 {
     static const char *const labels[LG_N_METRICS] = {"TTFT", "TPOT", "ITL", "E2EL"};
     return m >= 0 && m < LG_N_METRICS ? labels[m] : "?";
@@ -57,13 +57,13 @@ static struct lg_dist dist_of(double *x, int64_t n, const struct lg_summary *s)
     for (int64_t i = 0; i < n; i++)  /* two passes: no cancellation of big means */
         dev2 += (x[i] - d.mean) * (x[i] - d.mean);
     d.std = sqrt(dev2 / (double)n);
-    d.median = lg_percentile(x, n, 50);
+    d.median = loadgen_stats_percentile(x, n, 50);
     for (int k = 0; k < s->n_pct; k++)
-        d.pct[k] = lg_percentile(x, n, s->pct[k]);
+        d.pct[k] = loadgen_stats_percentile(x, n, s->pct[k]);
     return d;
 }
 
-void lg_py_float(char *buf, size_t len, double x)
+void loadgen_stats_py_float(char *buf, size_t len, double x)
 {
     if (isnan(x) || isinf(x)) {
         snprintf(buf, len, "%s", isnan(x) ? "nan" : x > 0 ? "inf" : "-inf");
@@ -89,16 +89,16 @@ void lg_py_float(char *buf, size_t len, double x)
     }
 }
 
-void lg_percentile_word(char *buf, size_t len, double p)
+void loadgen_stats_percentile_word(char *buf, size_t len, double p)
 {
     if (p == floor(p) && fabs(p) < 1e15)
         snprintf(buf, len, "%lld", (long long)p);
     else
-        lg_py_float(buf, len, p);
+        loadgen_stats_py_float(buf, len, p);
 }
 
-int lg_summary_compute(struct lg_summary *out, const struct lg_record *rec, int64_t n,
-                       double duration_s)
+int loadgen_stats_summarize(struct lg_summary *out, const struct lg_record *rec, int64_t n,
+                            double duration_s)
 {
     struct lg_summary in = *out;
     memset(out, 0, sizeof *out);
@@ -174,7 +174,7 @@ static void print_dist(FILE *f, const struct lg_summary *s, enum lg_metric m)
         "Time to First Token", "Time per Output Token (excl. 1st token)",
         "Inter-token Latency", "End-to-end Latency"};
     const struct lg_dist *d = &s->dist[m];
-    const char *name = lg_metric_label(m);
+    const char *name = loadgen_stats_metric_label(m);
     char label[64], word[40];
     print_rule(f, titles[m], '-');
     snprintf(label, sizeof label, "Mean %s (ms):", name);
@@ -182,13 +182,13 @@ static void print_dist(FILE *f, const struct lg_summary *s, enum lg_metric m)
     snprintf(label, sizeof label, "Median %s (ms):", name);
     fprintf(f, "%-40s %-10.2f\n", label, d->median);
     for (int k = 0; k < s->n_pct; k++) {
-        lg_percentile_word(word, sizeof word, s->pct[k]);
+        loadgen_stats_percentile_word(word, sizeof word, s->pct[k]);
         snprintf(label, sizeof label, "P%s %s (ms):", word, name);
         fprintf(f, "%-40s %-10.2f\n", label, d->pct[k]);
     }
 }
 
-void lg_summary_print(FILE *f, const struct lg_summary *s)
+void loadgen_stats_print(FILE *f, const struct lg_summary *s)
 {
     print_rule(f, " Serving Benchmark Result ", '=');
     fprintf(f, "%-40s %-10lld\n", "Successful requests:", (long long)s->completed);

@@ -35,8 +35,8 @@ enum lg_metric { LG_TTFT, LG_TPOT, LG_ITL, LG_E2EL, LG_N_METRICS };
 
 /* A metric's name in vLLM's JSON keys and --percentile-metrics ("ttft", ...), and in
  * its printed labels ("TTFT", ...). Thread: any. */
-const char *lg_metric_key(enum lg_metric m);
-const char *lg_metric_label(enum lg_metric m);
+const char *loadgen_stats_metric_key(enum lg_metric m);
+const char *loadgen_stats_metric_label(enum lg_metric m);
 
 /* One latency over the requests, in ms: numpy's mean, median, std (ddof 0) and
  * percentile (linear) of each of the summary's percentiles; all 0 for no values, as
@@ -47,7 +47,7 @@ struct lg_dist {
 };
 
 struct lg_summary {
-    /* Set by the caller before lg_summary_compute, which keeps them. */
+    /* Set by the caller before loadgen_stats_summarize, which keeps them. */
     int32_t max_concurrency;             /* 0 = unlimited; printed when set */
     unsigned metrics;                    /* 1 << enum lg_metric: the printed sections */
     int n_pct;                           /* --metric-percentiles, in the given order */
@@ -66,24 +66,24 @@ struct lg_summary {
  * the caller's settings in *out. TPOT per request = (E2EL - TTFT) / (output_tokens -
  * 1), over the requests with more than one output token; ITL pooled over every
  * successful request. Returns 0, or -1 when out of memory. Thread: any. */
-int lg_summary_compute(struct lg_summary *out, const struct lg_record *rec, int64_t n,
-                       double duration_s);
+int loadgen_stats_summarize(struct lg_summary *out, const struct lg_record *rec, int64_t n,
+                            double duration_s);
 
 /* Print vLLM's "Serving Benchmark Result" block with its labels: the selected
  * metrics' sections only, each with Mean, Median and a "P<p>" line per percentile.
  * Thread: any. */
-void lg_summary_print(FILE *f, const struct lg_summary *s);
+void loadgen_stats_print(FILE *f, const struct lg_summary *s);
 
 /* numpy.percentile(x, p) with linear interpolation; sorts x in place; 0 when n == 0.
  * Thread: any. */
-double lg_percentile(double *x, int64_t n, double p);
+double loadgen_stats_percentile(double *x, int64_t n, double p);
 
 /* Python's str(x) for a float ("inf", "50.0", "99.9", "1e-05"): vLLM puts it in
  * file names and keys. Thread: any. */
-void lg_py_float(char *buf, size_t len, double x);
+void loadgen_stats_py_float(char *buf, size_t len, double x);
 
 /* vLLM's name of percentile p in labels and keys: "99" for 99.0, "99.9" (Python's
  * str(int(p)) if int(p) == p else str(p)). Thread: any. */
-void lg_percentile_word(char *buf, size_t len, double p);
+void loadgen_stats_percentile_word(char *buf, size_t len, double p);
 
 #endif

@@ -1,9 +1,9 @@
 /*
  * cli.h - the h2oserve subcommands, one file each (cli_serve.c, cli_run_batch.c,
  * cli_generate.c, cli_bench_quality.c, cli_tokenize.c), dispatched by cli_main.c.
- * Every subcommand but tokenize parses its flags through config/'s option table
- * with its scope (cli_parse), so the flags they share are spelled, checked,
- * defaulted and documented in one place.
+ * Every subcommand parses its flags through config/'s option table with its scope
+ * (cli_parse), so the flags they share are spelled, checked, defaulted and
+ * documented in one place.
  *
  * Each entry takes argv with argv[0] the subcommand's name ("generate", "quality")
  * and returns the exit status: 0, 1 when the work failed, 2 on a usage error.
@@ -42,8 +42,8 @@ int cli_generate(int argc, char **argv);
  * "quality". Owns: its configuration and the model. Thread: main (the engine's). */
 int cli_bench_quality(int argc, char **argv);
 
-/* `h2oserve tokenize (--text TEXT | --decode IDS)`: ids as JSON, or text. Owns: the
- * tokenizer. Thread: main. */
+/* `h2oserve tokenize (--text TEXT | --decode IDS)`: ids as JSON, or text. Owns: its
+ * configuration and the tokenizer. Thread: main. */
 int cli_tokenize(int argc, char **argv);
 
 #endif

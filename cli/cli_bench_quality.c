@@ -189,7 +189,7 @@ static int run(const struct cfg *cf)
         if (err) break;
         const struct kv_budget *b = &c[i].r.budget;
         const bool full = b->policy == KV_POLICY_FULL;
-        printf("%-6s %6d %6d %11.4f %7.4fx\n", kv_policy_name(b->policy),
+        printf("%-6s %6d %6d %11.4f %7.4fx\n", kv_budget_policy_name(b->policy),
                full ? 0 : b->heavy, full ? 0 : b->recent, c[i].r.perplexity,
                c[i].r.perplexity / c[0].r.perplexity);
         fflush(stdout);
@@ -203,7 +203,7 @@ static int run(const struct cfg *cf)
                "\"gen_len\": %d, "
                "\"segments\": %d, \"tokens\": %lld, \"perplexity\": %.6f, "
                "\"ratio_to_full\": %.6f}\n",
-               m->cfg.name, dtype_name(m->dtype), kv_policy_name(b->policy),
+               m->cfg.name, dtype_name(m->dtype), kv_budget_policy_name(b->policy),
                full ? 0 : b->heavy, full ? 0 : b->recent, c[i].kv.min_budget,
                o.q.prompt_len, o.q.gen_len, c[i].r.segments, (long long)c[i].r.tokens,
                c[i].r.perplexity, c[i].r.perplexity / c[0].r.perplexity);

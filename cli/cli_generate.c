@@ -74,9 +74,10 @@ static void report(const struct gen_result *res, int n_prompts, int32_t min_budg
                     "seq %d: %d prompt + %d generated tokens, kv %s H=%d R=%d "
                     "(floor %d): %d slots per head, %d blocks, %lld tokens "
                     "evicted per head\n",
-                    i, r->prompt_tokens, r->n_tokens, kv_policy_name(r->budget.policy),
-                    r->budget.heavy, r->budget.recent, min_budget, r->kv_slots,
-                    r->kv_blocks_max, (long long)r->kv_evicted_tokens);
+                    i, r->prompt_tokens, r->n_tokens,
+                    kv_budget_policy_name(r->budget.policy), r->budget.heavy,
+                    r->budget.recent, min_budget, r->kv_slots, r->kv_blocks_max,
+                    (long long)r->kv_evicted_tokens);
     }
     fprintf(stderr,
             "%d prompts, %ld prompt tokens, %ld generated tokens in %.2f s "
@@ -109,7 +110,7 @@ int cli_generate(int argc, char **argv)
     struct engine_opts eo;
     cfg_engine_opts(&c, &eo);
     struct gen_opts go;
-    gen_opts_default(&go);
+    generate_opts_default(&go);
     go.max_batched_tokens = c.max_batched_tokens;
     go.block_size = c.block_size;
     go.max_num_seqs = c.max_num_seqs;
@@ -161,7 +162,7 @@ int cli_generate(int argc, char **argv)
     }
     report(res, n_prompts, proto.kv.min_budget, time_now() - t0);
     for (int i = 0; i < n_prompts; i++)
-        gen_result_free(&res[i]);
+        generate_result_free(&res[i]);
     rc = 0;
 done:
     free(reqs);

@@ -3,8 +3,9 @@
  * unless --no-bos), or --decode ids -> text, with a model's tokenizer only (no
  * weights are loaded).
  *
- * Its four flags are its own (none is an engine option), so it keeps getopt rather
- * than config/'s table: --text here is a string, not bench quality's file.
+ * Its flags come from config/'s table like every subcommand's (scope CFG_TOKENIZE:
+ * --model, --text, --decode, --[no-]bos); its --text is a row of its own that shares
+ * bench quality's flag, as here it is the text itself, there a file.
  * Owns: the tokenizer, until it returns. Thread: main.
  */
 #include "cli.h"
@@ -15,7 +16,6 @@
 #include "util.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,39 +48,16 @@ static int parse_ids(const char *s, int32_t **out)
     return n;
 }
 
-int cli_tokenize(int argc, char **argv)
+/* The work of `tokenize` once its flags are parsed: the exit status. */
+static int tokenize_run(const struct cfg *c)
 {
-    enum { O_MODEL = 256, O_TEXT, O_DECODE, O_NOBOS, O_HELP };
-    static const struct option opts[] = {
-        {"model", required_argument, 0, O_MODEL},   {"text", required_argument, 0, O_TEXT},
-        {"decode", required_argument, 0, O_DECODE}, {"no-bos", no_argument, 0, O_NOBOS},
-        {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0},
-    };
-    const char *model_name = MODEL_DEFAULT, *text = NULL, *decode = NULL;
-    bool bos = true;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (c) {
-        case O_MODEL: model_name = optarg; break;
-        case O_TEXT: text = optarg; break;
-        case O_DECODE: decode = optarg; break;
-        case O_NOBOS: bos = false; break;
-        case O_HELP:
-        default:
-            fprintf(
-                c == O_HELP ? stdout : stderr,
-                "usage: h2oserve tokenize [--model DIR|dummy:NAME] (--text TEXT [--no-bos] "
-                "| --decode IDS)\n  IDS: a JSON array or a comma/space separated list\n");
-            return c == O_HELP ? 0 : 2;
-        }
-    }
+    const char *text = c->tokenize.text, *decode = c->tokenize.decode;
     if (!text == !decode) {
         fprintf(stderr, "h2oserve: tokenize needs exactly one of --text and --decode\n");
         return 2;
     }
     struct tokenizer *tok = NULL;
-    int err = model_load_tokenizer(&tok, NULL, model_name);
+    int err = model_load_tokenizer(&tok, NULL, c->model);
     if (err) {
         fprintf(stderr, "h2oserve: %s\n", err_msg());
         return 1;
@@ -88,7 +65,7 @@ int cli_tokenize(int argc, char **argv)
     int rc = 0;
     if (text) {
         int32_t *ids = NULL, n = 0;
-        err = tokenizer_encode(tok, text, strlen(text), bos, &ids, &n);
+        err = tokenizer_encode(tok, text, strlen(text), c->tokenize.bos, &ids, &n);
         if (err) {
             fprintf(stderr, "h2oserve: %s\n", err_msg());
             rc = 1;
@@ -118,5 +95,14 @@ int cli_tokenize(int argc, char **argv)
         free(out);
     }
     tokenizer_destroy(tok);
+    return rc;
+}
+
+int cli_tokenize(int argc, char **argv)
+{
+    struct cfg c;
+    int rc = cli_parse(&c, CFG_TOKENIZE, argc, argv, "h2oserve", NULL);
+    if (rc < 0) rc = tokenize_run(&c);
+    cfg_free(&c);
     return rc;
 }

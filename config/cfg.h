@@ -5,10 +5,11 @@
  *
  * Every setting of struct cfg has exactly one descriptor (struct cfg_opt): its JSON
  * key ("kv_cache_bytes"), which is also its flag with '_' spelled '-'
- * ("--kv-cache-bytes"), its type, where it lives in struct cfg, its range, its help
- * text and its scopes: the subcommands that take it (serve, run-batch, generate,
- * bench quality; enum cfg_scope). `generate`, `run-batch`, `bench quality` and
- * `serve` parse argv through the same code with their scope, so a flag they share
+ * ("--kv-cache-bytes") unless the row names its flag (.flag), its type, where it
+ * lives in struct cfg, its range, its help text and its scopes: the subcommands that
+ * take it (serve, run-batch, generate, bench quality, tokenize; enum cfg_scope).
+ * `generate`, `run-batch`, `bench quality`, `tokenize` and `serve` parse argv
+ * through the same code with their scope, so a flag they share
  * (--model, --dtype, --kv-policy, ...) has one spelling, one range, one help line;
  * a command's own default, where it differs (generate and bench quality run on the
  * CPU unless told otherwise), comes from cfg_defaults_cmd and --help shows it. The
@@ -71,6 +72,7 @@ enum cfg_scope {
     CFG_RUN_BATCH = 2,     /* h2oserve run-batch: every serve option, and -i / -o */
     CFG_GENERATE = 4,      /* h2oserve generate: the engine's options and sampling */
     CFG_BENCH_QUALITY = 8, /* h2oserve bench quality: the model, the KV policy */
+    CFG_TOKENIZE = 16,     /* h2oserve tokenize: the model's tokenizer only */
 };
 
 /* A repeatable option's values in the order given (--prompt A --prompt B). */
@@ -164,6 +166,13 @@ struct cfg {
         char *sweep;        /* "0.05,0.1": budget fractions; NULL = none */
         char *plot;         /* PNG of the sweep; NULL = none */
     } bench_quality;
+
+    /* tokenize's own: one of text and decode */
+    struct cfg_tokenize {
+        char *text;   /* --text: the text to encode, as given ("" too); NULL = none */
+        char *decode; /* --decode: ids to decode, as given; NULL = none */
+        bool bos;     /* encode with BOS first (--no-bos: without); default true */
+    } tokenize;
 };
 
 enum cfg_type {
@@ -182,6 +191,11 @@ enum cfg_opt_flags {
     /* The command's one positional argument sets it (`serve MODEL` is --model MODEL);
      * at most one option has it, and its metavar names the argument in --help. */
     CFG_F_POSITIONAL = 4,
+    /* A string taken exactly as given: "" is a value, not unset (unset is NULL, the
+     * default), and any character but NUL is allowed (tokenize's --text: text to
+     * encode, newlines included). Only for options that never reach a header, a
+     * path or a file: the subcommand reads them and nothing else does. */
+    CFG_F_RAW = 8,
 };
 
 /* An alias value of an enum: `name` is stored as values[value] ("bfloat16" as bf16).
@@ -193,7 +207,12 @@ struct cfg_enum_alias {
 
 /* One option. The table is static and lives as long as the program. */
 struct cfg_opt {
-    const char *key;   /* JSON key; the flag is "--" + key with '_' -> '-' */
+    const char *key;   /* JSON key, unique in the table */
+    /* The flag without its "--" where it is not the key with '_' spelled '-', or
+     * NULL. Two rows may share a flag when no subcommand takes both (tokenize's
+     * --text is a string, bench quality's a file: keys "tokenize_text" and "text"),
+     * so within one subcommand a flag still names one row. */
+    const char *flag;
     unsigned scopes;   /* enum cfg_scope: the subcommands that take it */
     char short_flag;   /* '-i' for 'i', or 0 */
     /* Another name of the same option, or NULL, spelled as a key
@@ -314,8 +333,8 @@ int cfg_fractions(const char *s, float *out, int max);
 
 /*
  * Print "usage: h2oserve CMD [MODEL] [options]" and every flag of CMD ("serve",
- * "run-batch", "generate", "bench quality"; its scope) with its placeholder, alias,
- * help and CMD's default, grouped as in the table. Thread: any.
+ * "run-batch", "generate", "bench quality", "tokenize"; its scope) with its
+ * placeholder, alias, help and CMD's default, grouped as in the table. Thread: any.
  */
 void cfg_usage(FILE *f, const char *cmd);
 
@@ -355,7 +374,8 @@ char *cfg_to_json(const struct cfg *c, bool redact);
 const struct cfg_opt *cfg_opts(size_t *n);
 
 /* The option named by key ("max_n") or flag ("--max-n"), its alias's included, or
- * NULL. Thread: any. */
+ * NULL. A flag two rows share (--text) names the first in the table (bench
+ * quality's); cfg_parse_cmd looks flags up within its scope. Thread: any. */
 const struct cfg_opt *cfg_find(const char *name);
 
 /*

@@ -15,7 +15,7 @@
 
 void cfg_kv_spec(const struct cfg *c, struct kv_spec *s)
 {
-    kv_spec_default(s);
+    kv_budget_spec_default(s);
     s->policy = c->kv_policy;
     s->heavy_ratio = (float)c->h2o_heavy_ratio;
     s->recent_ratio = (float)c->h2o_recent_ratio;

@@ -36,9 +36,13 @@ struct cfg_cmd {
 /* The subcommand of one scope bit, or NULL. */
 const struct cfg_cmd *cfg_cmd_of(unsigned scope);
 
-/* The option whose key (flag = false) or flag name without "--" (flag = true) is the
- * len bytes at name, or NULL. */
-const struct cfg_opt *cfg_find_n(const char *name, size_t len, bool flag);
+/* Every scope, for cfg_find_n. */
+#define CFG_ANY_SCOPE (~0u)
+
+/* The first option of `scopes` (a mask; CFG_ANY_SCOPE) whose key (flag = false) or
+ * flag name without "--" (flag = true; cfg_opt.flag where set) is the len bytes at
+ * name, or NULL. */
+const struct cfg_opt *cfg_find_n(const char *name, size_t len, bool flag, unsigned scopes);
 
 /* Check v against o's type and range and store it (strings copied). Returns 0 or
  * ENG_EINVAL with a message that starts with `who` ("--port", "f.json: key 'port'");
@@ -75,5 +79,8 @@ const struct cfg_opt *cfg_positional_opt(void);
 
 /* "--max-num-seqs" for key "max_num_seqs". */
 void cfg_flag_of_key(const char *key, char *buf, size_t len);
+
+/* The flag of option o: "--" + o->flag where set, else cfg_flag_of_key's. */
+void cfg_flag_of(const struct cfg_opt *o, char *buf, size_t len);
 
 #endif

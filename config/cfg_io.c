@@ -96,11 +96,11 @@ static int apply_object(struct cfg *c, const cJSON *root, const char *name)
         const char *key = v->string ? v->string : "";
         if (key[0] == '_') continue;
         /* The file holds serve's options; generate's --temperature is no key. */
-        const struct cfg_opt *o = cfg_find_n(key, strlen(key), false);
+        const struct cfg_opt *o = cfg_find_n(key, strlen(key), false, CFG_ANY_SCOPE);
         if (o && !(o->scopes & CFG_SERVE)) o = NULL;
         if (!o) {
             /* The flag spelling is the likeliest slip; say how keys are spelled. */
-            if (strchr(key, '-') && cfg_find_n(key, strlen(key), true))
+            if (strchr(key, '-') && cfg_find_n(key, strlen(key), true, CFG_ANY_SCOPE))
                 return err_set(ENG_EFORMAT,
                                "%.200s: unknown key \"%.64s\" (keys spell '-' "
                                "as '_')",
@@ -195,12 +195,6 @@ struct flag_item {
     bool is_short;   /* -i */
 };
 
-/* o where it is an option of `scope`, else NULL (then it is an unknown option). */
-static const struct cfg_opt *scoped(const struct cfg_opt *o, unsigned scope)
-{
-    return o && (o->scopes & scope) ? o : NULL;
-}
-
 /* The option of `scope` whose short flag is -ch, or NULL. */
 static const struct cfg_opt *short_opt(char ch, unsigned scope)
 {
@@ -272,10 +266,12 @@ static int scan_args(const struct cfg_cmd *cmd, int argc, char **argv,
         *it = (struct flag_item){.value = eq ? eq + 1 : NULL, .name = name, .len = len};
         if (cmd->config && len == 6 && strncmp(name, "config", 6) == 0) {
             it->o = NULL;
-        } else if ((it->o = scoped(cfg_find_n(name, len, true), cmd->scope))) {
+        } else if ((it->o = cfg_find_n(name, len, true, cmd->scope))) {
+            /* Only the rows of this command's scope: another's option is unknown here,
+             * and a flag two rows share (--text) is this command's row. */
             if (!it->value && it->o->type == CFG_T_BOOL) it->value = "true";
         } else if (len > 3 && strncmp(name, "no-", 3) == 0 &&
-                   (it->o = scoped(cfg_find_n(name + 3, len - 3, true), cmd->scope)) &&
+                   (it->o = cfg_find_n(name + 3, len - 3, true, cmd->scope)) &&
                    it->o->type == CFG_T_BOOL) {
             if (it->value)
                 return err_set(ENG_EINVAL, "--%.*s takes no value", (int)len, name);

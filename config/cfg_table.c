@@ -14,7 +14,8 @@
  * cfg belong to its owner.
  * Invariant: every field of struct cfg has exactly one table entry, and an entry
  * reaches only its own field (the unit test sets each option through the table and
- * checks that no other option changed); a key is unique in the table.
+ * checks that no other option changed); a key is unique in the table, and so is a
+ * flag among the rows of one scope.
  * Thread: any (no mutable state).
  */
 #include "cfg.h"
@@ -237,6 +238,37 @@ static const struct cfg_opt opt_table[] = {
      .metavar = "FILE.png",
      .flags = CFG_F_NULLABLE,
      .help = "draw the --sweep as a chart (needs gnuplot)"},
+
+    /* tokenize: its --text is the text itself, where bench quality's is a file, so
+     * the two are two rows (two fields, two helps) that share the flag. Both strings
+     * are taken as given (CFG_F_RAW): "" encodes to BOS alone, and text may hold
+     * newlines. cli_tokenize.c wants exactly one of them. */
+    {.key = "tokenize_text",
+     .flag = "text",
+     .scopes = CFG_TOKENIZE,
+     .group = "tokenize",
+     .type = CFG_T_STR,
+     FIELD(tokenize.text),
+     .metavar = "TEXT",
+     .flags = CFG_F_RAW,
+     .help = "encode TEXT and print its ids as a JSON array",
+     .dflt_note = "none"},
+    {.key = "decode",
+     .scopes = CFG_TOKENIZE,
+     .group = "tokenize",
+     .type = CFG_T_STR,
+     FIELD(tokenize.decode),
+     .metavar = "IDS",
+     .flags = CFG_F_RAW,
+     .help = "instead of --text, decode IDS (a JSON array or a comma/space separated "
+             "list) and print the text",
+     .dflt_note = "none"},
+    {.key = "bos",
+     .scopes = CFG_TOKENIZE,
+     .group = "tokenize",
+     .type = CFG_T_BOOL,
+     FIELD(tokenize.bos),
+     .help = "with --text, put BOS (</s> for OPT) first, as the server encodes prompts"},
     /* listen */
     {.key = "host",
      .scopes = SRV,
@@ -256,7 +288,7 @@ static const struct cfg_opt opt_table[] = {
 
     /* model */
     {.key = "model",
-     .scopes = SRV_GEN_BQ,
+     .scopes = SRV_GEN_BQ | CFG_TOKENIZE,
      .group = "model",
      .type = CFG_T_STR,
      FIELD(model),
@@ -660,6 +692,8 @@ void cfg_defaults(struct cfg *c)
     c->bench_quality.gen_len = 448;
     c->bench_quality.segments = 0;
     c->bench_quality.batch = 16;
+    /* tokenize: BOS first, as /v1/completions and /tokenize encode prompts */
+    c->tokenize.bos = true;
 }
 
 void cfg_defaults_cmd(struct cfg *c, unsigned scope)
@@ -687,6 +721,7 @@ static const struct cfg_cmd cmd_table[] = {
      .config = true},
     {.scope = CFG_GENERATE, .name = "generate", .required = "--prompt TEXT"},
     {.scope = CFG_BENCH_QUALITY, .name = "bench quality", .required = "--text FILE"},
+    {.scope = CFG_TOKENIZE, .name = "tokenize", .required = "(--text TEXT | --decode IDS)"},
 };
 
 const struct cfg_cmd *cfg_cmd_of(unsigned scope)
@@ -720,18 +755,23 @@ static bool name_is(const char *key, const char *name, size_t len, bool flag)
     return true;
 }
 
-const struct cfg_opt *cfg_find_n(const char *name, size_t len, bool flag)
+const struct cfg_opt *cfg_find_n(const char *name, size_t len, bool flag, unsigned scopes)
 {
-    for (size_t i = 0; i < ARRAY_LEN(opt_table); i++)
-        if (name_is(opt_table[i].key, name, len, flag) ||
-            name_is(opt_table[i].alias, name, len, flag))
-            return &opt_table[i];
+    for (size_t i = 0; i < ARRAY_LEN(opt_table); i++) {
+        const struct cfg_opt *o = &opt_table[i];
+        if (!(o->scopes & scopes)) continue;
+        /* A row that names its flag answers to that flag, not to its key's. */
+        const bool own = flag && o->flag
+                             ? strlen(o->flag) == len && memcmp(o->flag, name, len) == 0
+                             : name_is(o->key, name, len, flag);
+        if (own || name_is(o->alias, name, len, flag)) return o;
+    }
     return NULL;
 }
 
 const struct cfg_opt *cfg_find(const char *name)
 {
     if (name[0] == '-' && name[1] == '-')
-        return cfg_find_n(name + 2, strlen(name + 2), true);
-    return cfg_find_n(name, strlen(name), false);
+        return cfg_find_n(name + 2, strlen(name + 2), true, CFG_ANY_SCOPE);
+    return cfg_find_n(name, strlen(name), false, CFG_ANY_SCOPE);
 }

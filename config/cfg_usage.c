@@ -56,6 +56,14 @@ void cfg_flag_of_key(const char *key, char *buf, size_t len)
         if (*p == '_') *p = '-';
 }
 
+void cfg_flag_of(const struct cfg_opt *o, char *buf, size_t len)
+{
+    if (o->flag)
+        snprintf(buf, len, "--%s", o->flag);
+    else
+        cfg_flag_of_key(o->key, buf, len);
+}
+
 /* "MODEL" for key "model": the positional argument's name in --help. */
 static void upper_of_key(const char *key, char *buf, size_t len)
 {
@@ -96,7 +104,7 @@ void cfg_usage(FILE *f, const char *cmd)
             "(powers of 1024). They are spelled, checked and documented as serve's.\n\n");
     if (pos) {
         char flag[80], text[200];
-        cfg_flag_of_key(pos->key, flag, sizeof flag);
+        cfg_flag_of(pos, flag, sizeof flag);
         snprintf(text, sizeof text,
                  "the same as %s %s, anywhere on the line (as in 'vllm serve %s'); both "
                  "given must agree",
@@ -118,7 +126,7 @@ void cfg_usage(FILE *f, const char *cmd)
             fprintf(f, "\n%s:\n", group);
         }
         char flag[80], alias[96] = "", left[256], val[128], tail[160], help[1024];
-        cfg_flag_of_key(o->key, flag, sizeof flag);
+        cfg_flag_of(o, flag, sizeof flag);
         char shrt[8] = ""; /* "-i, " before the long flag */
         if (o->short_flag) snprintf(shrt, sizeof shrt, "-%c, ", o->short_flag);
         if (o->alias) {

@@ -49,6 +49,7 @@ int cfg_validate_cmd(const struct cfg *c, unsigned scope)
         switch (o->type) {
         case CFG_T_STR:
             s = cfg_str_get(c, o);
+            if (o->flags & CFG_F_RAW) break; /* unset, "" or any text: all values */
             if (!s && (o->flags & CFG_F_NULLABLE)) break;
             if (!s || !s[0]) return err_set(ENG_EINVAL, "%s must not be empty", o->key);
             for (const char *p = s; *p; p++)

@@ -252,9 +252,7 @@ int cfg_set(struct cfg *c, const char *name, const char *value)
     const struct cfg_opt *o = cfg_find(name);
     if (!o) return err_set(ENG_ENOTFOUND, "unknown option '%.64s'", name);
     char who[80];
-    snprintf(who, sizeof who, "--%s", o->key);
-    for (char *p = who; *p; p++)
-        if (*p == '_') *p = '-';
+    cfg_flag_of(o, who, sizeof who);
     return cfg_opt_set_text(c, o, value, who);
 }
 

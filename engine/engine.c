@@ -84,7 +84,7 @@ void engine_opts_default(struct engine_opts *o)
      * prompt is prefilled in chunks. */
     o->sched.max_num_seqs = 256;
     o->sched.max_batched_tokens = 2048;
-    kv_spec_default(&o->kv_default);
+    kv_budget_spec_default(&o->kv_default);
 }
 
 const char *engine_state_name(enum engine_state s)

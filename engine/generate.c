@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void gen_opts_default(struct gen_opts *o)
+void generate_opts_default(struct gen_opts *o)
 {
     o->max_batched_tokens = 2048;
     o->block_size = 16;
@@ -136,7 +136,7 @@ int generate_run(struct model *m, const struct gen_opts *o, const struct gen_req
         free(c.err_msg);
     }
     if (err) {
-        for (int32_t i = 0; i < n_reqs; i++) gen_result_free(&results[i]);
+        for (int32_t i = 0; i < n_reqs; i++) generate_result_free(&results[i]);
         return err;
     }
     for (int32_t i = 0; i < n_reqs; i++) {
@@ -151,7 +151,7 @@ int generate_run(struct model *m, const struct gen_opts *o, const struct gen_req
     return 0;
 }
 
-void gen_result_free(struct gen_result *r)
+void generate_result_free(struct gen_result *r)
 {
     free(r->text);
     free(r->tokens);

@@ -58,17 +58,17 @@ struct gen_opts {
     int32_t max_num_seqs;        /* sequences at once; 0 = as many as there are requests */
 };
 
-void gen_opts_default(struct gen_opts *o);
+void generate_opts_default(struct gen_opts *o);
 
 /*
  * Generate a completion for each request. Returns 0, or an error (err_msg) for a
  * request that cannot run (empty prompt, context exceeded); results are then not
- * filled. Owns: nothing after return; results are the caller's (gen_result_free).
+ * filled. Owns: nothing after return; results are the caller's (generate_result_free).
  * Thread: the thread that owns the model.
  */
 int generate_run(struct model *m, const struct gen_opts *o, const struct gen_request *reqs,
                  int32_t n_reqs, struct gen_result *results);
 
-void gen_result_free(struct gen_result *r);
+void generate_result_free(struct gen_result *r);
 
 #endif

@@ -6,7 +6,7 @@
  * Without this handler the path was a 404 "No route", which clients such as
  * LangChain's ChatOpenAI report as "model not found" and send the user looking in
  * the wrong place. The answer is now vLLM's for a tokenizer without a chat template:
- * a 400 invalid_request_error saying so (api_no_chat_template). Real chat support
+ * a 400 invalid_request_error saying so (api_tokenize_no_chat_template). Real chat support
  * replaces this file when a model family with a template arrives.
  *
  * What is checked, in order: the API key (router.c, as for all of /v1: 401), the
@@ -28,7 +28,7 @@ void api_chat_route(struct exch *x)
     struct api_error e = {0};
     cJSON *root = json_parse_object(x->req->body ? x->req->body : "", x->req->body_len, &e);
     if (root && !json_model_check(json_field(root, "model"), s->model_id, &e))
-        api_no_chat_template(&e, s->model_id);
+        api_tokenize_no_chat_template(&e, s->model_id);
     cJSON_Delete(root);
     conn_error(x, &e);
 }

@@ -3,7 +3,7 @@
  *
  * Owns: nothing between calls; each call's cJSON tree, id array and output buffer
  * are freed before it returns (the output is handed to the caller).
- * Validation order, as in api_completions.c: the body must be a UTF-8 JSON object;
+ * Validation order, as in cmpl.c: the body must be a UTF-8 JSON object;
  * then each known field's type; then the model (404); then what the fields ask
  * for together (prompt or messages; the ids in range). The first problem found is
  * the one reported. Unknown fields are ignored, as vLLM and OpenAI do.
@@ -19,7 +19,7 @@
 #include <string.h>
 
 
-int api_no_chat_template(struct api_error *err, const char *model_id)
+int api_tokenize_no_chat_template(struct api_error *err, const char *model_id)
 {
     /* vLLM (through transformers) says: "As of transformers v4.44, default chat
      * template is no longer allowed, so you must provide a chat template if the
@@ -163,7 +163,7 @@ char *api_tokenize(const char *body, size_t len, const struct api_model *m, size
         goto done;
     }
     if (messages) {
-        api_no_chat_template(err, m->id);
+        api_tokenize_no_chat_template(err, m->id);
         goto done;
     }
     if (!prompt) {
@@ -211,8 +211,8 @@ static int read_ids(const cJSON *tokens, const struct api_model *m, int32_t **ou
     return 0;
 }
 
-char *api_detokenize(const char *body, size_t len, const struct api_model *m,
-                     size_t *out_len, struct api_error *err)
+char *api_tokenize_detokenize(const char *body, size_t len, const struct api_model *m,
+                              size_t *out_len, struct api_error *err)
 {
     cJSON *root = json_parse_object(body, len, err);
     if (!root) return NULL;

@@ -12,8 +12,9 @@
  * "model" is optional, as in vLLM; when given it must name the served model (404
  * model_not_found otherwise, as /v1/completions answers). vLLM's chat form of
  * /tokenize ({"messages": [...]}) needs a chat template, which no model we serve has
- * yet: it is the 400 of api_no_chat_template, the same answer as
- * /v1/chat/completions.
+ * yet: it is the 400 of api_tokenize_no_chat_template, the same answer as
+ * /v1/chat/completions (api_chat.c calls it too: that file is loop code, this one is
+ * pure and unit-tested, so the shared 400 lives here).
  *
  * The responses are written by hand rather than through a cJSON tree: a body at the
  * limit (32 MiB by default) can hold tens of millions of ids, and a cJSON node per id
@@ -23,7 +24,7 @@
 #ifndef H2O_SERVER_API_TOKENIZE_H
 #define H2O_SERVER_API_TOKENIZE_H
 
-#include "api_completions.h"
+#include "cmpl.h"
 #include "json.h"
 
 #include <stddef.h>
@@ -49,14 +50,14 @@ char *api_tokenize(const char *body, size_t len, const struct api_model *m, size
  * Returns the response body as api_tokenize does, or NULL with err set (400, 404).
  * Thread: any.
  */
-char *api_detokenize(const char *body, size_t len, const struct api_model *m,
-                     size_t *out_len, struct api_error *err);
+char *api_tokenize_detokenize(const char *body, size_t len, const struct api_model *m,
+                              size_t *out_len, struct api_error *err);
 
 /*
  * Set err to the 400 a chat request gets from a model without a chat template (every
  * model we serve today), worded like vLLM's: shared by the chat form of /tokenize and
  * by POST /v1/chat/completions (api_chat.c). Returns -1.
  */
-int api_no_chat_template(struct api_error *err, const char *model_id);
+int api_tokenize_no_chat_template(struct api_error *err, const char *model_id);
 
 #endif

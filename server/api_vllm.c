@@ -56,7 +56,7 @@ bool api_vllm_route(struct exch *x)
     if (strcmp(p, "/tokenize") == 0) {
         if (reply_method_is(x, "POST")) handle_body(x, api_tokenize);
     } else if (strcmp(p, "/detokenize") == 0) {
-        if (reply_method_is(x, "POST")) handle_body(x, api_detokenize);
+        if (reply_method_is(x, "POST")) handle_body(x, api_tokenize_detokenize);
     } else if (strcmp(p, "/version") == 0) {
         if (reply_method_is(x, "GET")) handle_version(x);
     } else {

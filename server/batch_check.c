@@ -42,7 +42,7 @@ void batch_check_file(struct batch_check *c)
         check_error(c, 0, "file_not_found", "input_file_id", "the input file cannot be read");
         return;
     }
-    struct batch_idset ids = {0};
+    struct batch_line_idset ids = {0};
     char *text = NULL;
     size_t cap = 0;
     ssize_t n;
@@ -59,7 +59,7 @@ void batch_check_file(struct batch_check *c)
         struct batch_line_error le;
         char *cid = NULL;
         cJSON *body = batch_line_parse(text, (size_t)n, c->endpoint, c->model, &cid, &le);
-        if (cid && *cid && !batch_idset_add(&ids, cid)) {
+        if (cid && *cid && !batch_line_idset_add(&ids, cid)) {
             check_error(c, line, "duplicate_custom_id", "custom_id",
                         "custom_id is used by an earlier line");
         } else if (!body) {
@@ -81,7 +81,7 @@ void batch_check_file(struct batch_check *c)
         check_error(c, 0, "file_unreadable", "input_file_id", "the input file cannot be read");
     fclose(f);
     free(text);
-    batch_idset_free(&ids);
+    batch_line_idset_free(&ids);
     char msg[160];
     if (requests > c->max_requests) {
         snprintf(msg, sizeof msg, "the file has %lld requests; a batch may have at most %d",

@@ -111,10 +111,11 @@ static uint64_t str_hash(const char *s)
     return h;
 }
 
-bool batch_idset_add(struct batch_idset *set, const char *s)
+bool batch_line_idset_add(struct batch_line_idset *set, const char *s)
 {
     if (2 * (set->n + 1) > set->cap) {
-        struct batch_idset bigger = {.cap = set->cap ? 2 * set->cap : 1024, .n = set->n};
+        struct batch_line_idset bigger = {.cap = set->cap ? 2 * set->cap : 1024,
+                                          .n = set->n};
         bigger.slot = xcalloc(bigger.cap, sizeof *bigger.slot);
         for (size_t i = 0; i < set->cap; i++)
             if (set->slot[i]) {
@@ -133,7 +134,7 @@ bool batch_idset_add(struct batch_idset *set, const char *s)
     return true;
 }
 
-void batch_idset_free(struct batch_idset *set)
+void batch_line_idset_free(struct batch_line_idset *set)
 {
     for (size_t i = 0; i < set->cap; i++) free(set->slot[i]);
     free(set->slot);

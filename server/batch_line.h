@@ -32,7 +32,7 @@ struct batch_line_error {
  * body's "model" must equal it, and "stream": true is refused. Returns the body
  * (detached from the line; caller owns it, cJSON_Delete), or NULL with *e filled.
  * *custom_id is a heap copy of the line's custom_id whenever it is a string (also
- * on error; NULL otherwise). Uniqueness is the caller's (batch_idset).
+ * on error; NULL otherwise). Uniqueness is the caller's (batch_line_idset).
  * Owns: the caller owns the returned body and *custom_id. Thread: any.
  */
 cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, const char *model,
@@ -49,15 +49,15 @@ char *batch_line_output(const char *id, const char *custom_id, int status,
                         const char *err_message);
 
 /* A set of custom_ids (open addressing, strings copied). Zero-initialise. */
-struct batch_idset {
+struct batch_line_idset {
     char **slot;
     size_t cap, n;
 };
 
 /* Insert s; false when it was already there. Thread: the set's owner. */
-bool batch_idset_add(struct batch_idset *set, const char *s);
+bool batch_line_idset_add(struct batch_line_idset *set, const char *s);
 
 /* Free the set's strings and table (the set may be reused after). */
-void batch_idset_free(struct batch_idset *set);
+void batch_line_idset_free(struct batch_line_idset *set);
 
 #endif

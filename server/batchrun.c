@@ -27,9 +27,9 @@
  */
 #include "batchrun.h"
 
-#include "api_completions.h"
 #include "batch_check.h"
 #include "batch_line.h"
+#include "cmpl_resp.h"
 #include "jobstore.h"
 #include "srv.h"
 

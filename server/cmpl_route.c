@@ -3,7 +3,7 @@
  *
  * A completion request becomes one engine request per prompt (ids base_id + i,
  * registered with the bridge so engine events find their job); events feed the
- * pure response assembly of api_completions_resp.c, whose bytes go out as SSE
+ * pure response assembly of cmpl_resp.c, whose bytes go out as SSE
  * chunks or, at the end, as one JSON body.
  *
  * Owns: a job per exchange (the parsed request, the response assembly and the
@@ -15,6 +15,7 @@
  */
 #include "cmpl_route.h"
 
+#include "cmpl_resp.h"
 #include "reply.h"
 #include "srv.h"
 
@@ -63,8 +64,8 @@ static void note_completion(struct cmpl_job *j)
     cmpl_resp_kv_usage(j->resp, &b, &evicted);
     char kv[96] = "full";
     if (b.policy != KV_POLICY_FULL)
-        snprintf(kv, sizeof kv, "%s(heavy=%d,recent=%d,evicted=%lld)", kv_policy_name(b.policy),
-                 b.heavy, b.recent, (long long)evicted);
+        snprintf(kv, sizeof kv, "%s(heavy=%d,recent=%d,evicted=%lld)",
+                 kv_budget_policy_name(b.policy), b.heavy, b.recent, (long long)evicted);
     char note[256];
     snprintf(note, sizeof note, "%s prompt_tokens=%lld completion_tokens=%lld kv=%s", j->id,
              (long long)pt, (long long)ct, kv);

@@ -82,7 +82,7 @@ int jobstore_upload_begin(struct jobstore *js, struct jobstore_upload **out)
 int jobstore_upload_write(struct jobstore_upload *u, const void *data, size_t len)
 {
     if (u->failed) return err_set(ENG_EIO, "%s: an earlier write failed", u->tmp_path);
-    if (write_all(u->fd, data, len) != 0) {
+    if (jobstore_write_all(u->fd, data, len) != 0) {
         u->failed = true;
         return err_set(ENG_EIO, "%s: write: %s", u->tmp_path, strerror(errno));
     }
@@ -102,30 +102,30 @@ void jobstore_upload_abort(struct jobstore_upload *u)
 static void file_from_row(sqlite3_stmt *st, struct jobstore_file *f)
 {
     memset(f, 0, sizeof *f);
-    col_copy(st, 0, f->id, sizeof f->id);
+    jobstore_col_copy(st, 0, f->id, sizeof f->id);
     f->bytes = sqlite3_column_int64(st, 1);
     f->created_at = sqlite3_column_int64(st, 2);
-    f->filename = col_dup(st, 3);
-    col_copy(st, 4, f->purpose, sizeof f->purpose);
-    col_copy(st, 5, f->status, sizeof f->status);
+    f->filename = jobstore_col_dup(st, 3);
+    jobstore_col_copy(st, 4, f->purpose, sizeof f->purpose);
+    jobstore_col_copy(st, 5, f->status, sizeof f->status);
 }
 
 int jobstore_file_insert(struct jobstore *js, const char *id, int64_t bytes,
                        const char *filename, const char *purpose)
 {
     sqlite3_stmt *st;
-    int err =
-        db_prepare(js,
-                   "INSERT INTO files(id, bytes, created_at, filename, purpose, status)"
-                   " VALUES(?, ?, ?, ?, ?, 'processed')",
-                   &st);
+    int err = jobstore_db_prepare(
+        js,
+        "INSERT INTO files(id, bytes, created_at, filename, purpose, status)"
+        " VALUES(?, ?, ?, ?, ?, 'processed')",
+        &st);
     if (err) return err;
-    bind_text(st, 1, id);
+    jobstore_bind_text(st, 1, id);
     sqlite3_bind_int64(st, 2, bytes);
-    sqlite3_bind_int64(st, 3, js_now(js));
-    bind_text(st, 4, filename);
-    bind_text(st, 5, purpose);
-    return db_step_done(js, st, "insert file");
+    sqlite3_bind_int64(st, 3, jobstore_now(js));
+    jobstore_bind_text(st, 4, filename);
+    jobstore_bind_text(st, 5, purpose);
+    return jobstore_db_step_done(js, st, "insert file");
 }
 
 int jobstore_upload_commit(struct jobstore_upload *u, const char *filename,
@@ -154,7 +154,7 @@ int jobstore_upload_commit(struct jobstore_upload *u, const char *filename,
         goto fail;
     }
     /* The body's directory entry must be on disk before the row can point at it. */
-    err = fsync_path(js->files_dir);
+    err = jobstore_fsync_path(js->files_dir);
     if (!err) err = jobstore_file_insert(js, u->id, u->bytes, filename, purpose);
     if (err) {
         unlink(path);
@@ -189,14 +189,14 @@ int jobstore_file_create(struct jobstore *js, const char *filename, const char *
 int jobstore_file_get(struct jobstore *js, const char *id, struct jobstore_file *out)
 {
     sqlite3_stmt *st;
-    int err = db_prepare(js, "SELECT " FILE_COLS " FROM files WHERE id=?", &st);
+    int err = jobstore_db_prepare(js, "SELECT " FILE_COLS " FROM files WHERE id=?", &st);
     if (err) return err;
-    bind_text(st, 1, id);
+    jobstore_bind_text(st, 1, id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) file_from_row(st, out);
     sqlite3_finalize(st);
     if (rc == SQLITE_DONE) return err_set(ENG_ENOTFOUND, "no such file: '%s'", id);
-    return rc == SQLITE_ROW ? 0 : db_fail(js, rc, "get file");
+    return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, "get file");
 }
 
 /* The list position (seq) of `after` in `table`, or the open end when NULL. */
@@ -210,14 +210,14 @@ int jobstore_after_seq(struct jobstore *js, const char *table, const char *after
     char sql[64];
     snprintf(sql, sizeof sql, "SELECT seq FROM %s WHERE id=?", table);
     sqlite3_stmt *st;
-    int err = db_prepare(js, sql, &st);
+    int err = jobstore_db_prepare(js, sql, &st);
     if (err) return err;
-    bind_text(st, 1, after);
+    jobstore_bind_text(st, 1, after);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) *seq = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     if (rc == SQLITE_DONE) return err_set(ENG_ENOTFOUND, "after: no such id '%s'", after);
-    return rc == SQLITE_ROW ? 0 : db_fail(js, rc, "list");
+    return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, "list");
 }
 
 int jobstore_file_list(struct jobstore *js, const char *purpose, const char *after,
@@ -232,14 +232,15 @@ int jobstore_file_list(struct jobstore *js, const char *purpose, const char *aft
     int err = jobstore_after_seq(js, "files", after, ascending, &seq);
     if (err) return err;
     sqlite3_stmt *st;
-    err = db_prepare(js,
-                     ascending ? "SELECT " FILE_COLS " FROM files WHERE (?1 IS NULL OR"
-                                 " purpose=?1) AND seq>?2 ORDER BY seq ASC LIMIT ?3"
-                               : "SELECT " FILE_COLS " FROM files WHERE (?1 IS NULL OR"
-                                 " purpose=?1) AND seq<?2 ORDER BY seq DESC LIMIT ?3",
-                     &st);
+    err = jobstore_db_prepare(js,
+                              ascending
+                                  ? "SELECT " FILE_COLS " FROM files WHERE (?1 IS NULL OR"
+                                    " purpose=?1) AND seq>?2 ORDER BY seq ASC LIMIT ?3"
+                                  : "SELECT " FILE_COLS " FROM files WHERE (?1 IS NULL OR"
+                                    " purpose=?1) AND seq<?2 ORDER BY seq DESC LIMIT ?3",
+                              &st);
     if (err) return err;
-    bind_text(st, 1, purpose);
+    jobstore_bind_text(st, 1, purpose);
     sqlite3_bind_int64(st, 2, seq);
     sqlite3_bind_int(st, 3, limit + 1); /* one more tells has_more */
     struct jobstore_file *fs = xcalloc((size_t)limit, sizeof *fs);
@@ -255,7 +256,7 @@ int jobstore_file_list(struct jobstore *js, const char *purpose, const char *aft
     if (rc != SQLITE_DONE) {
         jobstore_files_free(fs, k);
         *has_more = false;
-        return db_fail(js, rc, "list files");
+        return jobstore_db_fail(js, rc, "list files");
     }
     *out = fs;
     *n = k;
@@ -265,10 +266,10 @@ int jobstore_file_list(struct jobstore *js, const char *purpose, const char *aft
 int jobstore_file_delete(struct jobstore *js, const char *id)
 {
     sqlite3_stmt *st;
-    int err = db_prepare(js, "DELETE FROM files WHERE id=?", &st);
+    int err = jobstore_db_prepare(js, "DELETE FROM files WHERE id=?", &st);
     if (err) return err;
-    bind_text(st, 1, id);
-    err = db_step_done(js, st, "delete file");
+    jobstore_bind_text(st, 1, id);
+    err = jobstore_db_step_done(js, st, "delete file");
     if (err) return err;
     if (sqlite3_changes(js->db) == 0)
         return err_set(ENG_ENOTFOUND, "no such file: '%s'", id);

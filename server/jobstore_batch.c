@@ -16,10 +16,10 @@ static int batch_from_row(sqlite3_stmt *st, struct jobstore_batch *b)
     if (jobstore_status_parse(status, &b->status) != 0)
         return err_set(ENG_EFORMAT, "batch table: unknown status '%s'",
                        status ? status : "(null)");
-    col_copy(st, 0, b->id, sizeof b->id);
-    col_copy(st, 1, b->input_file_id, sizeof b->input_file_id);
-    b->endpoint = col_dup(st, 2);
-    col_copy(st, 3, b->completion_window, sizeof b->completion_window);
+    jobstore_col_copy(st, 0, b->id, sizeof b->id);
+    jobstore_col_copy(st, 1, b->input_file_id, sizeof b->input_file_id);
+    b->endpoint = jobstore_col_dup(st, 2);
+    jobstore_col_copy(st, 3, b->completion_window, sizeof b->completion_window);
     int64_t *times[] = {&b->created_at,    &b->in_progress_at,   &b->expires_at,
                         &b->finalizing_at, &b->completed_at,     &b->failed_at,
                         &b->expired_at,    &b->cancelling_at,    &b->cancelled_at,
@@ -27,24 +27,24 @@ static int batch_from_row(sqlite3_stmt *st, struct jobstore_batch *b)
                         &b->prompt_tokens, &b->completion_tokens};
     for (size_t i = 0; i < ARRAY_LEN(times); i++)
         *times[i] = sqlite3_column_int64(st, 5 + (int)i); /* NULL reads as 0 */
-    col_copy(st, 19, b->output_file_id, sizeof b->output_file_id);
-    col_copy(st, 20, b->error_file_id, sizeof b->error_file_id);
-    b->metadata = col_dup(st, 21);
-    b->errors = col_dup(st, 22);
+    jobstore_col_copy(st, 19, b->output_file_id, sizeof b->output_file_id);
+    jobstore_col_copy(st, 20, b->error_file_id, sizeof b->error_file_id);
+    b->metadata = jobstore_col_dup(st, 21);
+    b->errors = jobstore_col_dup(st, 22);
     return 0;
 }
 
 int jobstore_batch_get(struct jobstore *js, const char *id, struct jobstore_batch *out)
 {
     sqlite3_stmt *st;
-    int err = db_prepare(js, "SELECT " BATCH_COLS " FROM batches WHERE id=?", &st);
+    int err = jobstore_db_prepare(js, "SELECT " BATCH_COLS " FROM batches WHERE id=?", &st);
     if (err) return err;
-    bind_text(st, 1, id);
+    jobstore_bind_text(st, 1, id);
     int rc = sqlite3_step(st);
     err = rc == SQLITE_ROW ? batch_from_row(st, out) : 0;
     sqlite3_finalize(st);
     if (rc == SQLITE_DONE) return err_set(ENG_ENOTFOUND, "no such batch: '%s'", id);
-    return rc == SQLITE_ROW ? err : db_fail(js, rc, "get batch");
+    return rc == SQLITE_ROW ? err : jobstore_db_fail(js, rc, "get batch");
 }
 
 int jobstore_batch_create(struct jobstore *js, const char *input_file_id,
@@ -69,22 +69,23 @@ int jobstore_batch_create(struct jobstore *js, const char *input_file_id,
 
     char id[JOBSTORE_ID_MAX];
     jobstore_new_id("batch_", id, sizeof id);
-    int64_t now = js_now(js);
+    int64_t now = jobstore_now(js);
     sqlite3_stmt *st;
-    err = db_prepare(js,
-                     "INSERT INTO batches(id, input_file_id, endpoint, completion_window,"
-                     " status, created_at, expires_at, metadata)"
-                     " VALUES(?, ?, ?, ?, 'validating', ?, ?, ?)",
-                     &st);
+    err = jobstore_db_prepare(
+        js,
+        "INSERT INTO batches(id, input_file_id, endpoint, completion_window,"
+        " status, created_at, expires_at, metadata)"
+        " VALUES(?, ?, ?, ?, 'validating', ?, ?, ?)",
+        &st);
     if (err) return err;
-    bind_text(st, 1, id);
-    bind_text(st, 2, input_file_id);
-    bind_text(st, 3, endpoint);
-    bind_text(st, 4, completion_window);
+    jobstore_bind_text(st, 1, id);
+    jobstore_bind_text(st, 2, input_file_id);
+    jobstore_bind_text(st, 3, endpoint);
+    jobstore_bind_text(st, 4, completion_window);
     sqlite3_bind_int64(st, 5, now);
     sqlite3_bind_int64(st, 6, now + (expires_in_s > 0 ? expires_in_s : (int64_t)hours * 3600));
-    bind_text(st, 7, metadata);
-    err = db_step_done(js, st, "insert batch");
+    jobstore_bind_text(st, 7, metadata);
+    err = jobstore_db_step_done(js, st, "insert batch");
     if (err) return err;
     return out ? jobstore_batch_get(js, id, out) : 0;
 }
@@ -99,7 +100,7 @@ static int batch_query(struct jobstore *js, const char *sql, const int64_t *args
     *n = 0;
     if (has_more) *has_more = false;
     sqlite3_stmt *st;
-    int err = db_prepare(js, sql, &st);
+    int err = jobstore_db_prepare(js, sql, &st);
     if (err) return err;
     for (int i = 0; i < n_args; i++)
         sqlite3_bind_int64(st, i + 1, args[i]);
@@ -122,7 +123,7 @@ static int batch_query(struct jobstore *js, const char *sql, const int64_t *args
     if (err || rc != SQLITE_DONE) {
         jobstore_batches_free(bs, k);
         if (has_more) *has_more = false;
-        return err ? err : db_fail(js, rc, "list batches");
+        return err ? err : jobstore_db_fail(js, rc, "list batches");
     }
     *out = bs;
     *n = k;
@@ -184,7 +185,7 @@ static int publish_output(struct jobstore *js, const char *batch_id, const char 
     int err = 0;
     if (fd < 0 || fstat(fd, &sb) != 0)
         err = err_set(ENG_EIO, "%s: %s", path, strerror(errno));
-    else if (sb.st_size == 0 && (fsync(fd) != 0 || fsync_path(js->files_dir) != 0))
+    else if (sb.st_size == 0 && (fsync(fd) != 0 || jobstore_fsync_path(js->files_dir) != 0))
         err = err_set(ENG_EIO, "%s: fsync failed", path);
     if (fd >= 0) close(fd);
     free(path);
@@ -198,7 +199,7 @@ int jobstore_batch_set_status(struct jobstore *js, const char *id, enum jobstore
                               const char *errors)
 {
     CHECK((unsigned)to < ARRAY_LEN(status_names));
-    int err = db_begin(js);
+    int err = jobstore_db_begin(js);
     if (err) return err;
     struct jobstore_batch b;
     err = jobstore_batch_get(js, id, &b);
@@ -213,26 +214,26 @@ int jobstore_batch_set_status(struct jobstore *js, const char *id, enum jobstore
              "UPDATE batches SET status=?1, %s=?2, errors=coalesce(?3, errors) WHERE id=?4",
              status_columns[to]);
     sqlite3_stmt *st;
-    err = db_prepare(js, sql, &st);
+    err = jobstore_db_prepare(js, sql, &st);
     if (err) goto fail_b;
-    bind_text(st, 1, status_names[to]);
-    sqlite3_bind_int64(st, 2, js_now(js));
-    bind_text(st, 3, errors);
-    bind_text(st, 4, id);
-    err = db_step_done(js, st, "update batch");
+    jobstore_bind_text(st, 1, status_names[to]);
+    sqlite3_bind_int64(st, 2, jobstore_now(js));
+    jobstore_bind_text(st, 3, errors);
+    jobstore_bind_text(st, 4, id);
+    err = jobstore_db_step_done(js, st, "update batch");
     if (!err &&
         (to == JOBSTORE_COMPLETED || to == JOBSTORE_CANCELLED || to == JOBSTORE_EXPIRED)) {
         err = publish_output(js, id, b.output_file_id, "output");
         if (!err) err = publish_output(js, id, b.error_file_id, "error");
     }
-    if (!err) err = db_commit(js);
+    if (!err) err = jobstore_db_commit(js);
     if (err) goto fail_b;
     jobstore_batch_deinit(&b);
     return 0;
 fail_b:
     jobstore_batch_deinit(&b);
 fail:
-    db_rollback(js);
+    jobstore_db_rollback(js);
     return err;
 }
 
@@ -240,7 +241,7 @@ int jobstore_batch_add_requests(struct jobstore *js, const char *batch_id,
                                 const struct jobstore_request *reqs, int n)
 {
     if (n < 0) return err_set(ENG_EINVAL, "negative request count");
-    int err = db_begin(js);
+    int err = jobstore_db_begin(js);
     if (err) return err;
     struct jobstore_batch b;
     err = jobstore_batch_get(js, batch_id, &b);
@@ -251,9 +252,9 @@ int jobstore_batch_add_requests(struct jobstore *js, const char *batch_id,
     char count_sql[] = "SELECT count(*) FROM batch_requests WHERE batch_id=?";
     sqlite3_stmt *st;
     if (ok) {
-        err = db_prepare(js, count_sql, &st);
+        err = jobstore_db_prepare(js, count_sql, &st);
         if (err) goto fail;
-        bind_text(st, 1, batch_id);
+        jobstore_bind_text(st, 1, batch_id);
         if (sqlite3_step(st) == SQLITE_ROW) have = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
     }
@@ -262,10 +263,10 @@ int jobstore_batch_add_requests(struct jobstore *js, const char *batch_id,
                       batch_id);
         goto fail;
     }
-    err = db_prepare(js,
-                     "INSERT INTO batch_requests(batch_id, line, custom_id, body)"
-                     " VALUES(?, ?, ?, ?)",
-                     &st);
+    err = jobstore_db_prepare(js,
+                              "INSERT INTO batch_requests(batch_id, line, custom_id, body)"
+                              " VALUES(?, ?, ?, ?)",
+                              &st);
     if (err) goto fail;
     for (int i = 0; i < n && !err; i++) {
         if (!reqs[i].custom_id || !reqs[i].body) {
@@ -274,29 +275,29 @@ int jobstore_batch_add_requests(struct jobstore *js, const char *batch_id,
             break;
         }
         sqlite3_reset(st);
-        bind_text(st, 1, batch_id);
+        jobstore_bind_text(st, 1, batch_id);
         sqlite3_bind_int64(st, 2, reqs[i].line);
-        bind_text(st, 3, reqs[i].custom_id);
-        bind_text(st, 4, reqs[i].body);
+        jobstore_bind_text(st, 3, reqs[i].custom_id);
+        jobstore_bind_text(st, 4, reqs[i].body);
         int rc = sqlite3_step(st);
         if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY)
             err = err_set(ENG_EINVAL, "line %lld: duplicate custom_id '%s' or line number",
                           (long long)reqs[i].line, reqs[i].custom_id);
         else if (rc != SQLITE_DONE)
-            err = db_fail(js, rc, "insert request");
+            err = jobstore_db_fail(js, rc, "insert request");
     }
     sqlite3_finalize(st);
     if (err) goto fail;
-    err = db_prepare(js, "UPDATE batches SET total=? WHERE id=?", &st);
+    err = jobstore_db_prepare(js, "UPDATE batches SET total=? WHERE id=?", &st);
     if (err) goto fail;
     sqlite3_bind_int64(st, 1, n);
-    bind_text(st, 2, batch_id);
-    err = db_step_done(js, st, "update total");
-    if (!err) err = db_commit(js);
+    jobstore_bind_text(st, 2, batch_id);
+    err = jobstore_db_step_done(js, st, "update total");
+    if (!err) err = jobstore_db_commit(js);
     if (err) goto fail;
     return 0;
 fail:
-    db_rollback(js);
+    jobstore_db_rollback(js);
     return err;
 }
 
@@ -307,12 +308,13 @@ int jobstore_batch_pending(struct jobstore *js, const char *batch_id, int64_t af
     *n = 0;
     if (max < 1) return err_set(ENG_EINVAL, "max must be positive");
     sqlite3_stmt *st;
-    int err = db_prepare(js,
-                         "SELECT line, custom_id, body FROM batch_requests WHERE"
-                         " batch_id=? AND state='pending' AND line>? ORDER BY line LIMIT ?",
-                         &st);
+    int err = jobstore_db_prepare(
+        js,
+        "SELECT line, custom_id, body FROM batch_requests WHERE"
+        " batch_id=? AND state='pending' AND line>? ORDER BY line LIMIT ?",
+        &st);
     if (err) return err;
-    bind_text(st, 1, batch_id);
+    jobstore_bind_text(st, 1, batch_id);
     sqlite3_bind_int64(st, 2, after_line);
     sqlite3_bind_int(st, 3, max);
     struct jobstore_request *rs = NULL;
@@ -323,14 +325,14 @@ int jobstore_batch_pending(struct jobstore *js, const char *batch_id, int64_t af
             rs = xrealloc(rs, (size_t)cap * sizeof *rs);
         }
         rs[k].line = sqlite3_column_int64(st, 0);
-        rs[k].custom_id = col_dup(st, 1);
-        rs[k].body = col_dup(st, 2);
+        rs[k].custom_id = jobstore_col_dup(st, 1);
+        rs[k].body = jobstore_col_dup(st, 2);
         k++;
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
         jobstore_requests_free(rs, k);
-        return db_fail(js, rc, "pending");
+        return jobstore_db_fail(js, rc, "pending");
     }
     *out = rs;
     *n = k;

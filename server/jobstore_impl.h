@@ -73,14 +73,14 @@ __attribute__((unused)) static const char *const status_columns[] = {
 
 /* ---- small helpers ---- */
 
-static inline int64_t js_now(const struct jobstore *js)
+static inline int64_t jobstore_now(const struct jobstore *js)
 {
     return js->fixed_time ? js->fixed_time : (int64_t)time(NULL);
 }
 
 /* SQLite's verdict as an engine code: a damaged file is a format error, a broken
  * constraint is the caller's argument, everything else is the disk. */
-static inline int db_code(int rc)
+static inline int jobstore_db_code(int rc)
 {
     switch (rc & 0xff) {
     case SQLITE_NOTADB:
@@ -90,50 +90,52 @@ static inline int db_code(int rc)
     }
 }
 
-static inline int db_fail(struct jobstore *js, int rc, const char *what)
+static inline int jobstore_db_fail(struct jobstore *js, int rc, const char *what)
 {
-    return err_set(db_code(rc), "%s: %s: %s", js->db_path, what,
+    return err_set(jobstore_db_code(rc), "%s: %s: %s", js->db_path, what,
                    js->db ? sqlite3_errmsg(js->db) : sqlite3_errstr(rc));
 }
 
-static inline int db_exec(struct jobstore *js, const char *sql)
+static inline int jobstore_db_exec(struct jobstore *js, const char *sql)
 {
     int rc = sqlite3_exec(js->db, sql, NULL, NULL, NULL);
-    return rc == SQLITE_OK ? 0 : db_fail(js, rc, sql);
+    return rc == SQLITE_OK ? 0 : jobstore_db_fail(js, rc, sql);
 }
 
-static inline int db_prepare(struct jobstore *js, const char *sql, sqlite3_stmt **st)
+static inline int jobstore_db_prepare(struct jobstore *js, const char *sql,
+                                      sqlite3_stmt **st)
 {
     int rc = sqlite3_prepare_v2(js->db, sql, -1, st, NULL);
-    return rc == SQLITE_OK ? 0 : db_fail(js, rc, "prepare");
+    return rc == SQLITE_OK ? 0 : jobstore_db_fail(js, rc, "prepare");
 }
 
 /* IMMEDIATE takes the write lock up front: a transaction that reads, checks and
  * then writes must not find the data changed under it. */
-static inline int db_begin(struct jobstore *js)
+static inline int jobstore_db_begin(struct jobstore *js)
 {
-    return db_exec(js, "BEGIN IMMEDIATE");
+    return jobstore_db_exec(js, "BEGIN IMMEDIATE");
 }
 
-static inline int db_commit(struct jobstore *js)
+static inline int jobstore_db_commit(struct jobstore *js)
 {
-    return db_exec(js, "COMMIT");
+    return jobstore_db_exec(js, "COMMIT");
 }
 
-static inline void db_rollback(struct jobstore *js)
+static inline void jobstore_db_rollback(struct jobstore *js)
 {
     if (!sqlite3_get_autocommit(js->db)) sqlite3_exec(js->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
 /* Run a statement that returns no rows; finalizes it. */
-static inline int db_step_done(struct jobstore *js, sqlite3_stmt *st, const char *what)
+static inline int jobstore_db_step_done(struct jobstore *js, sqlite3_stmt *st,
+                                        const char *what)
 {
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : db_fail(js, rc, what);
+    return rc == SQLITE_DONE ? 0 : jobstore_db_fail(js, rc, what);
 }
 
-static inline void bind_text(sqlite3_stmt *st, int i, const char *s)
+static inline void jobstore_bind_text(sqlite3_stmt *st, int i, const char *s)
 {
     if (s)
         sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
@@ -141,19 +143,19 @@ static inline void bind_text(sqlite3_stmt *st, int i, const char *s)
         sqlite3_bind_null(st, i);
 }
 
-static inline void col_copy(sqlite3_stmt *st, int i, char *buf, size_t size)
+static inline void jobstore_col_copy(sqlite3_stmt *st, int i, char *buf, size_t size)
 {
     const unsigned char *s = sqlite3_column_text(st, i);
     snprintf(buf, size, "%s", s ? (const char *)s : "");
 }
 
-static inline char *col_dup(sqlite3_stmt *st, int i)
+static inline char *jobstore_col_dup(sqlite3_stmt *st, int i)
 {
     const unsigned char *s = sqlite3_column_text(st, i);
     return s ? xstrdup((const char *)s) : NULL;
 }
 
-static inline int fsync_path(const char *path)
+static inline int jobstore_fsync_path(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return err_set(ENG_EIO, "%s: %s", path, strerror(errno));
@@ -163,7 +165,7 @@ static inline int fsync_path(const char *path)
     return rc == 0 ? 0 : err_set(ENG_EIO, "%s: fsync: %s", path, strerror(e));
 }
 
-static inline int write_all(int fd, const void *data, size_t len)
+static inline int jobstore_write_all(int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len) {
@@ -177,7 +179,7 @@ static inline int write_all(int fd, const void *data, size_t len)
 }
 
 /* mkdir -p for one level, then fsync the parent so the new entry survives a crash. */
-static inline int make_dir(const char *path)
+static inline int jobstore_make_dir(const char *path)
 {
     if (mkdir(path, 0755) == 0) {
         char *parent = xstrdup(path);
@@ -188,12 +190,12 @@ static inline int make_dir(const char *path)
         }
         int err = 0;
         if (slash == parent)
-            err = fsync_path("/");
+            err = jobstore_fsync_path("/");
         else if (slash) {
             *slash = '\0';
-            err = fsync_path(parent);
+            err = jobstore_fsync_path(parent);
         } else
-            err = fsync_path(".");
+            err = jobstore_fsync_path(".");
         free(parent);
         return err;
     }
@@ -204,7 +206,7 @@ static inline int make_dir(const char *path)
 
 /* An id we generated: prefix + 24 lowercase hex digits. Only such names in files/
  * are ever deleted by the garbage collection. */
-static inline bool is_our_id(const char *s, const char *prefix)
+static inline bool jobstore_is_our_id(const char *s, const char *prefix)
 {
     size_t p = strlen(prefix);
     if (strncmp(s, prefix, p) != 0 || strlen(s) != p + 24) return false;

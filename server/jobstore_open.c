@@ -36,19 +36,19 @@ static const char schema_sql[] =
 static int pragma_int(struct jobstore *js, const char *sql, int64_t *out)
 {
     sqlite3_stmt *st;
-    int err = db_prepare(js, sql, &st);
+    int err = jobstore_db_prepare(js, sql, &st);
     if (err) return err;
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? 0 : db_fail(js, rc, sql);
+    return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, sql);
 }
 
 static int db_open(struct jobstore *js)
 {
     int rc = sqlite3_open_v2(js->db_path, &js->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-    if (rc != SQLITE_OK) return db_fail(js, rc, "open");
+    if (rc != SQLITE_OK) return jobstore_db_fail(js, rc, "open");
     sqlite3_extended_result_codes(js->db, 1);
     sqlite3_busy_timeout(js->db, 5000);
 
@@ -68,15 +68,15 @@ static int db_open(struct jobstore *js)
                        js->db_path, (long long)app_id);
 
     sqlite3_stmt *st;
-    err = db_prepare(js, "PRAGMA journal_mode=WAL", &st);
+    err = jobstore_db_prepare(js, "PRAGMA journal_mode=WAL", &st);
     if (err) return err;
     rc = sqlite3_step(st);
     bool wal =
         rc == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
     sqlite3_finalize(st);
-    if (rc != SQLITE_ROW) return db_fail(js, rc, "journal_mode=WAL");
+    if (rc != SQLITE_ROW) return jobstore_db_fail(js, rc, "journal_mode=WAL");
     if (!wal) return err_set(ENG_EIO, "%s: cannot switch to WAL mode", js->db_path);
-    err = db_exec(js, "PRAGMA synchronous=FULL");
+    err = jobstore_db_exec(js, "PRAGMA synchronous=FULL");
     if (err) return err;
 
     if (version == SCHEMA_VERSION) {
@@ -90,15 +90,15 @@ static int db_open(struct jobstore *js)
     if (n_tables)
         return err_set(ENG_EFORMAT, "%s: not an h2oserve database (no schema version)",
                        js->db_path);
-    err = db_begin(js);
+    err = jobstore_db_begin(js);
     if (err) return err;
     char pragmas[128];
     snprintf(pragmas, sizeof pragmas, "PRAGMA application_id=%d; PRAGMA user_version=%d",
              APPLICATION_ID, SCHEMA_VERSION);
-    err = db_exec(js, schema_sql);
-    if (!err) err = db_exec(js, pragmas);
-    if (!err) err = db_commit(js);
-    if (err) db_rollback(js);
+    err = jobstore_db_exec(js, schema_sql);
+    if (!err) err = jobstore_db_exec(js, pragmas);
+    if (!err) err = jobstore_db_commit(js);
+    if (err) jobstore_db_rollback(js);
     return err;
 }
 
@@ -121,16 +121,16 @@ static int take_lock(struct jobstore *js)
 static int body_referenced(struct jobstore *js, const char *name, bool *out)
 {
     sqlite3_stmt *st;
-    int err = db_prepare(js,
-                         "SELECT 1 FROM files WHERE id=?1 UNION ALL SELECT 1 FROM batches"
-                         " WHERE status IN " UNFINISHED
-                         " AND (output_file_id=?1 OR error_file_id=?1)",
-                         &st);
+    int err = jobstore_db_prepare(
+        js,
+        "SELECT 1 FROM files WHERE id=?1 UNION ALL SELECT 1 FROM batches"
+        " WHERE status IN " UNFINISHED " AND (output_file_id=?1 OR error_file_id=?1)",
+        &st);
     if (err) return err;
-    bind_text(st, 1, name);
+    jobstore_bind_text(st, 1, name);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_fail(js, rc, "gc");
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return jobstore_db_fail(js, rc, "gc");
     *out = rc == SQLITE_ROW;
     return 0;
 }
@@ -149,7 +149,7 @@ static int collect_garbage(struct jobstore *js)
         size_t len = strlen(name);
         bool tmp = len > 4 && strcmp(name + len - 4, ".tmp") == 0;
         if (tmp) name[len - 4] = '\0';
-        if (!is_our_id(name, "file-")) continue;
+        if (!jobstore_is_our_id(name, "file-")) continue;
         bool keep = false;
         if (!tmp) err = body_referenced(js, name, &keep);
         if (err || keep) continue;
@@ -171,8 +171,8 @@ int jobstore_open(struct jobstore **out, const char *data_dir)
     js->db_path = util_path_join(data_dir, "h2oserve.db");
     struct jobstore_batch *bs = NULL;
     int n = 0;
-    int err = make_dir(data_dir);
-    if (!err) err = make_dir(js->files_dir);
+    int err = jobstore_make_dir(data_dir);
+    if (!err) err = jobstore_make_dir(js->files_dir);
     if (!err) err = take_lock(js);
     if (!err) err = db_open(js);
     if (!err) err = collect_garbage(js);

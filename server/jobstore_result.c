@@ -36,43 +36,43 @@ static int mark_request(struct jobstore *js, const char *batch_id, const char *c
                         bool ok, int64_t prompt, int64_t completion, bool *marked)
 {
     sqlite3_stmt *st;
-    int err = db_prepare(js,
-                         "UPDATE batch_requests SET state=? WHERE batch_id=? AND"
-                         " custom_id=? AND state='pending'",
-                         &st);
+    int err = jobstore_db_prepare(js,
+                                  "UPDATE batch_requests SET state=? WHERE batch_id=? AND"
+                                  " custom_id=? AND state='pending'",
+                                  &st);
     if (err) return err;
-    bind_text(st, 1, ok ? "done" : "failed");
-    bind_text(st, 2, batch_id);
-    bind_text(st, 3, custom_id);
-    err = db_step_done(js, st, "mark request");
+    jobstore_bind_text(st, 1, ok ? "done" : "failed");
+    jobstore_bind_text(st, 2, batch_id);
+    jobstore_bind_text(st, 3, custom_id);
+    err = jobstore_db_step_done(js, st, "mark request");
     if (err) return err;
     *marked = sqlite3_changes(js->db) == 1;
     if (!*marked) return 0;
-    err = db_prepare(js,
-                     "UPDATE batches SET prompt_tokens=prompt_tokens+?,"
-                     " completion_tokens=completion_tokens+? WHERE id=?",
-                     &st);
+    err = jobstore_db_prepare(js,
+                              "UPDATE batches SET prompt_tokens=prompt_tokens+?,"
+                              " completion_tokens=completion_tokens+? WHERE id=?",
+                              &st);
     if (err) return err;
     sqlite3_bind_int64(st, 1, prompt);
     sqlite3_bind_int64(st, 2, completion);
-    bind_text(st, 3, batch_id);
-    return db_step_done(js, st, "add usage");
+    jobstore_bind_text(st, 3, batch_id);
+    return jobstore_db_step_done(js, st, "add usage");
 }
 
 /* Recount request_counts from the requests' states. */
 static int recount(struct jobstore *js, const char *batch_id)
 {
     sqlite3_stmt *st;
-    int err = db_prepare(js,
-                         "UPDATE batches SET"
-                         " completed=(SELECT count(*) FROM batch_requests"
-                         "  WHERE batch_id=?1 AND state='done'),"
-                         " failed=(SELECT count(*) FROM batch_requests"
-                         "  WHERE batch_id=?1 AND state='failed') WHERE id=?1",
-                         &st);
+    int err = jobstore_db_prepare(js,
+                                  "UPDATE batches SET"
+                                  " completed=(SELECT count(*) FROM batch_requests"
+                                  "  WHERE batch_id=?1 AND state='done'),"
+                                  " failed=(SELECT count(*) FROM batch_requests"
+                                  "  WHERE batch_id=?1 AND state='failed') WHERE id=?1",
+                                  &st);
     if (err) return err;
-    bind_text(st, 1, batch_id);
-    return db_step_done(js, st, "recount");
+    jobstore_bind_text(st, 1, batch_id);
+    return jobstore_db_step_done(js, st, "recount");
 }
 
 /* The state of one request: "pending", "done", "failed"; ENG_ENOTFOUND. */
@@ -80,20 +80,21 @@ static int request_state(struct jobstore *js, const char *batch_id, const char *
                          bool *pending)
 {
     sqlite3_stmt *st;
-    int err = db_prepare(js,
-                         "SELECT state='pending' FROM batch_requests WHERE batch_id=? AND"
-                         " custom_id=?",
-                         &st);
+    int err = jobstore_db_prepare(
+        js,
+        "SELECT state='pending' FROM batch_requests WHERE batch_id=? AND"
+        " custom_id=?",
+        &st);
     if (err) return err;
-    bind_text(st, 1, batch_id);
-    bind_text(st, 2, custom_id);
+    jobstore_bind_text(st, 1, batch_id);
+    jobstore_bind_text(st, 2, custom_id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) *pending = sqlite3_column_int(st, 0) != 0;
     sqlite3_finalize(st);
     if (rc == SQLITE_DONE)
         return err_set(ENG_ENOTFOUND, "batch %s: no request with custom_id '%s'", batch_id,
                        custom_id);
-    return rc == SQLITE_ROW ? 0 : db_fail(js, rc, "request state");
+    return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, "request state");
 }
 
 static int poison(struct jobstore *js, int err)
@@ -115,14 +116,14 @@ static int ensure_output_id(struct jobstore *js, const struct jobstore_batch *b,
     }
     jobstore_new_id("file-", id, size);
     sqlite3_stmt *st;
-    int err = db_prepare(js,
-                         ok ? "UPDATE batches SET output_file_id=? WHERE id=?"
-                            : "UPDATE batches SET error_file_id=? WHERE id=?",
-                         &st);
+    int err = jobstore_db_prepare(js,
+                                  ok ? "UPDATE batches SET output_file_id=? WHERE id=?"
+                                     : "UPDATE batches SET error_file_id=? WHERE id=?",
+                                  &st);
     if (err) return err;
-    bind_text(st, 1, id);
-    bind_text(st, 2, b->id);
-    return db_step_done(js, st, "set output file");
+    jobstore_bind_text(st, 1, id);
+    jobstore_bind_text(st, 2, b->id);
+    return jobstore_db_step_done(js, st, "set output file");
 }
 
 /* Append `len` bytes (whole lines) to `path` and make them durable. On a failed
@@ -139,14 +140,14 @@ static int append_bytes(struct jobstore *js, const char *path, const char *buf, 
         return err;
     }
     int err = 0;
-    if (write_all(fd, buf, len) != 0) {
+    if (jobstore_write_all(fd, buf, len) != 0) {
         err = err_set(ENG_EIO, "%s: write: %s", path, strerror(errno));
         if (ftruncate(fd, sb.st_size) != 0) err = poison(js, err);
     } else if (fsync(fd) != 0) {
         err = poison(js, err_set(ENG_EIO, "%s: fsync: %s", path, strerror(errno)));
     } else if (sb.st_size == 0) {
         /* A new file: its directory entry must be durable too. */
-        err = fsync_path(js->files_dir);
+        err = jobstore_fsync_path(js->files_dir);
         if (err) err = poison(js, err);
     }
     close(fd);
@@ -229,7 +230,7 @@ int jobstore_batch_append_results(struct jobstore *js, const char *batch_id,
         goto out;
     }
     int64_t n_ok = 0;
-    err = db_begin(js);
+    err = jobstore_db_begin(js);
     for (int i = 0; i < n && !err; i++) {
         bool marked = false;
         err = mark_request(js, batch_id, rs[i].custom_id, rs[i].ok, usage[2 * i],
@@ -239,18 +240,19 @@ int jobstore_batch_append_results(struct jobstore *js, const char *batch_id,
     }
     if (!err) {
         sqlite3_stmt *st;
-        err = db_prepare(js, "UPDATE batches SET completed=completed+?, failed=failed+? WHERE id=?",
-                         &st);
+        err = jobstore_db_prepare(
+            js, "UPDATE batches SET completed=completed+?, failed=failed+? WHERE id=?",
+            &st);
         if (!err) {
             sqlite3_bind_int64(st, 1, n_ok);
             sqlite3_bind_int64(st, 2, n - n_ok);
-            bind_text(st, 3, batch_id);
-            err = db_step_done(js, st, "count results");
+            jobstore_bind_text(st, 3, batch_id);
+            err = jobstore_db_step_done(js, st, "count results");
         }
     }
-    if (!err) err = db_commit(js);
+    if (!err) err = jobstore_db_commit(js);
     if (err) {
-        db_rollback(js);
+        jobstore_db_rollback(js);
         err = poison(js, err);
     }
 out:
@@ -328,7 +330,7 @@ int jobstore_batch_recover(struct jobstore *js, const char *batch_id)
     struct jobstore_batch b;
     int err = jobstore_batch_get(js, batch_id, &b);
     if (err) return err;
-    err = db_begin(js);
+    err = jobstore_db_begin(js);
     if (!err && b.output_file_id[0])
         err = recover_file(js, batch_id, b.output_file_id, true);
     if (!err && b.error_file_id[0])
@@ -336,8 +338,8 @@ int jobstore_batch_recover(struct jobstore *js, const char *batch_id)
     /* Recounted from the states rather than incremented: the counts then agree
      * with the files whatever the crash interrupted. */
     if (!err) err = recount(js, batch_id);
-    if (!err) err = db_commit(js);
-    if (err) db_rollback(js);
+    if (!err) err = jobstore_db_commit(js);
+    if (err) jobstore_db_rollback(js);
     jobstore_batch_deinit(&b);
     return err;
 }

@@ -10,9 +10,9 @@
  */
 #include "run_batch.h"
 
-#include "api_completions.h"
 #include "batch_line.h"
 #include "cfg.h"
+#include "cmpl_resp.h"
 #include "engine.h"
 #include "engine_core.h"
 #include "err.h"
@@ -94,13 +94,13 @@ static void line_fail(struct rb *b, int32_t k, const char *code, const char *msg
 
 /* Parse input line k and hand its requests to the scheduler (or fail it). */
 static void line_start(struct rb *b, int32_t k, const char *text, size_t len,
-                       struct batch_idset *ids, uint64_t seed)
+                       struct batch_line_idset *ids, uint64_t seed)
 {
     struct rb_line *l = &b->lines[k];
     struct batch_line_error le;
     cJSON *body = batch_line_parse(text, len, "/v1/completions", NULL, &l->custom_id, &le);
     /* A used custom_id is the line's fault whatever else is wrong with it. */
-    if (l->custom_id && *l->custom_id && !batch_idset_add(ids, l->custom_id)) {
+    if (l->custom_id && *l->custom_id && !batch_line_idset_add(ids, l->custom_id)) {
         cJSON_Delete(body);
         line_fail(b, k, "duplicate_custom_id", "custom_id is used by an earlier line");
         return;
@@ -255,7 +255,7 @@ int run_batch_run(struct cfg c)
         return 1;
     }
     struct rb b = {0};
-    struct batch_idset ids = {0};
+    struct batch_line_idset ids = {0};
     int rc = 1;
     struct engine_opts eo;
     cfg_engine_opts(&c, &eo);
@@ -344,7 +344,7 @@ done:
     free(b.lines);
     free(b.id_line);
     free(b.cancel);
-    batch_idset_free(&ids);
+    batch_line_idset_free(&ids);
     /* Last: the responses above were made with the model's tokenizer. The scheduler
      * drops what an error left in it without events. */
     engine_core_close(b.core);

@@ -13,7 +13,7 @@
 #ifndef H2O_SRV_H
 #define H2O_SRV_H
 
-#include "api_completions.h"
+#include "cmpl.h"
 #include "bridge.h"
 #include "cfg.h"
 #include "metrics.h"

@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-void kv_spec_default(struct kv_spec *s)
+void kv_budget_spec_default(struct kv_spec *s)
 {
     s->policy = KV_POLICY_H2O;
     s->heavy_ratio = 0.1f;
@@ -20,7 +20,7 @@ void kv_spec_default(struct kv_spec *s)
     s->min_budget = KV_MIN_BUDGET_DEFAULT;
 }
 
-int kv_policy_parse(const char *name, enum kv_policy *out)
+int kv_budget_policy_parse(const char *name, enum kv_policy *out)
 {
     if (strcmp(name, "full") == 0) *out = KV_POLICY_FULL;
     else if (strcmp(name, "h2o") == 0) *out = KV_POLICY_H2O;
@@ -29,7 +29,7 @@ int kv_policy_parse(const char *name, enum kv_policy *out)
     return 0;
 }
 
-const char *kv_policy_name(enum kv_policy p)
+const char *kv_budget_policy_name(enum kv_policy p)
 {
     return p == KV_POLICY_FULL ? "full" : p == KV_POLICY_H2O ? "h2o" : "local";
 }

@@ -43,11 +43,11 @@ struct kv_budget {
 
 /* The default spec: h2o with the paper's 20% (0.1 heavy + 0.1 recent), floored at
  * KV_MIN_BUDGET_DEFAULT tokens. */
-void kv_spec_default(struct kv_spec *s);
+void kv_budget_spec_default(struct kv_spec *s);
 
 /* "full", "h2o" or "local" -> policy; returns 0 or -1 for an unknown name. */
-int kv_policy_parse(const char *name, enum kv_policy *out);
-const char *kv_policy_name(enum kv_policy p);
+int kv_budget_policy_parse(const char *name, enum kv_policy *out);
+const char *kv_budget_policy_name(enum kv_policy p);
 
 /*
  * Resolve a spec for a sequence of prompt_len + max_tokens tokens:

@@ -198,8 +198,8 @@ TEST(generate_same_tokens)
         if (a->n_tokens != b->n_tokens ||
             memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof *a->tokens))
             TEST_FAIL("prompt %d: device_state tokens differ", i);
-        gen_result_free(&res[0][i]);
-        gen_result_free(&res[1][i]);
+        generate_result_free(&res[0][i]);
+        generate_result_free(&res[1][i]);
     }
 }
 

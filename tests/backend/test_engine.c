@@ -233,7 +233,7 @@ static struct req *mkreq(struct world *w, uint64_t id, const char *prompt, int32
 {
     CHECK(id < MAX_REQ && n <= MAX_SEQ);
     struct kv_spec kv;
-    kv_spec_default(&kv); /* h2o 20%: long prompts evict */
+    kv_budget_spec_default(&kv); /* h2o 20%: long prompts evict */
     kv.min_budget = 0;    /* these prompts are short: under the floor none would */
     struct req *r = req_new(id, &kv);
     r->prompt = xstrdup(prompt);

@@ -128,7 +128,7 @@ TEST(generate_greedy_matches_transformers)
     struct model *m = NULL;
     CHECK(model_load(&m, test_data("golden/tiny-opt"), &mo) == 0);
     struct gen_opts go;
-    gen_opts_default(&go);
+    generate_opts_default(&go);
     go.max_batched_tokens = 7; /* chunked prefill, and both prompts in one batch */
     struct gen_request reqs[GOLDEN_MAX_PROMPTS];
     struct gen_result res[GOLDEN_MAX_PROMPTS];
@@ -148,7 +148,7 @@ TEST(generate_greedy_matches_transformers)
             if (res[i].tokens[k] != g.p[i].decode[k])
                 TEST_FAIL("prompt %d step %d: %d != %d", i, k, res[i].tokens[k],
                           g.p[i].decode[k]);
-        gen_result_free(&res[i]);
+        generate_result_free(&res[i]);
     }
     model_destroy(m);
     golden_free(&g);

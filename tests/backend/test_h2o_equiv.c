@@ -128,7 +128,7 @@ TEST(generate_matches_reference)
                                       .heavy = cases[c].H, .recent = cases[c].R};
     }
     struct gen_opts go;
-    gen_opts_default(&go);
+    generate_opts_default(&go);
     go.max_batched_tokens = 24; /* chunked prompts next to decode tokens */
     EXPECT_EQ(generate_run(m, &go, reqs, N_CASES, res), 0);
     int32_t rt[STEPS + 1];
@@ -145,7 +145,7 @@ TEST(generate_matches_reference)
                 TEST_FAIL("case %d: token %d is %d, reference %d", c, k, res[c].tokens[k], rt[k]);
                 break;
             }
-        gen_result_free(&res[c]);
+        generate_result_free(&res[c]);
         free(es[c].logits);
     }
     free(rl);

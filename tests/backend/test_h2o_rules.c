@@ -87,7 +87,7 @@ TEST(floor_raises_small_budgets_and_keeps_the_split)
 {
     struct kv_spec s;
     struct kv_budget b;
-    kv_spec_default(&s); /* h2o 0.1 + 0.1, floor KV_MIN_BUDGET_DEFAULT */
+    kv_budget_spec_default(&s); /* h2o 0.1 + 0.1, floor KV_MIN_BUDGET_DEFAULT */
     const int32_t F = KV_MIN_BUDGET_DEFAULT;
     EXPECT_EQ(s.min_budget, F);
     /* 4 + 16 tokens: 20% would be 2 + 2; the floor covers the whole sequence, so
@@ -147,7 +147,7 @@ TEST(budgets_from_ratios_and_counts)
 {
     struct kv_spec s;
     struct kv_budget b;
-    kv_spec_default(&s); /* h2o, 0.1 + 0.1 */
+    kv_budget_spec_default(&s); /* h2o, 0.1 + 0.1 */
     s.min_budget = 0;    /* the floor has its own test below */
     EXPECT_EQ(kv_budget_resolve(&s, 512, 512, &b), 0);
     EXPECT_EQ(b.heavy, 103); /* ceil(102.4) */
@@ -180,9 +180,9 @@ TEST(budgets_from_ratios_and_counts)
     s.min_budget = -1;
     EXPECT(kv_budget_resolve(&s, 10, 10, &b) != 0);
     enum kv_policy p;
-    EXPECT_EQ(kv_policy_parse("local", &p), 0);
+    EXPECT_EQ(kv_budget_policy_parse("local", &p), 0);
     EXPECT_EQ(p, KV_POLICY_LOCAL);
-    EXPECT(kv_policy_parse("lru", &p) != 0);
+    EXPECT(kv_budget_policy_parse("lru", &p) != 0);
 }
 
 int main(void)

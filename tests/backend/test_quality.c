@@ -178,7 +178,8 @@ static void check_against_reference(const char *name, enum kv_policy pol, int32_
     const double full =
         ref_perplexity(path_of(name), s, P, G, (struct h2o_ref_policy){.full = true});
     printf("# %s %s H %d R %d: engine %.6f, reference %.6f (full %.6f)\n", name,
-           kv_policy_name(pol), r.budget.heavy, r.budget.recent, r.perplexity, want, full);
+           kv_budget_policy_name(pol), r.budget.heavy, r.budget.recent, r.perplexity, want,
+           full);
     EXPECT_NEAR(r.perplexity / want, 1.0, 1e-4);
     EXPECT(fabs(want / full - 1.0) > 1e-3); /* the window does change the result */
     free(s);

@@ -129,13 +129,13 @@ TEST(generate_same_tokens_at_every_tp)
                     memcmp(out[i].tokens, ref[i].tokens,
                            (size_t)ref[i].n_tokens * sizeof *ref[i].tokens))
                     TEST_FAIL("tp %d prompt %d: tokens differ from tp 1", tp, i);
-                gen_result_free(&out[i]);
+                generate_result_free(&out[i]);
             }
         }
         model_destroy(m);
     }
     for (int32_t i = 0; i < n; i++)
-        gen_result_free(&ref[i]);
+        generate_result_free(&ref[i]);
 }
 
 /* Heads (4) not divisible by 3 ranks: a clear load error, nothing leaked or hung. */

@@ -108,6 +108,30 @@ out=$("$bin" tokenize --model dummy:tiny --text "Hi" 2>/dev/null)
 [ "$out" = "[2, 76, 109]" ] && ok "tokenize dummy:tiny" || not_ok "tokenize dummy:tiny" "got $out"
 out=$("$bin" tokenize --model dummy:tiny --decode "[2, 76, 109]" 2>/dev/null)
 [ "$out" = "Hi" ] && ok "decode dummy:tiny" || not_ok "decode dummy:tiny" "got $out"
+# Its flags come from config/'s table (scope tokenize): --text is the text itself,
+# taken as given ("" is BOS alone, newlines stay), --no-bos drops BOS, --bos=true
+# keeps it, the --decode list may use commas and spaces.
+out=$("$bin" tokenize --model dummy:tiny --text "" 2>/dev/null)
+[ "$out" = "[2]" ] && ok "tokenize of empty text is BOS" || not_ok "tokenize of empty text is BOS" "got $out"
+out=$("$bin" tokenize --model dummy:tiny --no-bos --text "$(printf 'a\nb')" 2>/dev/null)
+[ "$out" = "[101, 14, 102]" ] && ok "tokenize --no-bos keeps a newline" \
+    || not_ok "tokenize --no-bos keeps a newline" "got $out"
+out=$("$bin" tokenize --model=dummy:tiny --bos=true --text=Hi 2>/dev/null)
+[ "$out" = "[2, 76, 109]" ] && ok "tokenize --name=VALUE forms" || not_ok "tokenize --name=VALUE forms" "got $out"
+out=$("$bin" tokenize --model dummy:tiny --decode "2,76 109" 2>/dev/null)
+[ "$out" = "Hi" ] && ok "decode a comma/space list" || not_ok "decode a comma/space list" "got $out"
+expect "tokenize needs --text or --decode" 2 "exactly one of --text and --decode" -- \
+    "$bin" tokenize --model dummy:tiny
+expect "tokenize takes not both" 2 "exactly one of --text and --decode" -- \
+    "$bin" tokenize --model dummy:tiny --text a --decode 1
+expect "tokenize unknown flag" 2 "unknown option '--prompt'" -- "$bin" tokenize --prompt x
+expect "tokenize bad ids" 2 "--decode wants token ids" -- "$bin" tokenize --model dummy:tiny --decode x
+"$bin" tokenize --help >"$tmp/help" 2>&1
+st=$?
+[ "$st" -eq 0 ] && grep -q -- "--text TEXT" "$tmp/help" && grep -q -- "--decode IDS" "$tmp/help" \
+    && grep -q -- "--\[no-\]bos" "$tmp/help" && ! grep -q -- "--prompt-len" "$tmp/help" \
+    && ok "tokenize --help lists its flags only" \
+    || not_ok "tokenize --help lists its flags only" "exit $st" "$(head -5 "$tmp/help")"
 
 # Bad models and checkpoints: one clear line naming what is wrong, exit 1.
 expect "missing model folder" 1 "config.json" -- "$bin" generate --model "$tmp/nope" --prompt x

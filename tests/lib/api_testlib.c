@@ -15,7 +15,7 @@ void model_init(struct api_model *m, const struct tokenizer *tok)
     m->max_model_len = 64;
     m->vocab_size = tokenizer_vocab_size(tok);
     m->tok = tok;
-    kv_spec_default(&m->kv_default);
+    kv_budget_spec_default(&m->kv_default);
     m->max_prompts = 4;
     m->max_n = 128;
 }

@@ -7,7 +7,7 @@
 #ifndef H2O_TEST_API_TESTLIB_H
 #define H2O_TEST_API_TESTLIB_H
 
-#include "api_completions.h"
+#include "cmpl.h"
 #include "opt_tokenizer.h"
 #include "test.h"
 #include "tokenizer.h"

@@ -47,9 +47,9 @@ int parse_cmd(struct cfg *c, unsigned scope, int *next, const char *const *args)
 }
 
 const unsigned all_scopes[N_SCOPES] = {CFG_SERVE, CFG_RUN_BATCH, CFG_GENERATE,
-                                       CFG_BENCH_QUALITY};
+                                       CFG_BENCH_QUALITY, CFG_TOKENIZE};
 const char *const scope_names[N_SCOPES] = {"serve", "run-batch", "generate",
-                                           "bench quality"};
+                                           "bench quality", "tokenize"};
 
 int msg_has(const char *needle)
 {
@@ -79,6 +79,10 @@ const char *field_str(const struct cfg *c, const struct cfg_opt *o)
 
 char *flag_of(const struct cfg_opt *o, char *buf, size_t len)
 {
+    if (o->flag) {
+        snprintf(buf, len, "--%s", o->flag);
+        return buf;
+    }
     snprintf(buf, len, "--%s", o->key);
     for (char *p = buf; *p; p++)
         if (*p == '_') *p = '-';

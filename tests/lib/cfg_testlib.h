@@ -32,7 +32,7 @@ int parse_cmd(struct cfg *c, unsigned scope, int *next, const char *const *args)
     parse_cmd((c), (scope), NULL, (const char *const[]){__VA_ARGS__, NULL})
 
 /* Every subcommand that parses through the table, by scope bit, and its name. */
-#define N_SCOPES 4
+#define N_SCOPES 5
 extern const unsigned all_scopes[N_SCOPES];
 extern const char *const scope_names[N_SCOPES];
 
@@ -46,6 +46,8 @@ double field_float(const struct cfg *c, const struct cfg_opt *o);
 
 const char *field_str(const struct cfg *c, const struct cfg_opt *o);
 
+/* The option's flag: "--" + o->flag where the row names it, else the key with '-'
+ * for '_'. Returns buf. */
 char *flag_of(const struct cfg_opt *o, char *buf, size_t len);
 
 /* A value of o that differs from its default, as flag text and as JSON. */

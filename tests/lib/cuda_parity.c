@@ -265,6 +265,6 @@ void parity_generate(const char *name, int32_t max_tokens, int max_tp, bool same
             if (same_as_cpu) EXPECT_EQ(same, out[0][i].n_tokens);
         }
         for (int k = 0; k < n_runs; k++)
-            gen_result_free(&out[k][i]);
+            generate_result_free(&out[k][i]);
     }
 }

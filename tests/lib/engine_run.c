@@ -144,7 +144,7 @@ int erun_generate(struct model *m, const struct gen_request *rq, int32_t n,
                   struct gen_result *out)
 {
     struct gen_opts go;
-    gen_opts_default(&go);
+    generate_opts_default(&go);
     go.max_batched_tokens = 16;
     return generate_run(m, &go, rq, n, out);
 }

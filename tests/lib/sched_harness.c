@@ -324,7 +324,7 @@ void h_close(struct harness *h)
 struct kv_spec spec_full(void)
 {
     struct kv_spec k;
-    kv_spec_default(&k);
+    kv_budget_spec_default(&k);
     k.policy = KV_POLICY_FULL;
     return k;
 }
@@ -332,7 +332,7 @@ struct kv_spec spec_full(void)
 struct kv_spec spec_ratio(enum kv_policy p, float heavy, float recent)
 {
     struct kv_spec k;
-    kv_spec_default(&k);
+    kv_budget_spec_default(&k);
     k.policy = p;
     k.heavy_ratio = heavy;
     k.recent_ratio = recent;
@@ -343,7 +343,7 @@ struct kv_spec spec_ratio(enum kv_policy p, float heavy, float recent)
 struct kv_spec spec_abs(enum kv_policy p, int32_t heavy, int32_t recent)
 {
     struct kv_spec k;
-    kv_spec_default(&k);
+    kv_budget_spec_default(&k);
     k.policy = p;
     k.heavy = heavy;
     k.recent = recent;

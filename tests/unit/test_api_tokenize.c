@@ -48,7 +48,7 @@ static struct res tok_m(const struct api_model *m, const char *body)
 static struct res detok_m(const struct api_model *m, const char *body)
 {
     const char *b = q(body);
-    return call_raw(api_detokenize, m, b, strlen(b));
+    return call_raw(api_tokenize_detokenize, m, b, strlen(b));
 }
 
 /* The ints of array `key` of r's body, into ids (at most cap); returns the count or -1. */
@@ -211,7 +211,7 @@ static bool round_trip(const struct api_model *m, const char *text)
     cJSON_AddItemToObject(req, "tokens", tokens);
     b = json_print(req, NULL);
     cJSON_Delete(req);
-    r = call_raw(api_detokenize, m, b, strlen(b));
+    r = call_raw(api_tokenize_detokenize, m, b, strlen(b));
     free(b);
     const char *got = str(&r, "prompt");
     const bool ok = r.status == 200 && got && strcmp(got, text) == 0;
@@ -274,7 +274,7 @@ TEST(millions_of_ids)
     for (size_t i = 0; i < n; i++)
         len += (size_t)sprintf(b + len, i ? ",%d" : "%d", 4 + 'a' + (int)(i % 26));
     len += (size_t)sprintf(b + len, "]}");
-    struct res r = call_raw(api_detokenize, &model, b, len);
+    struct res r = call_raw(api_tokenize_detokenize, &model, b, len);
     EXPECT_EQ(r.status, 200);
     const char *p = str(&r, "prompt");
     EXPECT(p && strlen(p) == n && p[0] == 'a' && p[25] == 'z' && p[26] == 'a');
@@ -296,7 +296,7 @@ TEST(millions_of_ids)
 TEST(chat_template_error)
 {
     struct api_error e = {0};
-    EXPECT_EQ(api_no_chat_template(&e, "default"), -1);
+    EXPECT_EQ(api_tokenize_no_chat_template(&e, "default"), -1);
     EXPECT_EQ(e.status, 400);
     EXPECT_STR(e.type, API_ERR_INVALID);
     EXPECT(e.param == NULL && e.code == NULL);

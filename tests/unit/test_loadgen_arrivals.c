@@ -1,14 +1,16 @@
 /*
- * test_loadgen_arrivals.c - bench/loadgen's arrival schedule (loadgen_arrivals.c):
- * the gamma sampler has the moments of Gamma(shape, scale) for shapes below, at and
- * above 1, and the schedule is vLLM's: mean gap 1 / rate, gap spread set by the
- * burstiness alone, the last release at exactly n / rate, a function of the seed.
+ * test_loadgen_arrivals.c - bench/loadgen's arrival schedule (loadgen_arrivals.c)
+ * and its generator (loadgen_rng.c): the gamma sampler has the moments of
+ * Gamma(shape, scale) for shapes below, at and above 1, and the schedule is vLLM's:
+ * mean gap 1 / rate, gap spread set by the burstiness alone, the last release at
+ * exactly n / rate, a function of the seed.
  * Statistical checks use fixed seeds and loose bounds (several standard errors), so
  * they are deterministic; none measures time.
  */
 #include <stdint.h>
 
 #include "loadgen_arrivals.h"
+#include "loadgen_rng.h"
 #include "test.h"
 
 #define N_DRAWS 200000
@@ -20,7 +22,7 @@ static void gamma_moments(double shape, double scale, uint64_t seed, double *mea
     uint64_t s = seed;
     double sum = 0, sum2 = 0;
     for (int i = 0; i < N_DRAWS; i++) {
-        double x = lg_rng_gamma(&s, shape, scale);
+        double x = loadgen_rng_gamma(&s, shape, scale);
         sum += x;
         sum2 += x * x;
     }
@@ -48,7 +50,7 @@ TEST(gamma_draws_are_positive_and_finite)
 {
     uint64_t s = 7;
     for (int i = 0; i < N_DRAWS; i++) {
-        double x = lg_rng_gamma(&s, i % 2 ? 0.7 : 3.0, 1.0);
+        double x = loadgen_rng_gamma(&s, i % 2 ? 0.7 : 3.0, 1.0);
         if (!(x >= 0) || !isfinite(x)) {
             TEST_FAIL("draw %d is %g", i, x);
             return;
@@ -63,25 +65,25 @@ TEST(gamma_below_shape_one_is_not_exponential)
     uint64_t s = 11;
     int below = 0;
     for (int i = 0; i < N_DRAWS; i++)
-        below += lg_rng_gamma(&s, 0.5, 2.0) < 0.1;
+        below += loadgen_rng_gamma(&s, 0.5, 2.0) < 0.1;
     EXPECT_NEAR((double)below / N_DRAWS, 0.248, 0.01);
 }
 
 TEST(gamma_refuses_a_shape_or_scale_that_is_not_positive)
 {
     uint64_t s = 1;
-    EXPECT(isnan(lg_rng_gamma(&s, 0, 1)));
-    EXPECT(isnan(lg_rng_gamma(&s, -1, 1)));
-    EXPECT(isnan(lg_rng_gamma(&s, NAN, 1)));
-    EXPECT(isnan(lg_rng_gamma(&s, INFINITY, 1)));
-    EXPECT(isnan(lg_rng_gamma(&s, 1, 0)));
+    EXPECT(isnan(loadgen_rng_gamma(&s, 0, 1)));
+    EXPECT(isnan(loadgen_rng_gamma(&s, -1, 1)));
+    EXPECT(isnan(loadgen_rng_gamma(&s, NAN, 1)));
+    EXPECT(isnan(loadgen_rng_gamma(&s, INFINITY, 1)));
+    EXPECT(isnan(loadgen_rng_gamma(&s, 1, 0)));
 }
 
 TEST(arrivals_at_an_infinite_rate_are_all_at_zero)
 {
     double t[5] = {1, 1, 1, 1, 1};
     uint64_t s = 3;
-    lg_arrivals_fill(t, 5, INFINITY, 0.5, &s);
+    loadgen_arrivals_fill(t, 5, INFINITY, 0.5, &s);
     for (int i = 0; i < 5; i++)
         EXPECT_EQ(t[i] == 0, 1);
 }
@@ -92,7 +94,7 @@ TEST(arrivals_end_at_n_over_rate_and_never_go_back)
     enum { N = 1000 };
     static double t[N];
     uint64_t s = 5;
-    lg_arrivals_fill(t, N, 50, 0.5, &s);
+    loadgen_arrivals_fill(t, N, 50, 0.5, &s);
     EXPECT_NEAR(t[N - 1], 20.0, 1e-9);
     EXPECT(t[0] > 0);
     for (int i = 1; i < N; i++)
@@ -106,7 +108,7 @@ static double gap_cv2(double rate, double burstiness, uint64_t seed)
     enum { N = 100000 };
     static double t[N];
     uint64_t s = seed;
-    lg_arrivals_fill(t, N, rate, burstiness, &s);
+    loadgen_arrivals_fill(t, N, rate, burstiness, &s);
     double sum = 0, sum2 = 0;
     for (int i = 0; i < N; i++) {
         double g = t[i] - (i ? t[i - 1] : 0);
@@ -132,9 +134,9 @@ TEST(arrivals_are_a_function_of_the_seed)
 {
     double a[50], b[50], c[50];
     uint64_t sa = 9, sb = 9, sc = 10;
-    lg_arrivals_fill(a, 50, 20, 0.8, &sa);
-    lg_arrivals_fill(b, 50, 20, 0.8, &sb);
-    lg_arrivals_fill(c, 50, 20, 0.8, &sc);
+    loadgen_arrivals_fill(a, 50, 20, 0.8, &sa);
+    loadgen_arrivals_fill(b, 50, 20, 0.8, &sb);
+    loadgen_arrivals_fill(c, 50, 20, 0.8, &sc);
     EXPECT(memcmp(a, b, sizeof a) == 0);
     EXPECT(memcmp(a, c, sizeof a) != 0);
 }

@@ -23,7 +23,7 @@ static int parse_args(struct lg_opts *o, const char **args)
         argc++;
     }
     argv[argc] = NULL;
-    return lg_opts_parse(o, argc, argv);
+    return loadgen_opts_parse(o, argc, argv);
 }
 
 TEST(defaults_are_vllms)
@@ -133,7 +133,7 @@ TEST(floats_print_as_python_prints_them)
     };
     char buf[64];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        lg_py_float(buf, sizeof buf, cases[i].x);
+        loadgen_stats_py_float(buf, sizeof buf, cases[i].x);
         EXPECT_STR(buf, cases[i].s);
     }
 }
@@ -141,24 +141,24 @@ TEST(floats_print_as_python_prints_them)
 TEST(percentiles_are_named_as_vllm_names_them)
 {
     char buf[64];
-    lg_percentile_word(buf, sizeof buf, 99);
+    loadgen_stats_percentile_word(buf, sizeof buf, 99);
     EXPECT_STR(buf, "99");
-    lg_percentile_word(buf, sizeof buf, 50.0);
+    loadgen_stats_percentile_word(buf, sizeof buf, 50.0);
     EXPECT_STR(buf, "50");
-    lg_percentile_word(buf, sizeof buf, 99.9);
+    loadgen_stats_percentile_word(buf, sizeof buf, 99.9);
     EXPECT_STR(buf, "99.9");
-    lg_percentile_word(buf, sizeof buf, 0.001);
+    loadgen_stats_percentile_word(buf, sizeof buf, 0.001);
     EXPECT_STR(buf, "0.001");
 }
 
 TEST(percentile_is_numpys_linear_one)
 {
     double x[] = {4, 1, 3, 2};
-    EXPECT_NEAR(lg_percentile(x, 4, 50), 2.5, 1e-12);
-    EXPECT_NEAR(lg_percentile(x, 4, 99), 3.97, 1e-12);
-    EXPECT_NEAR(lg_percentile(x, 4, 0), 1, 0);
-    EXPECT_NEAR(lg_percentile(x, 4, 100), 4, 0);
-    EXPECT_NEAR(lg_percentile(x, 0, 50), 0, 0);
+    EXPECT_NEAR(loadgen_stats_percentile(x, 4, 50), 2.5, 1e-12);
+    EXPECT_NEAR(loadgen_stats_percentile(x, 4, 99), 3.97, 1e-12);
+    EXPECT_NEAR(loadgen_stats_percentile(x, 4, 0), 1, 0);
+    EXPECT_NEAR(loadgen_stats_percentile(x, 4, 100), 4, 0);
+    EXPECT_NEAR(loadgen_stats_percentile(x, 0, 50), 0, 0);
 }
 
 int main(void)

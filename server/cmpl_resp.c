@@ -1,7 +1,7 @@
 /*
- * api_completions_resp.c - assembling a /v1/completions response from engine events:
- * the non-streaming body, the SSE chunks, usage, best_of selection, echo and the
- * logprobs object (see api_completions.h).
+ * cmpl_resp.c - assembling a /v1/completions response from engine events: the
+ * non-streaming body, the SSE chunks, usage, best_of selection, echo and the logprobs
+ * object (see cmpl_resp.h).
  *
  * Owns: per sequence, its text (non-streaming) and its logprob entries (all of them
  * when not streaming; in a stream only those not sent yet); per prompt, the echo (the
@@ -26,7 +26,7 @@
  *   were not returned included: they were computed, and OpenAI bills them the same.
  * Thread: whichever thread owns the response.
  */
-#include "api_completions.h"
+#include "cmpl_resp.h"
 
 #include "err.h"
 #include "tokenizer.h"
@@ -208,7 +208,7 @@ static cJSON *logprobs_object(struct cmpl_resp *r, int32_t pi, bool with_echo,
 
 /* ---- objects ---- */
 
-const char *cmpl_finish_reason(enum req_finish f)
+const char *cmpl_resp_finish_reason(enum req_finish f)
 {
     switch (f) {
     case REQ_FINISH_STOP: return "stop";
@@ -241,7 +241,7 @@ static cJSON *choice_object(const char *text, int64_t index, cJSON *logprobs,
     cJSON_AddStringToObject(c, "text", text);
     cJSON_AddNumberToObject(c, "index", (double)index);
     cJSON_AddItemToObject(c, "logprobs", logprobs ? logprobs : cJSON_CreateNull());
-    const char *fr = cmpl_finish_reason(f);
+    const char *fr = cmpl_resp_finish_reason(f);
     cJSON_AddItemToObject(c, "finish_reason",
                           fr ? cJSON_CreateString(fr) : cJSON_CreateNull());
     return c;
@@ -270,7 +270,7 @@ static cJSON *kv_usage_object(const struct cmpl_resp *r)
     int64_t evicted;
     cmpl_resp_kv_usage(r, &b, &evicted);
     cJSON *k = cJSON_CreateObject();
-    cJSON_AddStringToObject(k, "policy", kv_policy_name(b.policy));
+    cJSON_AddStringToObject(k, "policy", kv_budget_policy_name(b.policy));
     if (b.policy != KV_POLICY_FULL) {
         cJSON_AddNumberToObject(k, "heavy", b.heavy);
         cJSON_AddNumberToObject(k, "recent", b.recent);

@@ -1,7 +1,6 @@
 /*
- * api_completions.c - POST /v1/completions: parsing and validating the request body,
- * and turning it into engine requests (see api_completions.h). The response side is
- * api_completions_resp.c.
+ * cmpl.c - POST /v1/completions: parsing and validating the request body, and
+ * turning it into engine requests (see cmpl.h). The response side is cmpl_resp.c.
  *
  * Owns: the strings and arrays of a struct cmpl_params (cmpl_params_free).
  * Validation order: the body must be UTF-8 JSON holding an object; then each known
@@ -16,7 +15,7 @@
  * would export a dozen helpers to save no reader a jump.
  * Thread: any (no state).
  */
-#include "api_completions.h"
+#include "cmpl.h"
 
 #include "tokenizer.h"
 #include "util.h"
@@ -247,7 +246,7 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
                     err))
         return -1;
     struct kv_spec kv = m->kv_default;
-    if (kv_policy_parse(pname, &kv.policy))
+    if (kv_budget_policy_parse(pname, &kv.policy))
         return API_BAD_VALUE(err, "kv_cache.policy",
                          "Invalid value for 'kv_cache.policy': \"%.*s\" "
                          "is not one of \"full\", \"h2o\", \"local\".",
@@ -284,7 +283,7 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
         const bool is_heavy = which < 2, is_ratio = which % 2 == 1;
         if (kv.policy == KV_POLICY_FULL || (kv.policy == KV_POLICY_LOCAL && is_heavy))
             return API_BAD_VALUE(err, param, "'%s' does not apply to the %s policy.", param,
-                             kv_policy_name(kv.policy));
+                             kv_budget_policy_name(kv.policy));
         if (seen[which ^ 1])
             return API_BAD_VALUE(err, param,
                              "'kv_cache' takes a count or a ratio for each size, "

@@ -1,10 +1,11 @@
 /*
- * test_api_completions.c - POST /v1/completions bodies without the network
- * (server/api_completions.c): the request parser against tables of valid and invalid
- * bodies, the limits that come from the model, the error body, robustness against
- * garbage, and the engine requests the parsed body becomes.
+ * test_cmpl.c - POST /v1/completions bodies without the network (server/cmpl.c):
+ * the request parser against tables of valid and invalid bodies, the limits that come
+ * from the model, the error body, robustness against garbage, and the engine
+ * requests the parsed body becomes.
  */
 #include "api_testlib.h"
+#include "cmpl_resp.h"
 #include "rnd.h"
 
 /* ---- valid requests ---- */

@@ -1,10 +1,11 @@
 /*
- * test_api_completions_resp.c - POST /v1/completions responses
- * (server/api_completions_resp.c) assembled from hand-made engine events: the
- * non-streaming body (prompt-major choices, usage, best_of, echo, logprobs), SSE
- * chunks and the stream tail, engine errors, and the JSON helpers.
+ * test_cmpl_resp.c - POST /v1/completions responses (server/cmpl_resp.c) assembled
+ * from hand-made engine events: the non-streaming body (prompt-major choices, usage,
+ * best_of, echo, logprobs), SSE chunks and the stream tail, engine errors, and the
+ * JSON helpers.
  */
 #include "api_testlib.h"
+#include "cmpl_resp.h"
 
 static struct req_event ev_tok(int32_t seq, int32_t token, float lp, const char *text,
                                enum req_finish fin)
@@ -306,8 +307,8 @@ TEST(body_sanitizes_bad_text_and_maps_cancel)
     free(body);
     cmpl_resp_destroy(r);
     cmpl_params_free(&p);
-    EXPECT(cmpl_finish_reason(REQ_FINISH_NONE) == NULL);
-    EXPECT_STR(cmpl_finish_reason(REQ_FINISH_STOP), "stop");
+    EXPECT(cmpl_resp_finish_reason(REQ_FINISH_NONE) == NULL);
+    EXPECT_STR(cmpl_resp_finish_reason(REQ_FINISH_STOP), "stop");
 }
 
 TEST(engine_errors_are_remembered)
