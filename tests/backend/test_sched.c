@@ -22,9 +22,10 @@
  * found reviewing the KV path). The tests that found engine bugs say so where they
  * are.
  *
- * This file is over 600 lines because it is one module's specification: sched.c's
- * sixteen claims above, each a scenario of its own (a pool, a queue of requests, the
- * events expected), and a file per group of claims would not be findable by module.
+ * This file is over 600 lines because it is one module's specification: the claims
+ * above are sixteen tests of sched.c, each a scenario of its own (a pool, a queue of
+ * requests, the events expected), and a file per group of claims would not be
+ * findable by the module it tests.
  */
 #include "sched_harness.h"
 
