@@ -1,38 +1,35 @@
 /*
- * test_sched.c - the scheduler (engine/sched.h) as a specification.
+ * test_sched.c - the scheduler's request side (engine/sched.c, see sched.h) as a
+ * specification: checking and queueing requests, admission and its reservations,
+ * the fork after the prompt, finishing and cancelling. The step itself (what a step
+ * carries, eviction, sampling) is test_sched_step.c's; the scheduler at scale is
+ * test_sched_stress.c's.
  *
  * Every test drives sched_create / sched_add / sched_step / sched_cancel /
- * sched_cancel_all / sched_destroy directly on dummy:tiny in fp32 and watches the
- * events it emits. An observer checks every event as it arrives, in every test:
- * events only for requests that were added; an error event (seq -1) is a request's
- * only event; no event after a sequence's finishing event, and none after
- * sched_cancel returned; text offsets add up; completion_tokens counts the token
- * events; with ignore_eos a sequence that ends by length has exactly max_tokens
- * tokens; every token event of an H2O sequence holds at most ceil(B / block_size)
- * blocks; a cancelled finish only comes out of sched_cancel. Each test ends with
- * every block back in the pool (pool.n_free == pool.n_blocks after sched_destroy,
- * stats blocks_used == blocks_reserved == 0 once idle) and the stats counters equal
- * to what was observed (generation_tokens == token events, steps == forwards).
+ * sched_cancel_all / sched_destroy directly on dummy:tiny in fp32 through
+ * tests/lib/sched_harness.h, whose observer checks every event as it arrives and
+ * whose h_close checks that every block is back in the pool.
  *
  * The tests, one per claim of sched.h and docs/kv-cache.md "Memory and admission":
- * first come first served within a class; interactive before batch; a step with
- * interactive prompt work carries no batch sequence, yet batch sequences are never
- * starved by a stream of interactive prompts (at most 4 steps in a row sit out);
- * batch prompt tokens per step stay within batch_prompt_tokens; a long prompt
+ * first come first served within a class; interactive before batch; a long prompt
  * is not starved by a stream of short ones; a cancel frees blocks and reservations
  * at once, wherever the request is; every sequence ends with exactly one finishing
  * event, n > 1 forks are identical when greedy and seeded seed + i when sampling
  * (also when the compacted prompt holds one block more than its slots need, and with
- * the slot state served as a device's);
- * requests that cannot run get one error event and leave the scheduler working;
- * an absolute budget near INT32_MAX runs like a full cache, and greedy forks equal
- * the lone request at every budget shape (both found reviewing the KV path);
- * the same pool holds 4.5x as many H2O 20% sequences of 512 + 512 tokens as full
- * ones; and a seeded stress run of 1000 random requests with random cancels.
- * The tests that found engine bugs say so where they are.
+ * the slot state served as a device's); requests that cannot run get one error
+ * event and leave the scheduler working; an absolute budget near INT32_MAX runs like
+ * a full cache, and greedy forks equal the lone request at every budget shape (both
+ * found reviewing the KV path). The tests that found engine bugs say so where they
+ * are.
+ *
+ * This file is over 600 lines because it is one module's specification: the claims
+ * above are sixteen tests of sched.c, each a scenario of its own (a pool, a queue of
+ * requests, the events expected), and a file per group of claims would not be
+ * findable by the module it tests.
  */
 #include "sched_harness.h"
 
+/* ---- 1. First come, first served within a class. ---- */
 
 /* One sequence at a time (max_num_seqs 1): prompts of decreasing length, so neither
  * shortest-first nor anything but submission order gives 1..5. */
@@ -124,184 +121,6 @@ TEST(interactive_before_batch_pool_bound)
     EXPECT_EQ(h.o.n_first, 3);
     expect_order(h.o.first_order, want, 3, "first tokens");
     h_close(&h);
-}
-
-/* ---- 2b. Interactive prompts before batch work, once admitted too. ---- */
-
-/* Token events of requests first..last so far. */
-static int64_t tokens_of(const struct harness *h, uint64_t first, uint64_t last)
-{
-    int64_t n = 0;
-    for (uint64_t id = first; id <= last; id++)
-        for (int32_t k = 0; k < MIN(h->o.r[id].n, MAXN); k++)
-            n += h->o.r[id].seq[k].n_tok;
-    return n;
-}
-
-/* Replace h's scheduler (made by h_open, still empty) with one made with o. */
-static bool h_reopen(struct harness *h, const struct sched_opts *o)
-{
-    CHECK(sched_idle(h->s) && h->o.step == 0);
-    sched_destroy(h->s);
-    h->so = *o;
-    h->s = sched_create(h->m, &h->pool, &h->so, on_event, &h->o);
-    if (!h->s) TEST_FAIL("sched_create: %s", err_msg());
-    return h->s != NULL;
-}
-
-/*
- * Four batch requests decode (max_batched_tokens 16) when an interactive request of
- * 40 prompt tokens arrives. While its prompt is prefilled it has the steps to
- * itself: 16, 16 and 8 tokens, so its first token comes 3 steps after it was added
- * (beside the 4 batch decodes it would take ceil(40 / 12) = 4 steps), no batch
- * sequence gets a token in those steps and no batch request that arrived with it is
- * admitted. Then the batch sequences go on, and every
- * sequence's tokens are exactly those of the same requests run without the other
- * class: sitting a step out changes nothing but when.
- */
-TEST(interactive_prompt_steps_carry_no_batch)
-{
-    enum { NB = 4, PB = 8, TB = 24, PI = 40, TI = 6, MBT = 16, ID_I = 10 };
-    struct harness h;
-    if (!h_open(&h, 64, 8, MBT, 16)) return;
-    for (uint64_t id = 1; id <= NB; id++)
-        h_add(&h, mkreq(id, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), id));
-    while (h.o.n_decoding < NB && h.o.step < 10) h_step(&h);
-    EXPECT_EQ(h.o.n_decoding, NB);
-    h_add(&h, mkreq(ID_I, PI, TI, 1, REQ_PRIO_INTERACTIVE, spec_full(), 99));
-    /* A batch request that arrives meanwhile is not admitted in those steps. */
-    h_add(&h, mkreq(NB + 1, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), NB + 1));
-    const int64_t batch0 = tokens_of(&h, 1, NB);
-    const int32_t want_n[3] = {MBT, MBT, PI - 2 * MBT};
-    for (int32_t k = 0; k < 3; k++) {
-        EXPECT_EQ(h_step(&h), want_n[k]);
-        EXPECT_EQ(tokens_of(&h, 1, NB), batch0);
-        EXPECT_EQ(h_stats(&h).n_waiting, 1);
-    }
-    EXPECT_EQ(h.o.r[ID_I].first_token_step - h.o.r[ID_I].add_step, 3);
-    /* The prompt is in: every sequence decodes again in the next step, and the new
-     * batch prompt joins it. */
-    EXPECT_EQ(h_step(&h), NB + 1 + PB);
-    EXPECT_EQ(tokens_of(&h, 1, NB + 1), batch0 + NB + 1);
-    h_run_idle(&h, 1000);
-    h_check_all_answered(&h);
-
-    struct harness ref;
-    if (!h_open(&ref, 64, 8, MBT, 16)) return;
-    for (uint64_t id = 1; id <= NB + 1; id++)
-        h_add(&ref, mkreq(id, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), id));
-    h_run_idle(&ref, 1000);
-    h_add(&ref, mkreq(ID_I, PI, TI, 1, REQ_PRIO_INTERACTIVE, spec_full(), 99));
-    h_run_idle(&ref, 1000);
-    h_check_all_answered(&ref);
-    for (uint64_t id = 1; id <= ID_I; id++) {
-        const struct seq_obs *a = &h.o.r[id].seq[0], *b = &ref.o.r[id].seq[0];
-        if (!h.o.r[id].added) continue;
-        EXPECT_EQ(a->n_tok, id == ID_I ? (int32_t)TI : (int32_t)TB);
-        if (a->tok_hash != b->tok_hash || a->text_hash != b->text_hash)
-            TEST_FAIL("req %llu: its tokens depend on the other class's requests",
-                      (unsigned long long)id);
-    }
-    h_close(&ref);
-    h_close(&h);
-}
-
-/*
- * Batch sequences are slowed, never starved: an interactive prompt of a whole step
- * (32 tokens, max_tokens 1) arrives before each of 150 steps, so every step has
- * interactive prompt work. The two decoding batch requests sit out 4 steps in a
- * row, then get a step: one token every fifth step, so their 20 tokens take about
- * 100 steps, and they finish while the stream still runs.
- */
-TEST(batch_not_starved_by_interactive_prompts)
-{
-    enum { PB = 8, TB = 20, PI = 32, STREAM = 150, MBT = 32 };
-    struct harness h;
-    if (!h_open(&h, 64, 8, MBT, 3 + STREAM)) return;
-    h_add(&h, mkreq(1, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), 1));
-    h_add(&h, mkreq(2, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), 2));
-    h_step(&h); /* both prompts fit one step: both decode from now on */
-    EXPECT_EQ(h.o.n_decoding, 2);
-    const int64_t start = h.o.step;
-    int32_t gap = 0, max_gap = 0, sat_out = 0;
-    for (int32_t t = 0; t < STREAM; t++) {
-        h_add(&h, mkreq(3 + (uint64_t)t, PI, 1, 1, REQ_PRIO_INTERACTIVE, spec_full(),
-                        3 + (uint64_t)t));
-        const int64_t before = tokens_of(&h, 1, 2);
-        const bool batch_live = h.o.r[1].n_fin + h.o.r[2].n_fin < 2;
-        h_step(&h);
-        if (batch_live && tokens_of(&h, 1, 2) == before) {
-            sat_out++;
-            gap++;
-            max_gap = MAX(max_gap, gap);
-        } else {
-            gap = 0;
-        }
-    }
-    printf("# batch sat out %d steps, at most %d in a row; finished %lld and %lld steps "
-           "into the stream\n",
-           sat_out, max_gap, (long long)(h.o.r[1].finish_step - start),
-           (long long)(h.o.r[2].finish_step - start));
-    EXPECT_EQ(max_gap, 4);
-    for (uint64_t id = 1; id <= 2; id++) {
-        EXPECT(h.o.r[id].finish_step > 0);
-        EXPECT(h.o.r[id].finish_step - start <= 5 * TB);
-    }
-    h_run_idle(&h, 1000);
-    h_check_all_answered(&h);
-    h_close(&h);
-}
-
-/* Prompt tokens the scheduler processed in the next step. */
-static int64_t step_prompt_tokens(struct harness *h)
-{
-    const int64_t before = h_stats(h).prompt_tokens;
-    h_step(h);
-    return h_stats(h).prompt_tokens - before;
-}
-
-/*
- * A step carries at most batch_prompt_tokens batch prompt tokens (0: no cap but
- * max_batched_tokens), so the step an interactive request arrives during is short;
- * interactive prompts are not capped. max_batched_tokens 64: eight batch prompts of
- * 30 tokens enter 64, 20 or 8 tokens a step; an interactive prompt of 60 tokens
- * that arrives meanwhile is prefilled in one step.
- */
-TEST(batch_prompt_tokens_per_step)
-{
-    enum { N = 8, PB = 30, TB = 4, PI = 60, MBT = 64 };
-    const int32_t caps[3] = {0, 20, 8};
-    for (int32_t c = 0; c < 3; c++) {
-        const int32_t cap = caps[c];
-        struct harness h;
-        if (!h_open(&h, 128, 16, MBT, 16)) return;
-        const struct sched_opts o = {
-            .max_num_seqs = 16, .max_batched_tokens = MBT, .batch_prompt_tokens = cap};
-        if (!h_reopen(&h, &o)) {
-            h_close(&h);
-            return;
-        }
-        const int64_t want = cap ? cap : MBT;
-        for (uint64_t id = 1; id <= N; id++)
-            h_add(&h, mkreq(id, PB, TB, 1, REQ_PRIO_BATCH, spec_full(), id));
-        int64_t most = 0, n;
-        for (int32_t k = 0; k < 4; k++) {
-            n = step_prompt_tokens(&h); /* not inside MAX(), which evaluates twice */
-            most = MAX(most, n);
-        }
-        h_add(&h, mkreq(11, PI, TB, 1, REQ_PRIO_INTERACTIVE, spec_full(), 11));
-        EXPECT_EQ(step_prompt_tokens(&h), PI);
-        EXPECT_EQ(h.o.r[11].first_token_step, h.o.step);
-        while (!sched_idle(h.s)) {
-            n = step_prompt_tokens(&h);
-            most = MAX(most, n);
-        }
-        printf("# batch_prompt_tokens %d: at most %lld batch prompt tokens a step\n", cap,
-               (long long)most);
-        EXPECT_EQ(most, want);
-        h_check_all_answered(&h);
-        h_close(&h);
-    }
 }
 
 /* ---- 3. No starvation of a long prompt. ---- */
@@ -636,64 +455,6 @@ TEST(forks_with_device_state)
                           hr[c][1], k);
 }
 
-/*
- * Sampling on the "device" (device_state: the CPU backend keeps the logits and runs
- * the sampler's device half, be_ops.sample) gives what the host sampler gives, bit
- * for bit: random draws with top-k, top-p and temperature, presence and frequency
- * penalties, logit_bias, logprobs with alternatives, and n = 2 completions sampled
- * from one prompt row. (test_prompt_logprobs covers the steps that need host
- * logits.)
- */
-TEST(sampling_on_the_device_matches_the_host)
-{
-    enum { P = 24, T = 20, N_REQ = 5 };
-    static const int32_t bias_ids[] = {7, 11, 300};
-    static const float bias_vals[] = {2.5f, -100.0f, 1.25f};
-    uint64_t tok[2][N_REQ][2], lp[2][N_REQ][2], text[2][N_REQ][2];
-    for (int dev = 0; dev < 2; dev++) {
-        struct harness h;
-        if (!h_open_ex(&h, 96, 10, 48, N_REQ, dev == 1)) return;
-        for (int32_t c = 0; c < N_REQ; c++) {
-            const struct kv_spec kv = spec_abs(c % 2 ? KV_POLICY_H2O : KV_POLICY_FULL, 4, 5);
-            struct req *r = mkreq((uint64_t)c, P, T, 2, REQ_PRIO_INTERACTIVE, kv, 40 + c);
-            r->seed = 1000 + (uint64_t)c;
-            r->sp.temperature = 0.3f + 0.4f * (float)c;
-            r->sp.top_k = c == 1 ? 30 : 0;
-            r->sp.top_p = c == 2 ? 0.85f : 1.0f;
-            r->sp.presence_penalty = c >= 3 ? 0.7f : 0.0f;
-            r->sp.frequency_penalty = c >= 3 ? 0.4f : 0.0f;
-            r->sp.n_logprobs = c % 3 == 0 ? 3 : -1;
-            if (c == 4) {
-                r->bias_ids = xmalloc(sizeof bias_ids);
-                r->bias_vals = xmalloc(sizeof bias_vals);
-                memcpy(r->bias_ids, bias_ids, sizeof bias_ids);
-                memcpy(r->bias_vals, bias_vals, sizeof bias_vals);
-                r->sp.bias_ids = r->bias_ids;
-                r->sp.bias_vals = r->bias_vals;
-                r->sp.n_bias = (int32_t)ARRAY_LEN(bias_ids);
-            }
-            h_add(&h, r);
-        }
-        h_run_idle(&h, 1000);
-        h_check_all_answered(&h);
-        for (int32_t c = 0; c < N_REQ; c++)
-            for (int32_t k = 0; k < 2; k++) {
-                EXPECT_EQ(h.o.r[c].seq[k].n_tok, T);
-                tok[dev][c][k] = h.o.r[c].seq[k].tok_hash;
-                lp[dev][c][k] = h.o.r[c].seq[k].lp_hash;
-                text[dev][c][k] = h.o.r[c].seq[k].text_hash;
-            }
-        h_close(&h);
-    }
-    for (int32_t c = 0; c < N_REQ; c++) {
-        if (tok[0][c][0] == tok[0][c][1]) TEST_FAIL("req %d: the two samples are alike", c);
-        for (int32_t k = 0; k < 2; k++)
-            if (tok[1][c][k] != tok[0][c][k] || lp[1][c][k] != lp[0][c][k] ||
-                text[1][c][k] != text[0][c][k])
-                TEST_FAIL("req %d seq %d: device sampling differs from the host's", c, k);
-    }
-}
-
 /* ---- 6. Requests that cannot run. ---- */
 
 static void expect_rejected(struct harness *h, struct req *r, const char *what)
@@ -919,16 +680,12 @@ int main(void)
     RUN(fcfs_pool_fits_one);
     RUN(interactive_before_batch);
     RUN(interactive_before_batch_pool_bound);
-    RUN(interactive_prompt_steps_carry_no_batch);
-    RUN(batch_not_starved_by_interactive_prompts);
-    RUN(batch_prompt_tokens_per_step);
     RUN(long_prompt_not_starved);
     RUN(cancel_frees_blocks_at_once);
     RUN(cancel_all_frees_everything);
     RUN(every_sequence_finishes_once);
     RUN(forks_when_budget_is_one_past_a_block);
     RUN(forks_with_device_state);
-    RUN(sampling_on_the_device_matches_the_host);
     RUN(errors);
     RUN(invalid_options);
     RUN(max_model_len_limits_the_context);

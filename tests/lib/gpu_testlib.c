@@ -43,6 +43,24 @@ cudaError_t gpu_from_dev(cudaError_t e, void *h, const void *d, size_t bytes)
     return cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost);
 }
 
+cudaError_t gpu_f16_from_dev(uint16_t *out, const void *d, int64_t n)
+{
+    return gpu_from_dev(cudaDeviceSynchronize(), out, d, (size_t)n * sizeof *out);
+}
+
+int64_t gpu_f16_bit_diffs(const char *what, const uint16_t *got, const uint16_t *want,
+                          int64_t n)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (got[i] == want[i]) continue;
+        if (bad++ < 5)
+            TEST_FAIL("%s[%lld] = %g (0x%04x), expected %g (0x%04x)", what, (long long)i,
+                      f16_to_f32(got[i]), got[i], f16_to_f32(want[i]), want[i]);
+    }
+    return bad;
+}
+
 double gpu_time_us(cudaError_t (*launch)(const void *arg), const void *arg, int reps)
 {
     if (launch(arg) != cudaSuccess) return -1.0;

@@ -1,8 +1,9 @@
 /*
  * gpu_testlib.h - what every test under tests/gpu needs around its kernels: the skip
  * without a device, host-to-device copies, chained copies back, the fixed random fp16
- * inputs (gpu_rnd.h, CUDA-free so that CPU tests can replay them), and the fp16-output
- * tolerance the attention and LayerNorm checks share.
+ * inputs (gpu_rnd.h, CUDA-free so that CPU tests can replay them), the bit-exact fp16
+ * comparison of the elementwise kernels, and the fp16-output tolerance the attention
+ * and LayerNorm checks share.
  *
  * Compiled by gcc against cuda_runtime_api.h (tests/lib's h2o_test_gpu, built with
  * CUDA only). Everything here reports through test.h.
@@ -40,6 +41,25 @@ void *gpu_to_dev(const void *h, size_t bytes);
  * e = gpu_from_dev(e, ...) after a launch then stops at, and returns, the first one.
  */
 cudaError_t gpu_from_dev(cudaError_t e, void *h, const void *d, size_t bytes);
+
+/* Waits for the kernels, then copies n fp16 values back into out; 0 or the first CUDA
+ * error. */
+cudaError_t gpu_f16_from_dev(uint16_t *out, const void *d, int64_t n);
+
+/* How many of got [n] differ from want [n] in their bits (the checks of kernels that
+ * must be bit-identical to their reference); reports the first few as `what`[i]. */
+int64_t gpu_f16_bit_diffs(const char *what, const uint16_t *got, const uint16_t *want,
+                          int64_t n);
+
+/* A failed CUDA call fails the test and leaves it (device memory is freed at exit). */
+#define GPU_OK(call)                                                                       \
+    do {                                                                                   \
+        cudaError_t e_ = (call);                                                           \
+        if (e_ != cudaSuccess) {                                                           \
+            TEST_FAIL("%s: %s", #call, cudaGetErrorString(e_));                            \
+            return;                                                                        \
+        }                                                                                  \
+    } while (0)
 
 /*
  * Microseconds per call of launch(arg) on the default stream: one warm-up call (its

@@ -1,7 +1,19 @@
 /*
- * sched_harness.h - the scheduler test harness shared by test_sched.c and
+ * sched_harness.h - the scheduler test harness shared by test_sched.c (the requests'
+ * side, engine/sched.c), test_sched_step.c (the step, engine/sched_step.c) and
  * test_sched_stress.c: dummy:tiny on one thread, an observer that checks every event
- * as it arrives (see test_sched.c's header for the rules), and request builders.
+ * as it arrives, and request builders.
+ *
+ * The observer's rules, in every test: events only for requests that were added; an
+ * error event (seq -1) is a request's only event; no event after a sequence's
+ * finishing event, and none after sched_cancel returned; text offsets add up;
+ * completion_tokens counts the token events; with ignore_eos a sequence that ends by
+ * length has exactly max_tokens tokens; every token event of an H2O sequence holds at
+ * most ceil(B / block_size) blocks; a cancelled finish only comes out of sched_cancel.
+ * Each test ends with every block back in the pool (pool.n_free == pool.n_blocks after
+ * sched_destroy, stats blocks_used == blocks_reserved == 0 once idle) and the stats
+ * counters equal to what was observed (generation_tokens == token events, steps ==
+ * forwards).
  */
 #ifndef H2O_TEST_SCHED_HARNESS_H
 #define H2O_TEST_SCHED_HARNESS_H
@@ -148,7 +160,5 @@ int32_t decode_blocks(const struct kv_spec *kv, int32_t P, int32_t max_tokens);
 int32_t admit_blocks(const struct kv_spec *kv, int32_t P, int32_t max_tokens, int32_t n);
 
 void expect_order(const int32_t *got, const int32_t *want, int32_t n, const char *what);
-
-/* ---- 1. First come, first served within a class. ---- */
 
 #endif

@@ -7,6 +7,16 @@
  *
  * Every body is copied into a buffer of exactly its length before parsing, with no
  * NUL after it, so ASan catches any read past the end.
+ *
+ * This file is over 600 lines because it is one parser's specification:
+ * server/multipart.c is one module with one entry point (multipart_parse), and every
+ * case here is a body in and parts or an error out, through the same exact-size
+ * harness (parse_n, EXPECT_ERR) and the same boundary. Most of the length is bodies
+ * written out byte for byte: the real clients' uploads, and for each error the parser
+ * reports a body with just that one thing wrong; the robustness cases then truncate
+ * and mutate one of the valid bodies. Split by concept (accepting, refusing,
+ * surviving), the files would share everything but their assertions, and none would
+ * be named for the module it tests.
  */
 #include "multipart.h"
 #include "test.h"
