@@ -45,26 +45,27 @@ static double gemm_peak(enum dtype dt, int64_t n)
 {
     struct cpu_dnnl d;
     struct cpu_linear l;
-    CHECK(cpu_dnnl_init(&d) == 0);
+    CHECK(cpu_gemm_init(&d) == 0);
     float *w = xmalloc((size_t)(n * n) * sizeof *w);
     for (int64_t i = 0; i < n * n; i++) w[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
-    CHECK(cpu_linear_init(&l, &d, w, NULL, n, n, dt, DTYPE_F32, false) == 0);
+    CHECK(cpu_gemm_linear_init(&l, &d, w, NULL, n, n, dt, DTYPE_F32, false) == 0);
     void *src = xmalloc((size_t)(n * n) * 4);
     if (dt == DTYPE_F32) memcpy(src, w, (size_t)(n * n) * 4);
     else for (int64_t i = 0; i < n * n; i++) ((uint16_t *)src)[i] = f32_to_bf16(w[i]);
     float *dst = xmalloc((size_t)(n * n) * sizeof *dst);
     /* Warm up (page faults, clock ramp), then the best of ten: the peak is the
      * denominator of every MFU, so a slow outlier must not inflate them. */
-    for (int rep = 0; rep < 3; rep++) cpu_linear_run(&l, &d, src, n, dst);
+    for (int rep = 0; rep < 3; rep++)
+        cpu_gemm_linear_run(&l, &d, src, n, dst);
     double best = 1e30;
     for (int rep = 0; rep < 10; rep++) {
         double t0 = time_now();
-        cpu_linear_run(&l, &d, src, n, dst);
+        cpu_gemm_linear_run(&l, &d, src, n, dst);
         double t = time_now() - t0;
         best = t < best ? t : best;
     }
-    cpu_linear_deinit(&l);
-    cpu_dnnl_deinit(&d);
+    cpu_gemm_linear_deinit(&l);
+    cpu_gemm_deinit(&d);
     free(w);
     free(src);
     free(dst);

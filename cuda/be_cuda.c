@@ -26,7 +26,7 @@
 
 static const struct be_ops cuda_ops;
 
-int cu_fail(struct cu_rank *r, cudaError_t e, const char *what)
+int be_cuda_fail(struct cu_rank *r, cudaError_t e, const char *what)
 {
     if (e == cudaSuccess) return r->err;
     if (!r->err) {
@@ -37,7 +37,7 @@ int cu_fail(struct cu_rank *r, cudaError_t e, const char *what)
     return r->err;
 }
 
-int cu_fail_eng(struct cu_rank *r, int err)
+int be_cuda_fail_eng(struct cu_rank *r, int err)
 {
     if (err && !r->err) {
         r->err = err;
@@ -46,7 +46,7 @@ int cu_fail_eng(struct cu_rank *r, int err)
     return r->err;
 }
 
-int cu_run(struct cuda_be *c, ranks_fn fn)
+int be_cuda_run(struct cuda_be *c, ranks_fn fn)
 {
     for (int32_t i = 0; i < c->n_rank; i++) c->ranks[i].err = 0;
     ranks_run(c->threads, fn, c);
@@ -55,13 +55,13 @@ int cu_run(struct cuda_be *c, ranks_fn fn)
     return 0;
 }
 
-int cu_reserve(struct cu_rank *r, void **p, size_t *cap, size_t n, const char *what)
+int be_cuda_reserve(struct cu_rank *r, void **p, size_t *cap, size_t n, const char *what)
 {
     if (n <= *cap) return r->err;
     cudaFree(*p);
     *p = NULL;
     *cap = 0;
-    if (cu_fail(r, cudaMalloc(p, n), what)) return r->err;
+    if (be_cuda_fail(r, cudaMalloc(p, n), what)) return r->err;
     *cap = n;
     return 0;
 }
@@ -91,11 +91,11 @@ static void job_open(void *arg, int32_t rank)
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
     r->device = rank;
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
-    if (cu_fail(r, cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking),
-                "cudaStreamCreate"))
+    if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (be_cuda_fail(r, cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking),
+                     "cudaStreamCreate"))
         return;
-    cu_fail_eng(r, cuda_gemm_create(&r->gemm, r->device, r->stream));
+    be_cuda_fail_eng(r, cuda_gemm_create(&r->gemm, r->device, r->stream));
 }
 
 /* The rank's NCCL communicator, once every rank has its stream (a job of its own:
@@ -105,8 +105,8 @@ static void job_comm_open(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
-    cu_fail_eng(r, comm_nccl_open(c->group, rank, r->device, r->stream, &r->comm));
+    if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    be_cuda_fail_eng(r, comm_nccl_open(c->group, rank, r->device, r->stream, &r->comm));
 }
 
 int backend_cuda_create(struct backend *out, const struct be_cuda_opts *opts)
@@ -131,10 +131,10 @@ int backend_cuda_create(struct backend *out, const struct be_cuda_opts *opts)
     for (int32_t i = 0; i < n_rank; i++) c->ranks[i].sh = (struct shard){.rank = i, .size = n_rank};
     int err = ranks_create(&c->threads, n_rank, rank_thread_init, c);
     if (!err && n_rank > 1) err = comm_nccl_group_create(&c->group, n_rank);
-    if (!err) err = cu_run(c, job_open);
+    if (!err) err = be_cuda_run(c, job_open);
     /* NCCL's set-up is collective: every rank opens at once, each on its thread, and
      * only when every rank got this far. */
-    if (!err && n_rank > 1) err = cu_run(c, job_comm_open);
+    if (!err && n_rank > 1) err = be_cuda_run(c, job_comm_open);
     out->ops = &cuda_ops;
     out->ctx = c;
     if (err) {
@@ -159,8 +159,8 @@ static uint16_t *upload_f16(struct cu_rank *r, const float *src, size_t n, const
 #pragma omp parallel for schedule(static) if (n > ((size_t)1 << 16))
     for (size_t i = 0; i < n; i++) h[i] = f32_to_f16(src[i]);
     uint16_t *d = NULL;
-    if (!cu_fail(r, cudaMalloc((void **)&d, n * sizeof *d), what))
-        cu_fail(r, cudaMemcpy(d, h, n * sizeof *d, cudaMemcpyHostToDevice), what);
+    if (!be_cuda_fail(r, cudaMalloc((void **)&d, n * sizeof *d), what))
+        be_cuda_fail(r, cudaMemcpy(d, h, n * sizeof *d, cudaMemcpyHostToDevice), what);
     free(h);
     return d;
 }
@@ -170,7 +170,8 @@ static uint16_t *load_whole(struct cu_rank *r, const struct weights *w, const ch
                             const char *what, int64_t rows, int64_t cols)
 {
     float *f = NULL;
-    if (r->err || cu_fail_eng(r, shard_read(w, prefix, what, shard_whole(rows, cols), &f)))
+    if (r->err ||
+        be_cuda_fail_eng(r, shard_read(w, prefix, what, shard_whole(rows, cols), &f)))
         return NULL;
     char name[128];
     snprintf(name, sizeof name, "%s.%s", prefix, what);
@@ -185,7 +186,7 @@ static void load_layer(struct cuda_be *c, struct cu_rank *r, int32_t li)
     const size_t hd = (size_t)cfg->hidden, attn = (size_t)r->sh.n_head * (size_t)cfg->head_dim;
     const size_t ffn = (size_t)r->sh.n_ffn;
     struct shard_layer sl;
-    if (cu_fail_eng(r, shard_read_layer(&r->sh, cfg, c->w, li, &sl))) return;
+    if (be_cuda_fail_eng(r, shard_read_layer(&r->sh, cfg, c->w, li, &sl))) return;
     struct cu_layer *L = &r->layers[li];
     L->qkv_w = upload_f16(r, sl.qkv_w, 3 * attn * hd, "qkv weight");
     L->qkv_b = upload_f16(r, sl.qkv_b, 3 * attn, "qkv bias");
@@ -209,8 +210,8 @@ static void job_load(void *arg, int32_t rank)
     struct cu_rank *r = &c->ranks[rank];
     const struct opt_config *cfg = &c->cfg;
     const int64_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim, V = cfg->vocab_size;
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
-    if (cu_fail_eng(r, shard_init(&r->sh, cfg, rank, c->n_rank))) return;
+    if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (be_cuda_fail_eng(r, shard_init(&r->sh, cfg, rank, c->n_rank))) return;
     r->embed = load_whole(r, c->w, "embed_tokens", "weight", V, proj);
     r->pos_embed = load_whole(r, c->w, "embed_positions", "weight", cfg->max_pos + 2, hd);
     if (proj != hd) r->project_in = load_whole(r, c->w, "project_in", "weight", hd, proj);
@@ -231,7 +232,7 @@ static void job_load(void *arg, int32_t rank)
      * DMA into device memory is done. The forward runs on a non-blocking stream, which
      * does not wait for the legacy stream, so without this its first kernels could
      * read weights still in flight. Once per rank, on the rank's device. */
-    cu_fail(r, cudaDeviceSynchronize(), "weights upload");
+    be_cuda_fail(r, cudaDeviceSynchronize(), "weights upload");
 }
 
 /* After the weights: how much of this GPU the pool may take (a job). */
@@ -240,8 +241,8 @@ static void job_measure(void *arg, int32_t rank)
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
     size_t free_b = 0, total_b = 0;
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
-    if (cu_fail(r, cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo")) return;
+    if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (be_cuda_fail(r, cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo")) return;
     /* The pool gets util * total minus what is in use now (weights, CUDA context,
      * cuBLAS and NCCL buffers), less a reserve for the forward's workspace, which
      * grows with the batch: room for the step's tokens (max_step_tokens, 4096 by
@@ -276,9 +277,9 @@ static int be_cuda_load(void *ctx, const struct opt_config *cfg, const struct we
         return err_set(ENG_EUNSUPPORTED, "CUDA backend: head_dim %d must be even and at most "
                                          "256", cfg->head_dim);
     c->w = w;
-    int err = cu_run(c, job_load);
+    int err = be_cuda_run(c, job_load);
     c->w = NULL;
-    if (!err) err = cu_run(c, job_measure);
+    if (!err) err = be_cuda_run(c, job_measure);
     if (!err) {
         /* Every rank holds the same blocks (its own heads of them), so the smallest
          * room bounds the pool; kv_capacity counts bytes over all ranks. */
@@ -299,7 +300,7 @@ static void be_cuda_profile(void *ctx, struct be_profile *out)
     struct cuda_be *c = ctx;
     struct cu_rank *r = &c->ranks[0];
     if (r->timing && cudaSetDevice(r->device) == cudaSuccess)
-        cu_marks_read(r, &r->marks[r->mark_cur ^ 1]);
+        be_cuda_marks_read(r, &r->marks[r->mark_cur ^ 1]);
     c->prof.gemm_s = r->span_s[CU_SPAN_GEMM];
     c->prof.attn_s = r->span_s[CU_SPAN_ATTN];
     memset(r->span_s, 0, sizeof r->span_s);
@@ -341,7 +342,7 @@ static void job_close(void *arg, int32_t rank)
     cudaFreeHost(r->victims_host);
     cudaFree(r->stage_dev);
     cudaFreeHost(r->stage_host);
-    cu_marks_free(r);
+    be_cuda_marks_free(r);
     comm_destroy(r->comm);
     cuda_gemm_destroy(r->gemm);
     if (r->stream) cudaStreamDestroy(r->stream);

@@ -153,7 +153,7 @@ static int ws_reserve(struct cuda_be *c, struct cu_rank *r, int32_t n_tok, int32
         }
         r->cap_tok = 0;
         for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
-            if (cu_fail(r, cudaMalloc(bufs[i].p, bufs[i].bytes), "forward workspace"))
+            if (be_cuda_fail(r, cudaMalloc(bufs[i].p, bufs[i].bytes), "forward workspace"))
                 return r->err;
         r->cap_tok = (int32_t)n;
     }
@@ -162,8 +162,9 @@ static int ws_reserve(struct cuda_be *c, struct cu_rank *r, int32_t n_tok, int32
         cudaFree(r->logits);
         r->logits = NULL;
         r->cap_out = 0;
-        if (cu_fail(r, cudaMalloc((void **)&r->logits, n * (size_t)cfg->vocab_size * 4),
-                    "logits buffer"))
+        if (be_cuda_fail(r,
+                         cudaMalloc((void **)&r->logits, n * (size_t)cfg->vocab_size * 4),
+                         "logits buffer"))
             return r->err;
         r->cap_out = (int32_t)n;
     }
@@ -174,25 +175,27 @@ static int ws_reserve(struct cuda_be *c, struct cu_rank *r, int32_t n_tok, int32
         r->victims = NULL;
         r->victims_host = NULL;
         r->victims_cap = 0;
-        if (cu_fail(r, cudaMalloc((void **)&r->victims, 2 * nv * 4), "victims") ||
-            cu_fail(r, cudaMallocHost((void **)&r->victims_host, 2 * nv * 4), "victims"))
+        if (be_cuda_fail(r, cudaMalloc((void **)&r->victims, 2 * nv * 4), "victims") ||
+            be_cuda_fail(r, cudaMallocHost((void **)&r->victims_host, 2 * nv * 4),
+                         "victims"))
             return r->err;
         r->victims_cap = 2 * nv;
     }
-    return cu_reserve(r, &r->meta, &r->meta_cap, c->meta.bytes, "batch description");
+    return be_cuda_reserve(r, &r->meta, &r->meta_cap, c->meta.bytes, "batch description");
 }
 
 /* A projection on the rank's stream: y [m, n] = x [m, k] W^T (+ b) (ReLU). */
 static int gemm(struct cu_rank *r, uint16_t *y, const uint16_t *x, const uint16_t *w,
                 const uint16_t *b, int32_t m, int32_t n, int32_t k, bool relu)
 {
-    return cu_fail_eng(r, cuda_gemm_linear(r->gemm, y, x, w, b, m, n, k, relu));
+    return be_cuda_fail_eng(r, cuda_gemm_linear(r->gemm, y, x, w, b, m, n, k, relu));
 }
 
 /* Sum the ranks' partial outputs y [n] (out_proj or fc2). */
 static int allreduce(struct cu_rank *r, uint16_t *y, int64_t n)
 {
-    return r->comm ? cu_fail_eng(r, comm_allreduce_sum(r->comm, y, n, DTYPE_F16)) : r->err;
+    return r->comm ? be_cuda_fail_eng(r, comm_allreduce_sum(r->comm, y, n, DTYPE_F16))
+                   : r->err;
 }
 
 /* One layer's attention on rank r: the decode runs, then the prefill chunks. */
@@ -221,7 +224,8 @@ static int attention(struct cuda_be *c, struct cu_rank *r, int32_t li, const str
             .n_seq = run->d1 - run->d0, .n_head = Hr, .head_dim = D,
             .block_size = c->block_size, .max_slots = c->max_dec_slots, .scale = scale,
         };
-        if (cu_fail(r, cuda_decode_attn(&a, r->stream), "cuda_decode_attn")) return r->err;
+        if (be_cuda_fail(r, cuda_decode_attn(&a, r->stream), "cuda_decode_attn"))
+            return r->err;
     }
     if (c->n_pre == 0) return 0;
     struct cuda_prefill_attn_args p = {
@@ -232,7 +236,7 @@ static int attention(struct cuda_be *c, struct cu_rank *r, int32_t li, const str
         .n_seq = c->n_pre, .n_head = Hr, .head_dim = D, .block_size = c->block_size,
         .max_chunk = c->max_chunk, .max_slots = c->max_pre_slots, .scale = scale,
     };
-    return cu_fail(r, cuda_prefill_attn(&p, r->stream), "cuda_prefill_attn");
+    return be_cuda_fail(r, cuda_prefill_attn(&p, r->stream), "cuda_prefill_attn");
 }
 
 static int layer_forward(struct cuda_be *c, struct cu_rank *r, int32_t li,
@@ -247,36 +251,41 @@ static int layer_forward(struct cuda_be *c, struct cu_rank *r, int32_t li,
     /* Attention block. Pre-LN: x += attn(LN(x)). Post-LN: x = LN(x + attn(x)). */
     const uint16_t *in = r->x;
     if (cfg->ln_before) {
-        if (cu_fail(r, cuda_layernorm(r->h, r->x, L->ln1_w, L->ln1_b, n, hd, st), "layernorm"))
+        if (be_cuda_fail(r, cuda_layernorm(r->h, r->x, L->ln1_w, L->ln1_b, n, hd, st),
+                         "layernorm"))
             return r->err;
         in = r->h;
     }
-    if (cu_mark(r, CU_SPAN_GEMM) ||
+    if (be_cuda_mark(r, CU_SPAN_GEMM) ||
         gemm(r, r->qkv, in, L->qkv_w, L->qkv_b, n, 3 * attn, hd, false) ||
-        cu_mark(r, CU_SPAN_ATTN) || attention(c, r, li, b) || cu_mark(r, CU_SPAN_GEMM) ||
+        be_cuda_mark(r, CU_SPAN_ATTN) || attention(c, r, li, b) ||
+        be_cuda_mark(r, CU_SPAN_GEMM) ||
         gemm(r, r->tmp, r->attn, L->out_w, L->out_b, n, hd, attn, false) ||
-        cu_mark(r, CU_SPAN_OTHER) || allreduce(r, r->tmp, (int64_t)n * hd) ||
-        cu_fail(r, cuda_add(r->x, r->tmp, (int64_t)n * hd, st), "residual"))
+        be_cuda_mark(r, CU_SPAN_OTHER) || allreduce(r, r->tmp, (int64_t)n * hd) ||
+        be_cuda_fail(r, cuda_add(r->x, r->tmp, (int64_t)n * hd, st), "residual"))
         return r->err;
     if (!cfg->ln_before &&
-        cu_fail(r, cuda_layernorm(r->x, r->x, L->ln1_w, L->ln1_b, n, hd, st), "layernorm"))
+        be_cuda_fail(r, cuda_layernorm(r->x, r->x, L->ln1_w, L->ln1_b, n, hd, st),
+                     "layernorm"))
         return r->err;
 
     /* Feed-forward block, same two orders. */
     in = r->x;
     if (cfg->ln_before) {
-        if (cu_fail(r, cuda_layernorm(r->h, r->x, L->ln2_w, L->ln2_b, n, hd, st), "layernorm"))
+        if (be_cuda_fail(r, cuda_layernorm(r->h, r->x, L->ln2_w, L->ln2_b, n, hd, st),
+                         "layernorm"))
             return r->err;
         in = r->h;
     }
-    if (cu_mark(r, CU_SPAN_GEMM) ||
+    if (be_cuda_mark(r, CU_SPAN_GEMM) ||
         gemm(r, r->ff, in, L->fc1_w, L->fc1_b, n, r->sh.n_ffn, hd, true) ||
         gemm(r, r->tmp, r->ff, L->fc2_w, L->fc2_b, n, hd, r->sh.n_ffn, false) ||
-        cu_mark(r, CU_SPAN_OTHER) || allreduce(r, r->tmp, (int64_t)n * hd) ||
-        cu_fail(r, cuda_add(r->x, r->tmp, (int64_t)n * hd, st), "residual"))
+        be_cuda_mark(r, CU_SPAN_OTHER) || allreduce(r, r->tmp, (int64_t)n * hd) ||
+        be_cuda_fail(r, cuda_add(r->x, r->tmp, (int64_t)n * hd, st), "residual"))
         return r->err;
     if (!cfg->ln_before)
-        cu_fail(r, cuda_layernorm(r->x, r->x, L->ln2_w, L->ln2_b, n, hd, st), "layernorm");
+        be_cuda_fail(r, cuda_layernorm(r->x, r->x, L->ln2_w, L->ln2_b, n, hd, st),
+                     "layernorm");
     return r->err;
 }
 
@@ -288,26 +297,29 @@ static int logits(struct cuda_be *c, struct cu_rank *r, const struct be_batch *b
     const int32_t *rows = (const int32_t *)((const char *)r->meta + c->meta.out_rows);
     cudaStream_t st = r->stream;
     /* Gather the rows: an embedding lookup with x as the table. */
-    if (cu_fail(r, cuda_embed(r->h, r->x, rows, NULL, NULL, 0, n_out, hd, st), "gather rows"))
+    if (be_cuda_fail(r, cuda_embed(r->h, r->x, rows, NULL, NULL, 0, n_out, hd, st),
+                     "gather rows"))
         return r->err;
     if (cfg->ln_before &&
-        cu_fail(r, cuda_layernorm(r->h, r->h, r->lnf_w, r->lnf_b, n_out, hd, st), "layernorm"))
+        be_cuda_fail(r, cuda_layernorm(r->h, r->h, r->lnf_w, r->lnf_b, n_out, hd, st),
+                     "layernorm"))
         return r->err;
     const uint16_t *fin = r->h;
-    if (cu_mark(r, CU_SPAN_GEMM)) return r->err;
+    if (be_cuda_mark(r, CU_SPAN_GEMM)) return r->err;
     if (proj != hd) {
         if (gemm(r, r->tmp, r->h, r->project_out, NULL, n_out, proj, hd, false)) return r->err;
         fin = r->tmp;
     }
-    if (cu_fail_eng(r, cuda_gemm_linear_f32(r->gemm, r->logits, fin, r->lm_head, n_out,
-                                            cfg->vocab_size, proj)) ||
-        cu_mark(r, CU_SPAN_OTHER))
+    if (be_cuda_fail_eng(r, cuda_gemm_linear_f32(r->gemm, r->logits, fin, r->lm_head, n_out,
+                                                 cfg->vocab_size, proj)) ||
+        be_cuda_mark(r, CU_SPAN_OTHER))
         return r->err;
     if (!c->logits_out) return 0; /* kept on the device for sample */
-    return cu_fail(r, cudaMemcpyAsync(c->logits_out, r->logits,
-                                      (size_t)n_out * (size_t)cfg->vocab_size * 4,
-                                      cudaMemcpyDeviceToHost, st),
-                   "logits download");
+    return be_cuda_fail(r,
+                        cudaMemcpyAsync(c->logits_out, r->logits,
+                                        (size_t)n_out * (size_t)cfg->vocab_size * 4,
+                                        cudaMemcpyDeviceToHost, st),
+                        "logits download");
 }
 
 /* Grow one rank's workspace for the batch (a ranks job of its own, before the
@@ -317,7 +329,7 @@ static void job_reserve(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
     ws_reserve(c, r, c->batch->n_tok, c->batch->n_out);
 }
 
@@ -329,22 +341,28 @@ static int forward_enqueue(struct cuda_be *c, struct cu_rank *r, const struct be
     const struct opt_config *cfg = &c->cfg;
     const int32_t n = b->n_tok, hd = cfg->hidden, proj = cfg->word_embed_proj_dim;
     cudaStream_t st = r->stream;
-    if (cu_fail(r, cudaMemcpyAsync(r->meta, c->meta_host, c->meta.bytes, cudaMemcpyHostToDevice, st),
-                "batch upload"))
+    if (be_cuda_fail(r,
+                     cudaMemcpyAsync(r->meta, c->meta_host, c->meta.bytes,
+                                     cudaMemcpyHostToDevice, st),
+                     "batch upload"))
         return r->err;
     const char *meta = r->meta;
     const int32_t *tokens = (const int32_t *)(meta + c->meta.tokens);
     const int32_t *pos = (const int32_t *)(meta + c->meta.pos);
     /* Embeddings; OPT looks its learned positions up at position + 2. */
     if (proj != hd) {
-        if (cu_fail(r, cuda_embed(r->tmp, r->embed, tokens, NULL, NULL, 0, n, proj, st), "embed") ||
-            cu_mark(r, CU_SPAN_GEMM) ||
+        if (be_cuda_fail(r,
+                         cuda_embed(r->tmp, r->embed, tokens, NULL, NULL, 0, n, proj, st),
+                         "embed") ||
+            be_cuda_mark(r, CU_SPAN_GEMM) ||
             gemm(r, r->x, r->tmp, r->project_in, NULL, n, hd, proj, false) ||
-            cu_mark(r, CU_SPAN_OTHER) ||
-            cu_fail(r, cuda_add_positions(r->x, r->pos_embed, pos, 2, n, hd, st), "positions"))
+            be_cuda_mark(r, CU_SPAN_OTHER) ||
+            be_cuda_fail(r, cuda_embed_positions(r->x, r->pos_embed, pos, 2, n, hd, st),
+                         "positions"))
             return r->err;
-    } else if (cu_fail(r, cuda_embed(r->x, r->embed, tokens, r->pos_embed, pos, 2, n, hd, st),
-                       "embed")) {
+    } else if (be_cuda_fail(
+                   r, cuda_embed(r->x, r->embed, tokens, r->pos_embed, pos, 2, n, hd, st),
+                   "embed")) {
         return r->err;
     }
     for (int32_t li = 0; li < cfg->n_layer; li++)
@@ -352,12 +370,14 @@ static int forward_enqueue(struct cuda_be *c, struct cu_rank *r, const struct be
     /* The last forward's events completed before it returned: read them now, while the
      * GPU works through this one and before the logits' download to pageable memory,
      * which blocks the host (be_cuda_prof.c). */
-    if (r->timing) cu_marks_read(r, &r->marks[r->mark_cur ^ 1]);
+    if (r->timing) be_cuda_marks_read(r, &r->marks[r->mark_cur ^ 1]);
     if (r->sh.rank == 0 && b->n_out > 0 && logits(c, r, b)) return r->err;
     if (c->have_victims) {
         const size_t nv = (size_t)cfg->n_layer * (size_t)c->n_dec * (size_t)r->sh.n_head;
-        cu_fail(r, cudaMemcpyAsync(r->victims_host, r->victims, nv * 4, cudaMemcpyDeviceToHost, st),
-                "victims download");
+        be_cuda_fail(r,
+                     cudaMemcpyAsync(r->victims_host, r->victims, nv * 4,
+                                     cudaMemcpyDeviceToHost, st),
+                     "victims download");
     }
     return r->err;
 }
@@ -369,9 +389,10 @@ static void job_forward(void *arg, int32_t rank)
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
     r->timing = c->timing && rank == 0;
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
-    if (!forward_enqueue(c, r, c->batch)) cu_fail(r, cudaStreamSynchronize(r->stream), "forward");
-    cu_marks_done(r, !r->err);
+    if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (!forward_enqueue(c, r, c->batch))
+        be_cuda_fail(r, cudaStreamSynchronize(r->stream), "forward");
+    be_cuda_marks_done(r, !r->err);
 }
 
 int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits_out)
@@ -385,8 +406,8 @@ int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits_out)
     c->batch = b;
     c->logits_out = logits_out;
     c->n_kept = 0;
-    err = cu_run(c, job_reserve);
-    if (!err) err = cu_run(c, job_forward);
+    err = be_cuda_run(c, job_reserve);
+    if (!err) err = be_cuda_run(c, job_forward);
     if (!err && !logits_out) c->n_kept = b->n_out;
     c->prof.forward_s += time_now() - t0;
     c->prof.n_forward++;

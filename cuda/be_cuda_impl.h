@@ -165,17 +165,17 @@ struct cuda_be {
 
 /* Record CUDA error e of `what` as the rank's first error; returns nonzero on error
  * (the job then returns early). */
-int cu_fail(struct cu_rank *r, cudaError_t e, const char *what);
+int be_cuda_fail(struct cu_rank *r, cudaError_t e, const char *what);
 
 /* Record the engine error just set on this thread (err_msg) as the rank's. */
-int cu_fail_eng(struct cu_rank *r, int err);
+int be_cuda_fail_eng(struct cu_rank *r, int err);
 
 /* Run job fn on every rank and turn the first rank error into this thread's error
  * (err_set). Returns 0 or that error. */
-int cu_run(struct cuda_be *c, ranks_fn fn);
+int be_cuda_run(struct cuda_be *c, ranks_fn fn);
 
 /* Grow device buffer *p to hold n bytes (contents lost); returns nonzero on error. */
-int cu_reserve(struct cu_rank *r, void **p, size_t *cap, size_t n, const char *what);
+int be_cuda_reserve(struct cu_rank *r, void **p, size_t *cap, size_t n, const char *what);
 
 /* Whether an NVIDIA driver is installed (be_cuda_driver.c: /dev/nvidiactl exists),
  * asked before any CUDA call. Its own file so that tests/fakecuda, which stands in
@@ -184,18 +184,18 @@ bool be_cuda_driver_present(void);
 
 /* Begin a span of `kind` on r's stream (one cudaEventRecord); the previous mark's span
  * ends here. Nothing unless r->timing. Returns r->err. */
-int cu_mark(struct cu_rank *r, enum cu_span kind);
+int be_cuda_mark(struct cu_rank *r, enum cu_span kind);
 
 /* Add the spans of m (a synchronised forward's: every event complete) to r->span_s
  * and empty it. Waits for nothing. */
-void cu_marks_read(struct cu_rank *r, struct cu_marks *m);
+void be_cuda_marks_read(struct cu_rank *r, struct cu_marks *m);
 
 /* End of a forward on r: a completed one's events wait to be read by the next
  * forward (the sets swap); a failed one's are dropped. */
-void cu_marks_done(struct cu_rank *r, bool ok);
+void be_cuda_marks_done(struct cu_rank *r, bool ok);
 
 /* Destroy r's events (its device current). */
-void cu_marks_free(struct cu_rank *r);
+void be_cuda_marks_free(struct cu_rank *r);
 
 /* The forward (be_cuda_fwd.c), a be_ops entry. */
 int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits);

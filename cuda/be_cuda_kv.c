@@ -63,23 +63,23 @@ static void job_kv_alloc(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
     be_cuda_kv_free(c, r);
     const size_t kv = kv_elems(c, r) * 2, st = state_elems(c, r) * 4;
     for (int32_t li = 0; li < c->cfg.n_layer && !r->err; li++) {
         struct cu_layer *L = &r->layers[li];
-        if (cu_fail(r, cudaMalloc((void **)&L->k, kv), "KV pool (K)") ||
-            cu_fail(r, cudaMalloc((void **)&L->v, kv), "KV pool (V)") ||
-            cu_fail(r, cudaMalloc((void **)&L->pos, st), "KV pool (pos)") ||
-            cu_fail(r, cudaMalloc((void **)&L->score, st), "KV pool (score)"))
+        if (be_cuda_fail(r, cudaMalloc((void **)&L->k, kv), "KV pool (K)") ||
+            be_cuda_fail(r, cudaMalloc((void **)&L->v, kv), "KV pool (V)") ||
+            be_cuda_fail(r, cudaMalloc((void **)&L->pos, st), "KV pool (pos)") ||
+            be_cuda_fail(r, cudaMalloc((void **)&L->score, st), "KV pool (score)"))
             return;
         /* All bits set is -1 in int32: every slot free. */
-        cu_fail(r, cudaMemsetAsync(L->pos, 0xff, st, r->stream), "cudaMemset");
-        cu_fail(r, cudaMemsetAsync(L->score, 0, st, r->stream), "cudaMemset");
-        cu_fail(r, cudaMemsetAsync(L->k, 0, kv, r->stream), "cudaMemset");
-        cu_fail(r, cudaMemsetAsync(L->v, 0, kv, r->stream), "cudaMemset");
+        be_cuda_fail(r, cudaMemsetAsync(L->pos, 0xff, st, r->stream), "cudaMemset");
+        be_cuda_fail(r, cudaMemsetAsync(L->score, 0, st, r->stream), "cudaMemset");
+        be_cuda_fail(r, cudaMemsetAsync(L->k, 0, kv, r->stream), "cudaMemset");
+        be_cuda_fail(r, cudaMemsetAsync(L->v, 0, kv, r->stream), "cudaMemset");
     }
-    cu_fail(r, cudaStreamSynchronize(r->stream), "KV pool initialisation");
+    be_cuda_fail(r, cudaStreamSynchronize(r->stream), "KV pool initialisation");
 }
 
 int be_cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size)
@@ -88,7 +88,7 @@ int be_cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size)
     CHECK(c->loaded && n_blocks > 0 && block_size > 0);
     c->n_blocks = n_blocks;
     c->block_size = block_size;
-    return cu_run(c, job_kv_alloc);
+    return be_cuda_run(c, job_kv_alloc);
 }
 
 /* The block operations have no error return in be_ops (on the CPU they cannot fail):
@@ -96,7 +96,7 @@ int be_cuda_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size)
  * serve from a pool it can no longer trust. */
 static void run_or_abort(struct cuda_be *c, ranks_fn fn)
 {
-    if (cu_run(c, fn)) {
+    if (be_cuda_run(c, fn)) {
         log_error("%s", err_msg());
         abort();
     }
@@ -107,15 +107,15 @@ static int stage_reserve(struct cu_rank *r, size_t n)
 {
     /* Every staged job starts here: make the rank's device current first (rank 0 runs
      * on the engine thread, which another backend may have moved). */
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return r->err;
+    if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return r->err;
     if (n <= r->stage_cap) return r->err;
     cudaFree(r->stage_dev);
     cudaFreeHost(r->stage_host);
     r->stage_dev = r->stage_host = NULL;
     r->stage_cap = 0;
     n = MAX(n, (size_t)1 << 16);
-    if (cu_fail(r, cudaMalloc(&r->stage_dev, n), "staging buffer") ||
-        cu_fail(r, cudaMallocHost(&r->stage_host, n), "pinned staging buffer"))
+    if (be_cuda_fail(r, cudaMalloc(&r->stage_dev, n), "staging buffer") ||
+        be_cuda_fail(r, cudaMallocHost(&r->stage_host, n), "pinned staging buffer"))
         return r->err;
     r->stage_cap = n;
     return 0;
@@ -127,9 +127,10 @@ static int32_t *stage_ints(struct cu_rank *r, const int32_t *src, size_t n, size
 {
     if (stage_reserve(r, n * 4 + extra)) return NULL;
     memcpy(r->stage_host, src, n * 4);
-    if (cu_fail(r, cudaMemcpyAsync(r->stage_dev, r->stage_host, n * 4, cudaMemcpyHostToDevice,
-                                   r->stream),
-                "upload"))
+    if (be_cuda_fail(r,
+                     cudaMemcpyAsync(r->stage_dev, r->stage_host, n * 4,
+                                     cudaMemcpyHostToDevice, r->stream),
+                     "upload"))
         return NULL;
     return r->stage_dev;
 }
@@ -141,13 +142,14 @@ static void job_kv_init(void *arg, int32_t rank)
     const int32_t *blocks = stage_ints(r, c->op_blocks, (size_t)c->op_n, 0);
     for (int32_t li = 0; blocks && li < c->cfg.n_layer; li++) {
         struct cu_layer *L = &r->layers[li];
-        if (cu_fail(r, cuda_kv_init_blocks(L->v, L->pos, L->score, blocks, c->op_n,
-                                           r->sh.n_head, c->cfg.head_dim, c->block_size,
-                                           r->stream),
-                    "cuda_kv_init_blocks"))
+        if (be_cuda_fail(r,
+                         cuda_kv_blocks_init(L->v, L->pos, L->score, blocks, c->op_n,
+                                             r->sh.n_head, c->cfg.head_dim, c->block_size,
+                                             r->stream),
+                         "cuda_kv_blocks_init"))
             return;
     }
-    cu_fail(r, cudaStreamSynchronize(r->stream), "kv_init_blocks");
+    be_cuda_fail(r, cudaStreamSynchronize(r->stream), "kv_init_blocks");
 }
 
 void be_cuda_kv_init_blocks(void *ctx, const int32_t *blocks, int32_t n)
@@ -163,7 +165,7 @@ static void job_kv_copy(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
+    if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
     const size_t st = (size_t)r->sh.n_head * (size_t)c->block_size; /* per block */
     const size_t kv = st * (size_t)c->cfg.head_dim;
     for (int32_t li = 0; li < c->cfg.n_layer && !r->err; li++) {
@@ -171,16 +173,22 @@ static void job_kv_copy(void *arg, int32_t rank)
         for (int32_t i = 0; i < c->op_n && !r->err; i++) {
             const size_t s = (size_t)c->op_src[i], d = (size_t)c->op_dst[i];
             const enum cudaMemcpyKind k = cudaMemcpyDeviceToDevice;
-            cu_fail(r, cudaMemcpyAsync(L->k + d * kv, L->k + s * kv, kv * 2, k, r->stream), "copy");
-            cu_fail(r, cudaMemcpyAsync(L->v + d * kv, L->v + s * kv, kv * 2, k, r->stream), "copy");
-            cu_fail(r, cudaMemcpyAsync(L->pos + d * st, L->pos + s * st, st * 4, k, r->stream),
-                    "copy");
-            cu_fail(r, cudaMemcpyAsync(L->score + d * st, L->score + s * st, st * 4, k,
-                                       r->stream),
-                    "copy");
+            be_cuda_fail(
+                r, cudaMemcpyAsync(L->k + d * kv, L->k + s * kv, kv * 2, k, r->stream),
+                "copy");
+            be_cuda_fail(
+                r, cudaMemcpyAsync(L->v + d * kv, L->v + s * kv, kv * 2, k, r->stream),
+                "copy");
+            be_cuda_fail(
+                r, cudaMemcpyAsync(L->pos + d * st, L->pos + s * st, st * 4, k, r->stream),
+                "copy");
+            be_cuda_fail(
+                r,
+                cudaMemcpyAsync(L->score + d * st, L->score + s * st, st * 4, k, r->stream),
+                "copy");
         }
     }
-    cu_fail(r, cudaStreamSynchronize(r->stream), "kv_copy_blocks");
+    be_cuda_fail(r, cudaStreamSynchronize(r->stream), "kv_copy_blocks");
 }
 
 void be_cuda_kv_copy_blocks(void *ctx, const int32_t *src, const int32_t *dst, int32_t n)
@@ -210,8 +218,10 @@ static void job_kv_compact(void *arg, int32_t rank)
                c->op_keep + ((size_t)li * (size_t)H + (size_t)r->sh.head0) * (size_t)c->op_keep_n,
                per_layer * 4);
     const size_t bytes = (nb + (size_t)L * per_layer) * 4;
-    if (cu_fail(r, cudaMemcpyAsync(r->stage_dev, host, bytes, cudaMemcpyHostToDevice, r->stream),
-                "upload"))
+    if (be_cuda_fail(
+            r,
+            cudaMemcpyAsync(r->stage_dev, host, bytes, cudaMemcpyHostToDevice, r->stream),
+            "upload"))
         return;
     const int32_t *dev = r->stage_dev;
     for (int32_t li = 0; li < L; li++) {
@@ -222,9 +232,9 @@ static void job_kv_compact(void *arg, int32_t rank)
             .n_keep = c->op_keep_n, .n_head = Hr, .head_dim = c->cfg.head_dim,
             .block_size = c->block_size,
         };
-        if (cu_fail(r, cuda_kv_compact(&a, r->stream), "cuda_kv_compact")) return;
+        if (be_cuda_fail(r, cuda_kv_compact(&a, r->stream), "cuda_kv_compact")) return;
     }
-    cu_fail(r, cudaStreamSynchronize(r->stream), "kv_compact");
+    be_cuda_fail(r, cudaStreamSynchronize(r->stream), "kv_compact");
 }
 
 void be_cuda_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots,
@@ -254,17 +264,19 @@ static void job_kv_read(void *arg, int32_t rank)
     float *score_dev = (float *)(pos_dev + state);
     for (int32_t li = 0; li < L; li++) {
         struct cu_layer *Ly = &r->layers[li];
-        if (cu_fail(r, cuda_kv_gather_state(pos_dev + li * per_layer, score_dev + li * per_layer,
-                                            Ly->pos, Ly->score, blocks, n, Hr, c->block_size,
-                                            r->stream),
-                    "cuda_kv_gather_state"))
+        if (be_cuda_fail(r,
+                         cuda_kv_blocks_gather_state(
+                             pos_dev + li * per_layer, score_dev + li * per_layer, Ly->pos,
+                             Ly->score, blocks, n, Hr, c->block_size, r->stream),
+                         "cuda_kv_blocks_gather_state"))
             return;
     }
     int32_t *pos_host = (int32_t *)r->stage_host + nb;
-    if (cu_fail(r, cudaMemcpyAsync(pos_host, pos_dev, 2 * state * 4, cudaMemcpyDeviceToHost,
-                                   r->stream),
-                "download") ||
-        cu_fail(r, cudaStreamSynchronize(r->stream), "kv_read_state"))
+    if (be_cuda_fail(r,
+                     cudaMemcpyAsync(pos_host, pos_dev, 2 * state * 4,
+                                     cudaMemcpyDeviceToHost, r->stream),
+                     "download") ||
+        be_cuda_fail(r, cudaStreamSynchronize(r->stream), "kv_read_state"))
         return;
     const float *score_host = (const float *)(pos_host + state);
     for (int32_t li = 0; li < L; li++) {
@@ -284,5 +296,5 @@ int be_cuda_kv_read_state(void *ctx, const int32_t *blocks, int32_t n_slots, int
     c->op_slots = n_slots;
     c->op_pos_out = pos;
     c->op_score_out = score;
-    return cu_run(c, job_kv_read);
+    return be_cuda_run(c, job_kv_read);
 }

@@ -4,7 +4,7 @@
  * be_profile.gemm_s and attn_s (forward_s is the host's wall time of each forward,
  * be_cuda_fwd.c).
  *
- * Spans. The forward marks where its spans begin (cu_mark): CU_SPAN_GEMM before a
+ * Spans. The forward marks where its spans begin (be_cuda_mark): CU_SPAN_GEMM before a
  * projection (its bias epilogue included, as oneDNN fuses it on the CPU),
  * CU_SPAN_ATTN before a layer's attention kernels (K/V writes included, as on the
  * CPU), CU_SPAN_OTHER where neither runs (LayerNorm, all-reduce, residual add,
@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cu_mark(struct cu_rank *r, enum cu_span kind)
+int be_cuda_mark(struct cu_rank *r, enum cu_span kind)
 {
     if (!r->timing || r->err) return r->err;
     struct cu_marks *m = &r->marks[r->mark_cur];
@@ -52,16 +52,16 @@ int cu_mark(struct cu_rank *r, enum cu_span kind)
         m->ev = xrealloc(m->ev, (size_t)cap * sizeof *m->ev);
         m->kind = xrealloc(m->kind, (size_t)cap * sizeof *m->kind);
         for (; m->cap < cap; m->cap++)
-            if (cu_fail(r, cudaEventCreate(&m->ev[m->cap]), "cudaEventCreate"))
+            if (be_cuda_fail(r, cudaEventCreate(&m->ev[m->cap]), "cudaEventCreate"))
                 return r->err;
     }
-    if (cu_fail(r, cudaEventRecord(m->ev[m->n], r->stream), "cudaEventRecord"))
+    if (be_cuda_fail(r, cudaEventRecord(m->ev[m->n], r->stream), "cudaEventRecord"))
         return r->err;
     m->kind[m->n++] = (uint8_t)kind;
     return 0;
 }
 
-void cu_marks_read(struct cu_rank *r, struct cu_marks *m)
+void be_cuda_marks_read(struct cu_rank *r, struct cu_marks *m)
 {
     for (int32_t i = 0; i + 1 < m->n; i++) {
         if (m->kind[i] == CU_SPAN_OTHER) continue;
@@ -74,7 +74,7 @@ void cu_marks_read(struct cu_rank *r, struct cu_marks *m)
     m->n = 0;
 }
 
-void cu_marks_done(struct cu_rank *r, bool ok)
+void be_cuda_marks_done(struct cu_rank *r, bool ok)
 {
     if (!r->timing) return;
     struct cu_marks *m = &r->marks[r->mark_cur];
@@ -86,7 +86,7 @@ void cu_marks_done(struct cu_rank *r, bool ok)
     r->marks[r->mark_cur].n = 0;
 }
 
-void cu_marks_free(struct cu_rank *r)
+void be_cuda_marks_free(struct cu_rank *r)
 {
     for (int i = 0; i < 2; i++) {
         struct cu_marks *m = &r->marks[i];

@@ -69,7 +69,7 @@ static int samp_reserve(struct cuda_be *c, struct cu_rank *r, const struct samp_
         cudaFree(c->samp_dev);
         c->samp_dev = NULL;
         c->samp_dev_cap = 0;
-        if (cu_fail(r, cudaMalloc(&c->samp_dev, 2 * L->dev_bytes), "sampling buffers"))
+        if (be_cuda_fail(r, cudaMalloc(&c->samp_dev, 2 * L->dev_bytes), "sampling buffers"))
             return r->err;
         c->samp_dev_cap = 2 * L->dev_bytes;
     }
@@ -78,7 +78,8 @@ static int samp_reserve(struct cuda_be *c, struct cu_rank *r, const struct samp_
         cudaFreeHost(c->samp_host);
         c->samp_host = NULL;
         c->samp_host_cap = 0;
-        if (cu_fail(r, cudaMallocHost(&c->samp_host, 2 * host), "pinned sampling buffers"))
+        if (be_cuda_fail(r, cudaMallocHost(&c->samp_host, 2 * host),
+                         "pinned sampling buffers"))
             return r->err;
         c->samp_host_cap = 2 * host;
     }
@@ -123,7 +124,8 @@ int be_cuda_sample(void *ctx, const struct be_sample_row *rows, int32_t n,
     if (n == 0) return 0;
     const struct samp_layout L = layout(n, n_add, V);
     r->err = 0;
-    if (cu_fail(r, cudaSetDevice(r->device), "cudaSetDevice") || samp_reserve(c, r, &L))
+    if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice") ||
+        samp_reserve(c, r, &L))
         return err_set(r->err, "%s", r->msg);
     char *h = c->samp_host, *d = c->samp_dev;
     describe(h, &L, rows, n);
@@ -136,16 +138,20 @@ int be_cuda_sample(void *ctx, const struct be_sample_row *rows, int32_t n,
         .top_logprobs = (float *)(d + L.top_lp), .scratch = d + L.scratch, .n = n, .vocab = V,
     };
     cudaStream_t st = r->stream;
-    if (cu_fail(r, cudaMemcpyAsync(d, h, L.in_bytes, cudaMemcpyHostToDevice, st), "upload") ||
-        cu_fail(r, cuda_logits_rows((float *)(d + L.dst), r->logits, (const int32_t *)(d + L.rows),
-                                    n, V, (const int32_t *)(d + L.off),
-                                    (const int32_t *)(d + L.ids), (const float *)(d + L.vals), st),
-                "cuda_logits_rows") ||
-        cu_fail(r, cuda_sample(&a, st), "cuda_sample") ||
-        cu_fail(r, cudaMemcpyAsync(h + L.in_bytes, d + L.in_bytes, L.out_bytes,
-                                   cudaMemcpyDeviceToHost, st),
-                "download") ||
-        cu_fail(r, cudaStreamSynchronize(st), "sample"))
+    if (be_cuda_fail(r, cudaMemcpyAsync(d, h, L.in_bytes, cudaMemcpyHostToDevice, st),
+                     "upload") ||
+        be_cuda_fail(
+            r,
+            cuda_logits_rows((float *)(d + L.dst), r->logits, (const int32_t *)(d + L.rows),
+                             n, V, (const int32_t *)(d + L.off),
+                             (const int32_t *)(d + L.ids), (const float *)(d + L.vals), st),
+            "cuda_logits_rows") ||
+        be_cuda_fail(r, cuda_sample(&a, st), "cuda_sample") ||
+        be_cuda_fail(r,
+                     cudaMemcpyAsync(h + L.in_bytes, d + L.in_bytes, L.out_bytes,
+                                     cudaMemcpyDeviceToHost, st),
+                     "download") ||
+        be_cuda_fail(r, cudaStreamSynchronize(st), "sample"))
         return err_set(r->err, "%s", r->msg);
     for (int32_t i = 0; i < n; i++) {
         struct sample_out *o = &out[i];

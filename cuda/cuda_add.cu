@@ -1,6 +1,6 @@
 /*
  * cuda_add.cu - the residual add x += y over fp16 vectors (see cuda_kernels.h); the
- * twin of cpu_add.
+ * twin of cpu_ops_add.
  *
  * One thread per half2 pair; the last thread also takes the odd element when n is odd.
  */

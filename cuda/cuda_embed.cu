@@ -1,6 +1,6 @@
 /*
  * cuda_embed.cu - token embedding plus learned positions (see cuda_kernels.h); the
- * twin of cpu_embed + cpu_add_positions.
+ * twin of cpu_ops_embed + cpu_ops_add_positions.
  *
  * One block per row, its threads striding over the row's half2 pairs: every load and
  * store is coalesced, and a row's token id and position are read once per thread.
@@ -54,9 +54,9 @@ extern "C" cudaError_t cuda_embed(uint16_t *dst, const uint16_t *tok, const int3
     return launch(dst, tok, ids, pos_table, pos, offset, n, d, stream);
 }
 
-extern "C" cudaError_t cuda_add_positions(uint16_t *x, const uint16_t *pos_table,
-                                          const int32_t *pos, int32_t offset, int32_t n,
-                                          int32_t d, cudaStream_t stream)
+extern "C" cudaError_t cuda_embed_positions(uint16_t *x, const uint16_t *pos_table,
+                                            const int32_t *pos, int32_t offset, int32_t n,
+                                            int32_t d, cudaStream_t stream)
 {
     if (!pos_table) return cudaErrorInvalidValue;
     return launch(x, nullptr, nullptr, pos_table, pos, offset, n, d, stream);

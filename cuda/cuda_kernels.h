@@ -47,19 +47,19 @@ extern "C" {
  * plus OPT's learned position (offset 2, as Hugging Face looks them up).
  * tok [vocab, d], pos_table [max_pos + offset, d], ids [n], pos [n]; d even.
  * pos_table may be NULL: tokens only, for models with project_in (OPT-350m), where
- * the positions are added after the projection with cuda_add_positions.
+ * the positions are added after the projection with cuda_embed_positions.
  */
 cudaError_t cuda_embed(uint16_t *dst, const uint16_t *tok, const int32_t *ids,
                        const uint16_t *pos_table, const int32_t *pos, int32_t offset,
                        int32_t n, int32_t d, cudaStream_t stream);
 
 /* x [n, d] += pos_table [pos[i] + offset, :]; d even. */
-cudaError_t cuda_add_positions(uint16_t *x, const uint16_t *pos_table, const int32_t *pos,
-                               int32_t offset, int32_t n, int32_t d, cudaStream_t stream);
+cudaError_t cuda_embed_positions(uint16_t *x, const uint16_t *pos_table, const int32_t *pos,
+                                 int32_t offset, int32_t n, int32_t d, cudaStream_t stream);
 
 /*
  * dst [n, d] = (x - mean) / sqrt(var + 1e-5) * w + b over each row of x [n, d], with
- * w, b [d]; mean and variance in fp32, two passes as PyTorch (and cpu_layernorm) do.
+ * w, b [d]; mean and variance in fp32, two passes as PyTorch (and cpu_ops_layernorm) do.
  * d even. dst may alias x (post-LN models normalise the residual stream in place).
  */
 cudaError_t cuda_layernorm(uint16_t *dst, const uint16_t *x, const uint16_t *w,
@@ -114,7 +114,7 @@ cudaError_t cuda_kv_compact(const struct cuda_kv_compact_args *a, cudaStream_t s
  * 4-byte pairs, so v must be 4-byte aligned); any n_head, block_size >= 1.
  * n == 0 or n_head == 0 launches nothing. Host reference: cuda_ref_kv_init_blocks.
  */
-cudaError_t cuda_kv_init_blocks(uint16_t *v, int32_t *pos, float *score,
+cudaError_t cuda_kv_blocks_init(uint16_t *v, int32_t *pos, float *score,
                                 const int32_t *blocks, int32_t n, int32_t n_head,
                                 int32_t head_dim, int32_t block_size, cudaStream_t stream);
 
@@ -129,9 +129,11 @@ cudaError_t cuda_kv_init_blocks(uint16_t *v, int32_t *pos, float *score,
  * the pool. Host reference: cuda_ref_kv_gather_state (bit-identical: values are only
  * copied).
  */
-cudaError_t cuda_kv_gather_state(int32_t *pos_out, float *score_out, const int32_t *pos,
-                                 const float *score, const int32_t *blocks, int32_t n_slots,
-                                 int32_t n_head, int32_t block_size, cudaStream_t stream);
+cudaError_t cuda_kv_blocks_gather_state(int32_t *pos_out, float *score_out,
+                                        const int32_t *pos, const float *score,
+                                        const int32_t *blocks, int32_t n_slots,
+                                        int32_t n_head, int32_t block_size,
+                                        cudaStream_t stream);
 
 /*
  * One layer's prefill attention for a chunk of prompt tokens of each of n_seq

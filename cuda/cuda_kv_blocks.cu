@@ -1,7 +1,7 @@
 /*
  * cuda_kv_blocks.cu - whole-block slot state of the paged KV cache on the device (see
- * cuda_kernels.h): cuda_kv_init_blocks, the twin of the CPU backend's kv_init_blocks
- * (one layer per call), and cuda_kv_gather_state, one layer of the CPU backend's
+ * cuda_kernels.h): cuda_kv_blocks_init, the twin of the CPU backend's kv_init_blocks
+ * (one layer per call), and cuda_kv_blocks_gather_state, one layer of the CPU backend's
  * kv_read_state (the slot state of one sequence, dense, for the host). Checked against
  * cuda_ref_kv_init_blocks and cuda_ref_kv_gather_state (cuda_ref.c), which use the same
  * index formulas.
@@ -18,7 +18,7 @@
 
 enum {
     KVB_THREADS = 256,
-    /* Words (4-byte V pairs) each thread of cuda_kv_init_blocks stores at least: with
+    /* Words (4-byte V pairs) each thread of cuda_kv_blocks_init stores at least: with
      * fewer, OPT-6.7B's 128 KiB blocks would take 128 tiny CTAs each. */
     KVB_WORDS_PER_THREAD = 8,
     KVB_MAX_GRID_Y = 65535,
@@ -47,7 +47,7 @@ __global__ void cuda_kv_init_blocks_kernel(uint32_t *v, int32_t *pos, float *sco
     }
 }
 
-extern "C" cudaError_t cuda_kv_init_blocks(uint16_t *v, int32_t *pos, float *score,
+extern "C" cudaError_t cuda_kv_blocks_init(uint16_t *v, int32_t *pos, float *score,
                                            const int32_t *blocks, int32_t n, int32_t n_head,
                                            int32_t head_dim, int32_t block_size,
                                            cudaStream_t stream)
@@ -87,11 +87,11 @@ __global__ void cuda_kv_gather_state_kernel(int32_t *pos_out, float *score_out,
     score_out[dst] = score[src];
 }
 
-extern "C" cudaError_t cuda_kv_gather_state(int32_t *pos_out, float *score_out,
-                                            const int32_t *pos, const float *score,
-                                            const int32_t *blocks, int32_t n_slots,
-                                            int32_t n_head, int32_t block_size,
-                                            cudaStream_t stream)
+extern "C" cudaError_t cuda_kv_blocks_gather_state(int32_t *pos_out, float *score_out,
+                                                   const int32_t *pos, const float *score,
+                                                   const int32_t *blocks, int32_t n_slots,
+                                                   int32_t n_head, int32_t block_size,
+                                                   cudaStream_t stream)
 {
     if (n_slots < 0 || n_head < 0 || n_head > KVB_MAX_GRID_Y || block_size <= 0)
         return cudaErrorInvalidValue;

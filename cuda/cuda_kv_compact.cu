@@ -1,7 +1,7 @@
 /*
  * cuda_kv_compact.cu - H2O prefill compaction of one layer of one sequence (see
  * cuda_kernels.h and struct cuda_kv_compact_args in cuda_ref.h); the twin of the CPU
- * backend's kv_compact (cpu_kv_compact_head), checked against cuda_ref_kv_compact.
+ * backend's kv_compact (cpu_attn_kv_compact_head), checked against cuda_ref_kv_compact.
  *
  * One block per head. The move is in place and slot keep[i] may itself be the
  * destination of an earlier i' (keep = {1, 2}: slot 1 is read for slot 0 and written

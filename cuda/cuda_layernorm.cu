@@ -1,9 +1,9 @@
 /*
  * cuda_layernorm.cu - LayerNorm over fp16 rows with fp32 statistics (see
- * cuda_kernels.h); the twin of cpu_layernorm.
+ * cuda_kernels.h); the twin of cpu_ops_layernorm.
  *
  * One block per row. The row is read three times (sum, centred sum of squares,
- * output), as cpu_layernorm's two-pass formula wants; the second and third reads of
+ * output), as cpu_ops_layernorm's two-pass formula wants; the second and third reads of
  * a row of at most a few tens of KiB come from L1/L2, so DRAM sees each row once.
  */
 #include "cuda_kernels.h"

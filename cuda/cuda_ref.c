@@ -1,7 +1,7 @@
 /*
  * cuda_ref.c - host references of cuda_decode_attn and cuda_prefill_attn, and of the
- * KV state kernels cuda_kv_compact, cuda_kv_init_blocks and cuda_kv_gather_state (see
- * cuda_ref.h).
+ * KV state kernels cuda_kv_compact, cuda_kv_blocks_init and cuda_kv_blocks_gather_state
+ * (see cuda_ref.h).
  *
  * Written to be read next to cuda_decode_attn.cu: the same steps in the same order
  * for one (sequence, head) at a time. The logits are the kernel's exact arithmetic

@@ -88,7 +88,7 @@ int32_t cuda_ref_victim(const float *score, const int32_t *pos, int32_t n, int32
 
 /*
  * H2O prefill compaction of one layer of one sequence (the device twin of be_ops
- * kv_compact, whose CPU code is cpu_kv_compact_head in engine/cpu/cpu_attn.c):
+ * kv_compact, whose CPU code is cpu_attn_kv_compact_head in engine/cpu/cpu_attn.c):
  * for every head h, move slot keep[h * n_keep + i] to slot i (K, V, pos, score, bit
  * copies) for i < n_keep, keep ascending within a head (so keep[i] >= i), in
  * increasing i; then mark slots n_keep..n_slots-1 free (pos -1, score 0; their K/V
@@ -110,7 +110,7 @@ struct cuda_kv_compact_args {
 void cuda_ref_kv_compact(const struct cuda_kv_compact_args *a);
 
 /*
- * The reference of cuda_kv_init_blocks (the CPU backend's kv_init_blocks, one layer):
+ * The reference of cuda_kv_blocks_init (the CPU backend's kv_init_blocks, one layer):
  * for each of blocks[0..n), every slot of every head gets pos -1, score 0 and V all
  * +0.0 (fp16 bits 0); K and blocks not listed are left as they are. Layout as above:
  * v [n_blocks, n_head, block_size, head_dim], pos / score [n_blocks, n_head,
@@ -121,7 +121,7 @@ void cuda_ref_kv_init_blocks(uint16_t *v, int32_t *pos, float *score, const int3
                              int32_t block_size);
 
 /*
- * The reference of cuda_kv_gather_state (one layer of the CPU backend's
+ * The reference of cuda_kv_blocks_gather_state (one layer of the CPU backend's
  * kv_read_state): pos_out / score_out [n_head, n_slots], entry (h, s) from slot s of
  * head h, i.e. index (blocks[s / block_size] * n_head + h) * block_size +
  * s % block_size of pos / score [n_blocks, n_head, block_size].

@@ -167,8 +167,8 @@ static int cpu_load(void *ctx, const struct opt_config *cfg, const struct weight
         if (weights_has(w, "lm_head.weight"))
             err = load_whole(r0, &c->m, w, &c->lm_head, "lm_head", V, proj);
         else
-            err = cpu_linear_init(&c->lm_head, &r0->dnnl, c->m.embed, NULL, V, proj,
-                                  c->m.dtype, DTYPE_F32, false);
+            err = cpu_gemm_linear_init(&c->lm_head, &r0->dnnl, c->m.embed, NULL, V, proj,
+                                       c->m.dtype, DTYPE_F32, false);
     }
     /* Each rank reads only its shard of the layers. */
     for (int32_t r = 0; r < c->n_rank && !err; r++)
@@ -289,8 +289,8 @@ static void cpu_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots,
 #pragma omp parallel for schedule(dynamic, 1) collapse(2)
     for (int32_t l = 0; l < L; l++)
         for (int32_t h = 0; h < H; h++)
-            cpu_kv_compact_head(&c->kv[l], es, H, D, BS, h, blocks, n_slots,
-                                keep + ((int64_t)l * H + h) * n_keep, n_keep);
+            cpu_attn_kv_compact_head(&c->kv[l], es, H, D, BS, h, blocks, n_slots,
+                                     keep + ((int64_t)l * H + h) * n_keep, n_keep);
 }
 
 static int cpu_kv_state(void *ctx, int32_t layer, int32_t **pos, float **score)
@@ -361,10 +361,10 @@ static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *
     }
     struct cpu_rank *r0 = &c->ranks[0];
     struct cpu_ws *ws = &r0->ws;
-    cpu_gather_rows(ws->tmp, ws->x, b->out_rows, b->n_out, hd); // tmp: [n_out, hidden]
+    cpu_ops_gather_rows(ws->tmp, ws->x, b->out_rows, b->n_out, hd); // tmp: [n_out, hidden]
     const float *hfin = ws->tmp;
     if (cfg->ln_before) {
-        cpu_layernorm(ws->x, DTYPE_F32, ws->tmp, c->lnf_w, c->lnf_b, b->n_out, hd);
+        cpu_ops_layernorm(ws->x, DTYPE_F32, ws->tmp, c->lnf_w, c->lnf_b, b->n_out, hd);
         hfin = ws->x; /* the residual stream is dead now; reuse it */
     }
     if (proj != hd) {
@@ -423,8 +423,8 @@ static void cpu_destroy(void *ctx)
     for (int32_t r = 0; r < c->n_rank; r++)
         cpu_rank_deinit(&c->ranks[r], c->m.cfg.n_layer);
     comm_shm_group_destroy(c->group);
-    cpu_linear_deinit(&c->project_out);
-    cpu_linear_deinit(&c->lm_head);
+    cpu_gemm_linear_deinit(&c->project_out);
+    cpu_gemm_linear_deinit(&c->lm_head);
     free(c->m.embed);
     free(c->m.pos_embed);
     free(c->lnf_w);

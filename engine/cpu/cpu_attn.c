@@ -309,9 +309,10 @@ bool cpu_attn_supports(int32_t head_dim, int32_t block_size)
            block_size <= ATTN_MAX_BS;
 }
 
-void cpu_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size, int32_t n_head,
-                         int32_t head_dim, int32_t block_size, int32_t h, const int32_t *blocks,
-                         int32_t n_slots, const int32_t *keep, int32_t n_keep)
+void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size,
+                              int32_t n_head, int32_t head_dim, int32_t block_size,
+                              int32_t h, const int32_t *blocks, int32_t n_slots,
+                              const int32_t *keep, int32_t n_keep)
 {
     const int32_t H = n_head, D = head_dim, BS = block_size;
     const size_t es = elem_size;

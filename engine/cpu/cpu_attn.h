@@ -67,9 +67,10 @@ void cpu_attn_forward(const struct cpu_attn_args *a);
  * the KV dtype's size. The CPU backend runs it for every (layer, head); it is
  * exported so that the CUDA twin's host reference is tested against this very code.
  */
-void cpu_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size, int32_t n_head,
-                         int32_t head_dim, int32_t block_size, int32_t h, const int32_t *blocks,
-                         int32_t n_slots, const int32_t *keep, int32_t n_keep);
+void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size,
+                              int32_t n_head, int32_t head_dim, int32_t block_size,
+                              int32_t h, const int32_t *blocks, int32_t n_slots,
+                              const int32_t *keep, int32_t n_keep);
 
 /* Whether the kernels handle this geometry: head_dim a multiple of 16 up to 256
  * (every OPT: 64, 80 or 128), block_size up to 64. */

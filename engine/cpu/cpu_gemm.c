@@ -36,7 +36,7 @@ static dnnl_data_type_t dnnl_dt(enum dtype t)
     return t == DTYPE_BF16 ? dnnl_bf16 : t == DTYPE_F16 ? dnnl_f16 : dnnl_f32;
 }
 
-int cpu_dnnl_init(struct cpu_dnnl *d)
+int cpu_gemm_init(struct cpu_dnnl *d)
 {
     int err = 0;
     memset(d, 0, sizeof *d);
@@ -45,11 +45,11 @@ int cpu_dnnl_init(struct cpu_dnnl *d)
              "stream_create");
     return 0;
 fail:
-    cpu_dnnl_deinit(d);
+    cpu_gemm_deinit(d);
     return err;
 }
 
-void cpu_dnnl_deinit(struct cpu_dnnl *d)
+void cpu_gemm_deinit(struct cpu_dnnl *d)
 {
     if (d->stream) dnnl_stream_destroy(d->stream);
     if (d->engine) dnnl_engine_destroy(d->engine);
@@ -115,9 +115,9 @@ static dnnl_primitive_t chunk_primitive(const struct cpu_linear *l, struct cpu_d
     return l->by_rows[rows];
 }
 
-int cpu_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *w,
-                    const float *b, int64_t n, int64_t k, enum dtype src_dtype,
-                    enum dtype dst_dtype, bool relu)
+int cpu_gemm_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *w,
+                         const float *b, int64_t n, int64_t k, enum dtype src_dtype,
+                         enum dtype dst_dtype, bool relu)
 {
     int err = 0;
     dnnl_post_ops_t po = NULL;
@@ -208,11 +208,11 @@ fail:
     if (plain_buf && plain_buf != (void *)w) free(plain_buf);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
-    if (err) cpu_linear_deinit(l);
+    if (err) cpu_gemm_linear_deinit(l);
     return err;
 }
 
-void cpu_linear_deinit(struct cpu_linear *l)
+void cpu_gemm_linear_deinit(struct cpu_linear *l)
 {
     if (l->prim) dnnl_primitive_destroy(l->prim);
     if (l->by_rows)
@@ -254,8 +254,8 @@ static void run_rows(const struct cpu_linear *l, struct cpu_dnnl *d, dnnl_primit
     dnnl_memory_destroy(dst_mem);
 }
 
-void cpu_linear_run(const struct cpu_linear *l, struct cpu_dnnl *d, const void *src,
-                    int64_t m, void *dst)
+void cpu_gemm_linear_run(const struct cpu_linear *l, struct cpu_dnnl *d, const void *src,
+                         int64_t m, void *dst)
 {
     if (!l->by_rows) {
         if (m > 0) run_rows(l, d, l->prim, src, m, dst);

@@ -24,8 +24,8 @@ struct cpu_dnnl {
 };
 
 /* Create the CPU engine and stream. Returns 0 or ENG_EUNSUPPORTED. Thread: engine. */
-int cpu_dnnl_init(struct cpu_dnnl *d);
-void cpu_dnnl_deinit(struct cpu_dnnl *d);
+int cpu_gemm_init(struct cpu_dnnl *d);
+void cpu_gemm_deinit(struct cpu_dnnl *d);
 
 /* Rows per half-precision GEMM call: large enough to run near the 2048-row rate. */
 #define CPU_LINEAR_CHUNK 256
@@ -52,10 +52,10 @@ struct cpu_linear {
  * Owns: copies of w and b in its own layout; the caller may free them.
  * Thread: engine.
  */
-int cpu_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *w,
-                    const float *b, int64_t n, int64_t k, enum dtype src_dtype,
-                    enum dtype dst_dtype, bool relu);
-void cpu_linear_deinit(struct cpu_linear *l);
+int cpu_gemm_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *w,
+                         const float *b, int64_t n, int64_t k, enum dtype src_dtype,
+                         enum dtype dst_dtype, bool relu);
+void cpu_gemm_linear_deinit(struct cpu_linear *l);
 
 /*
  * dst [m, n] = src [m, k] W^T (+ b) (ReLU). src has src_dtype, dst dst_dtype, both
@@ -63,7 +63,7 @@ void cpu_linear_deinit(struct cpu_linear *l);
  * primitive for a new chunk row count on first use (about 0.2 ms).
  * Thread: the layer's owner thread only (the primitive table is filled here).
  */
-void cpu_linear_run(const struct cpu_linear *l, struct cpu_dnnl *d, const void *src,
-                    int64_t m, void *dst);
+void cpu_gemm_linear_run(const struct cpu_linear *l, struct cpu_dnnl *d, const void *src,
+                         int64_t m, void *dst);
 
 #endif

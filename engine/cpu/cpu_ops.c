@@ -6,15 +6,15 @@
 #include <math.h>
 #include <string.h>
 
-void cpu_embed(float *dst, const float *table, const int32_t *ids, int32_t n, int32_t d)
+void cpu_ops_embed(float *dst, const float *table, const int32_t *ids, int32_t n, int32_t d)
 {
 #pragma omp parallel for schedule(static)
     for (int32_t i = 0; i < n; i++)
         memcpy(dst + (int64_t)i * d, table + (int64_t)ids[i] * d, (size_t)d * sizeof *dst);
 }
 
-void cpu_add_positions(float *x, const float *table, const int32_t *pos, int32_t offset,
-                       int32_t n, int32_t d)
+void cpu_ops_add_positions(float *x, const float *table, const int32_t *pos, int32_t offset,
+                           int32_t n, int32_t d)
 {
 #pragma omp parallel for schedule(static)
     for (int32_t i = 0; i < n; i++) {
@@ -25,8 +25,8 @@ void cpu_add_positions(float *x, const float *table, const int32_t *pos, int32_t
     }
 }
 
-void cpu_layernorm(void *dst, enum dtype dst_dtype, const float *x, const float *w,
-                   const float *b, int32_t n, int32_t d)
+void cpu_ops_layernorm(void *dst, enum dtype dst_dtype, const float *x, const float *w,
+                       const float *b, int32_t n, int32_t d)
 {
 #pragma omp parallel for schedule(static)
     for (int32_t i = 0; i < n; i++) {
@@ -54,20 +54,20 @@ void cpu_layernorm(void *dst, enum dtype dst_dtype, const float *x, const float 
     }
 }
 
-void cpu_add(float *x, const float *y, int64_t n)
+void cpu_ops_add(float *x, const float *y, int64_t n)
 {
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-void cpu_to_bf16(uint16_t *dst, const float *src, int64_t n)
+void cpu_ops_to_bf16(uint16_t *dst, const float *src, int64_t n)
 {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) dst[i] = f32_to_bf16(src[i]);
 }
 
-void cpu_gather_rows(float *dst, const float *src, const int32_t *rows, int32_t n_rows,
-                     int32_t d)
+void cpu_ops_gather_rows(float *dst, const float *src, const int32_t *rows, int32_t n_rows,
+                         int32_t d)
 {
     for (int32_t i = 0; i < n_rows; i++)
         memcpy(dst + (int64_t)i * d, src + (int64_t)rows[i] * d, (size_t)d * sizeof *dst);

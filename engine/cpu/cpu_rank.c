@@ -29,14 +29,14 @@ int cpu_rank_init(struct cpu_rank *r, const struct cpu_model *m, int32_t rank, i
     int err = shard_init(&r->sh, &m->cfg, rank, size);
     if (err) return err;
     r->comm = comm;
-    return cpu_dnnl_init(&r->dnnl);
+    return cpu_gemm_init(&r->dnnl);
 }
 
 int cpu_rank_linear(struct cpu_rank *r, const struct cpu_model *m, struct cpu_linear *l,
                     const float *w, const float *b, int64_t n, int64_t k,
                     enum dtype dst_dtype, bool relu)
 {
-    return cpu_linear_init(l, &r->dnnl, w, b, n, k, m->dtype, dst_dtype, relu);
+    return cpu_gemm_linear_init(l, &r->dnnl, w, b, n, k, m->dtype, dst_dtype, relu);
 }
 
 /* One layer's shard (shard.h) into oneDNN layers. */
@@ -131,7 +131,7 @@ const void *cpu_rank_gemm_in(struct cpu_rank *r, const struct cpu_model *m, cons
                              int64_t n)
 {
     if (m->dtype == DTYPE_F32) return x;
-    cpu_to_bf16(r->ws.h, x, n);
+    cpu_ops_to_bf16(r->ws.h, x, n);
     return r->ws.h;
 }
 
@@ -139,7 +139,7 @@ void cpu_rank_gemm(struct cpu_rank *r, const struct cpu_linear *l, const void *s
                    int64_t m, void *dst)
 {
     double t0 = time_now();
-    cpu_linear_run(l, &r->dnnl, src, m, dst);
+    cpu_gemm_linear_run(l, &r->dnnl, src, m, dst);
     r->gemm_s += time_now() - t0;
 }
 
@@ -162,7 +162,7 @@ static void layer_forward(struct cpu_rank *r, const struct cpu_model *m, int32_t
     /* Attention block. Pre-LN: x += attn(LN(x)). Post-LN: x = LN(x + attn(x)). */
     const void *in;
     if (cfg->ln_before) {
-        cpu_layernorm(ws->h, dt, ws->x, L->ln1_w, L->ln1_b, n, hd);
+        cpu_ops_layernorm(ws->h, dt, ws->x, L->ln1_w, L->ln1_b, n, hd);
         in = ws->h;
     } else {
         in = cpu_rank_gemm_in(r, m, ws->x, (int64_t)n * hd);
@@ -190,12 +190,13 @@ static void layer_forward(struct cpu_rank *r, const struct cpu_model *m, int32_t
     r->attn_s += time_now() - t0;
     cpu_rank_gemm(r, &L->out, ws->attn, n, ws->tmp); // tmp: [n, hidden], partial
     allreduce(r, ws->tmp, (int64_t)n * hd);
-    cpu_add(ws->x, ws->tmp, (int64_t)n * hd);
-    if (!cfg->ln_before) cpu_layernorm(ws->x, DTYPE_F32, ws->x, L->ln1_w, L->ln1_b, n, hd);
+    cpu_ops_add(ws->x, ws->tmp, (int64_t)n * hd);
+    if (!cfg->ln_before)
+        cpu_ops_layernorm(ws->x, DTYPE_F32, ws->x, L->ln1_w, L->ln1_b, n, hd);
 
     /* Feed-forward block, same two orders. */
     if (cfg->ln_before) {
-        cpu_layernorm(ws->h, dt, ws->x, L->ln2_w, L->ln2_b, n, hd);
+        cpu_ops_layernorm(ws->h, dt, ws->x, L->ln2_w, L->ln2_b, n, hd);
         in = ws->h;
     } else {
         in = cpu_rank_gemm_in(r, m, ws->x, (int64_t)n * hd);
@@ -203,8 +204,9 @@ static void layer_forward(struct cpu_rank *r, const struct cpu_model *m, int32_t
     cpu_rank_gemm(r, &L->fc1, in, n, ws->ff);      // ff: [n, ffn_r], ReLU applied
     cpu_rank_gemm(r, &L->fc2, ws->ff, n, ws->tmp); // tmp: [n, hidden], partial
     allreduce(r, ws->tmp, (int64_t)n * hd);
-    cpu_add(ws->x, ws->tmp, (int64_t)n * hd);
-    if (!cfg->ln_before) cpu_layernorm(ws->x, DTYPE_F32, ws->x, L->ln2_w, L->ln2_b, n, hd);
+    cpu_ops_add(ws->x, ws->tmp, (int64_t)n * hd);
+    if (!cfg->ln_before)
+        cpu_ops_layernorm(ws->x, DTYPE_F32, ws->x, L->ln2_w, L->ln2_b, n, hd);
 }
 
 void cpu_rank_forward(struct cpu_rank *r, const struct cpu_model *m,
@@ -221,14 +223,14 @@ void cpu_rank_forward(struct cpu_rank *r, const struct cpu_model *m,
     /* Embeddings: tokens (through project_in when proj != hidden) plus positions.
      * Every rank computes them itself: cheaper than sending them. */
     if (proj != hd) {
-        cpu_embed(ws->emb, m->embed, b->tokens, n, proj); // emb: [n, proj]
+        cpu_ops_embed(ws->emb, m->embed, b->tokens, n, proj); // emb: [n, proj]
         cpu_rank_gemm(r, &r->project_in, cpu_rank_gemm_in(r, m, ws->emb, (int64_t)n * proj),
                       n, ws->x);
     } else {
-        cpu_embed(ws->x, m->embed, b->tokens, n, hd); // x: [n, hidden]
+        cpu_ops_embed(ws->x, m->embed, b->tokens, n, hd); // x: [n, hidden]
     }
     /* OPT's learned positions are looked up at position + 2, as Hugging Face does. */
-    cpu_add_positions(ws->x, m->pos_embed, b->pos, 2, n, hd);
+    cpu_ops_add_positions(ws->x, m->pos_embed, b->pos, 2, n, hd);
 
     for (int32_t li = 0; li < cfg->n_layer; li++)
         layer_forward(r, m, li, b);
@@ -239,10 +241,10 @@ void cpu_rank_deinit(struct cpu_rank *r, int32_t n_layer)
     if (r->layers) {
         for (int32_t li = 0; li < n_layer; li++) {
             struct cpu_layer *L = &r->layers[li];
-            cpu_linear_deinit(&L->qkv);
-            cpu_linear_deinit(&L->out);
-            cpu_linear_deinit(&L->fc1);
-            cpu_linear_deinit(&L->fc2);
+            cpu_gemm_linear_deinit(&L->qkv);
+            cpu_gemm_linear_deinit(&L->out);
+            cpu_gemm_linear_deinit(&L->fc1);
+            cpu_gemm_linear_deinit(&L->fc2);
             free(L->ln1_w);
             free(L->ln1_b);
             free(L->ln2_w);
@@ -250,7 +252,7 @@ void cpu_rank_deinit(struct cpu_rank *r, int32_t n_layer)
         }
         free(r->layers);
     }
-    cpu_linear_deinit(&r->project_in);
+    cpu_gemm_linear_deinit(&r->project_in);
     struct cpu_ws *ws = &r->ws;
     free(ws->x);
     free(ws->h);
@@ -261,6 +263,6 @@ void cpu_rank_deinit(struct cpu_rank *r, int32_t n_layer)
     free(ws->emb);
     free(ws->scratch);
     comm_destroy(r->comm);
-    if (r->dnnl.engine) cpu_dnnl_deinit(&r->dnnl);
+    if (r->dnnl.engine) cpu_gemm_deinit(&r->dnnl);
     memset(r, 0, sizeof *r);
 }

@@ -99,7 +99,7 @@ int cpu_rank_init(struct cpu_rank *r, const struct cpu_model *m, int32_t rank, i
 int cpu_rank_load(struct cpu_rank *r, const struct cpu_model *m, const struct weights *w);
 
 /* A linear layer of rank r from PyTorch-layout w [n, k] and bias b [n] (or NULL), in
- * the model's dtype (cpu_linear_init on the rank's engine). Thread: any. */
+ * the model's dtype (cpu_gemm_linear_init on the rank's engine). Thread: any. */
 int cpu_rank_linear(struct cpu_rank *r, const struct cpu_model *m, struct cpu_linear *l,
                     const float *w, const float *b, int64_t n, int64_t k,
                     enum dtype dst_dtype, bool relu);

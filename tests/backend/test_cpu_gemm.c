@@ -45,7 +45,7 @@ static float reference(const float *w, const float *b, const float *x, int64_t r
 static void check_rows(enum dtype dt, bool bias, bool relu, int64_t m)
 {
     struct cpu_dnnl d;
-    EXPECT_EQ(cpu_dnnl_init(&d), 0);
+    EXPECT_EQ(cpu_gemm_init(&d), 0);
     uint64_t seed = 42 + (uint64_t)m;
     float *w = xmalloc(N * K * sizeof *w), b[N];
     fill(w, N * K, &seed);
@@ -58,9 +58,10 @@ static void check_rows(enum dtype dt, bool bias, bool relu, int64_t m)
         xh[i] = f32_to_bf16(x[i]);
 
     struct cpu_linear l;
-    EXPECT_EQ(cpu_linear_init(&l, &d, w, bias ? b : NULL, N, K, dt, DTYPE_F32, relu), 0);
+    EXPECT_EQ(cpu_gemm_linear_init(&l, &d, w, bias ? b : NULL, N, K, dt, DTYPE_F32, relu),
+              0);
     const void *src = dt == DTYPE_F32 ? (const void *)x : (const void *)xh;
-    cpu_linear_run(&l, &d, src, m, y);
+    cpu_gemm_linear_run(&l, &d, src, m, y);
     int bad = 0;
     for (int64_t r = 0; r < m; r++)
         for (int64_t j = 0; j < N; j++) {
@@ -74,13 +75,13 @@ static void check_rows(enum dtype dt, bool bias, bool relu, int64_t m)
     float one[N];
     for (int64_t r = 0; r<m; r += m - 1> 0 ? m - 1 : 1) {
         const size_t es = dt == DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
-        cpu_linear_run(&l, &d, (const char *)src + (size_t)(r * K) * es, 1, one);
+        cpu_gemm_linear_run(&l, &d, (const char *)src + (size_t)(r * K) * es, 1, one);
         if (memcmp(one, y + r * N, sizeof one) != 0)
             TEST_FAIL("m %lld: row %lld alone differs from the batched row", (long long)m,
                       (long long)r);
     }
-    cpu_linear_deinit(&l);
-    cpu_dnnl_deinit(&d);
+    cpu_gemm_linear_deinit(&l);
+    cpu_gemm_deinit(&d);
     free(w);
     free(x);
     free(xh);
@@ -111,7 +112,7 @@ TEST(fp32_runtime_rows_match_the_reference)
 TEST(bf16_output_is_the_rounded_fp32_output)
 {
     struct cpu_dnnl d;
-    EXPECT_EQ(cpu_dnnl_init(&d), 0);
+    EXPECT_EQ(cpu_gemm_init(&d), 0);
     uint64_t seed = 7;
     const int64_t m = CPU_LINEAR_CHUNK + 3;
     float *w = xmalloc(N * K * sizeof *w), b[N];
@@ -123,18 +124,18 @@ TEST(bf16_output_is_the_rounded_fp32_output)
     for (int64_t i = 0; i < m * K; i++)
         xh[i] = f32_to_bf16(frand(&seed));
     struct cpu_linear l32, l16;
-    EXPECT_EQ(cpu_linear_init(&l32, &d, w, b, N, K, DTYPE_BF16, DTYPE_F32, false), 0);
-    EXPECT_EQ(cpu_linear_init(&l16, &d, w, b, N, K, DTYPE_BF16, DTYPE_BF16, false), 0);
-    cpu_linear_run(&l32, &d, xh, m, y);
-    cpu_linear_run(&l16, &d, xh, m, yh);
+    EXPECT_EQ(cpu_gemm_linear_init(&l32, &d, w, b, N, K, DTYPE_BF16, DTYPE_F32, false), 0);
+    EXPECT_EQ(cpu_gemm_linear_init(&l16, &d, w, b, N, K, DTYPE_BF16, DTYPE_BF16, false), 0);
+    cpu_gemm_linear_run(&l32, &d, xh, m, y);
+    cpu_gemm_linear_run(&l16, &d, xh, m, yh);
     int bad = 0;
     for (int64_t i = 0; i < m * N; i++)
         if (fabsf(bf16_to_f32(yh[i]) - y[i]) > 1e-2f * (1.0f + fabsf(y[i])) && bad++ < 3)
             TEST_FAIL("y[%lld] = %g in bf16, %g in fp32", (long long)i, bf16_to_f32(yh[i]),
                       y[i]);
-    cpu_linear_deinit(&l32);
-    cpu_linear_deinit(&l16);
-    cpu_dnnl_deinit(&d);
+    cpu_gemm_linear_deinit(&l32);
+    cpu_gemm_linear_deinit(&l16);
+    cpu_gemm_deinit(&d);
     free(w);
     free(xh);
     free(yh);

@@ -41,16 +41,16 @@ cudaError_t cuda_embed(uint16_t *dst, const uint16_t *tok, const int32_t *ids,
     return cudaSuccess;
 }
 
-cudaError_t cuda_add_positions(uint16_t *x, const uint16_t *pos_table, const int32_t *pos,
-                               int32_t offset, int32_t n, int32_t d, cudaStream_t stream)
+cudaError_t cuda_embed_positions(uint16_t *x, const uint16_t *pos_table, const int32_t *pos,
+                                 int32_t offset, int32_t n, int32_t d, cudaStream_t stream)
 {
     if (n < 0 || d < 0 || d % 2) return cudaErrorInvalidValue;
     if (n == 0 || d == 0) return cudaSuccess;
-    if (!fakecuda_stream_ok(stream, "cuda_add_positions") ||
-        !fakecuda_dev_ok(x, (size_t)n * (size_t)d * 2, "cuda_add_positions x") ||
-        !DEV(pos_table, "cuda_add_positions table") ||
-        !fakecuda_dev_ok(pos, (size_t)n * 4, "cuda_add_positions pos") ||
-        !fakecuda_aligned4(x, "cuda_add_positions"))
+    if (!fakecuda_stream_ok(stream, "cuda_embed_positions") ||
+        !fakecuda_dev_ok(x, (size_t)n * (size_t)d * 2, "cuda_embed_positions x") ||
+        !DEV(pos_table, "cuda_embed_positions table") ||
+        !fakecuda_dev_ok(pos, (size_t)n * 4, "cuda_embed_positions pos") ||
+        !fakecuda_aligned4(x, "cuda_embed_positions"))
         return cudaErrorInvalidValue;
     for (int32_t i = 0; i < n; i++)
         for (int32_t j = 0; j < d; j++) {
@@ -220,43 +220,46 @@ cudaError_t cuda_kv_compact(const struct cuda_kv_compact_args *a, cudaStream_t s
     return cudaSuccess;
 }
 
-cudaError_t cuda_kv_init_blocks(uint16_t *v, int32_t *pos, float *score, const int32_t *blocks,
-                                int32_t n, int32_t n_head, int32_t head_dim,
-                                int32_t block_size, cudaStream_t stream)
+cudaError_t cuda_kv_blocks_init(uint16_t *v, int32_t *pos, float *score,
+                                const int32_t *blocks, int32_t n, int32_t n_head,
+                                int32_t head_dim, int32_t block_size, cudaStream_t stream)
 {
     if (n < 0 || n_head < 0 || head_dim % 2 || block_size < 1) return cudaErrorInvalidValue;
     if (n == 0 || n_head == 0) return cudaSuccess;
     const size_t st = (size_t)n_head * (size_t)block_size;
-    if (!fakecuda_stream_ok(stream, "cuda_kv_init_blocks") ||
-        !fakecuda_dev_ok(blocks, (size_t)n * 4, "cuda_kv_init_blocks blocks") ||
-        !fakecuda_aligned4(v, "cuda_kv_init_blocks v"))
+    if (!fakecuda_stream_ok(stream, "cuda_kv_blocks_init") ||
+        !fakecuda_dev_ok(blocks, (size_t)n * 4, "cuda_kv_blocks_init blocks") ||
+        !fakecuda_aligned4(v, "cuda_kv_blocks_init v"))
         return cudaErrorInvalidValue;
     for (int32_t i = 0; i < n; i++) {
         const size_t b = (size_t)blocks[i];
         if (!fakecuda_dev_ok(v + b * st * (size_t)head_dim, st * (size_t)head_dim * 2,
-                             "cuda_kv_init_blocks v") ||
-            !fakecuda_dev_ok(pos + b * st, st * 4, "cuda_kv_init_blocks pos") ||
-            !fakecuda_dev_ok(score + b * st, st * 4, "cuda_kv_init_blocks score"))
+                             "cuda_kv_blocks_init v") ||
+            !fakecuda_dev_ok(pos + b * st, st * 4, "cuda_kv_blocks_init pos") ||
+            !fakecuda_dev_ok(score + b * st, st * 4, "cuda_kv_blocks_init score"))
             return cudaErrorInvalidValue;
     }
     cuda_ref_kv_init_blocks(v, pos, score, blocks, n, n_head, head_dim, block_size);
     return cudaSuccess;
 }
 
-cudaError_t cuda_kv_gather_state(int32_t *pos_out, float *score_out, const int32_t *pos,
-                                 const float *score, const int32_t *blocks, int32_t n_slots,
-                                 int32_t n_head, int32_t block_size, cudaStream_t stream)
+cudaError_t cuda_kv_blocks_gather_state(int32_t *pos_out, float *score_out,
+                                        const int32_t *pos, const float *score,
+                                        const int32_t *blocks, int32_t n_slots,
+                                        int32_t n_head, int32_t block_size,
+                                        cudaStream_t stream)
 {
     if (n_slots < 0 || n_head < 0 || n_head > 65535 || block_size < 1)
         return cudaErrorInvalidValue;
     if (n_slots == 0 || n_head == 0) return cudaSuccess;
     const size_t out = (size_t)n_head * (size_t)n_slots * 4;
     const size_t nb = (size_t)((n_slots + block_size - 1) / block_size);
-    if (!fakecuda_stream_ok(stream, "cuda_kv_gather_state") ||
-        !fakecuda_dev_ok(pos_out, out, "cuda_kv_gather_state pos_out") ||
-        !fakecuda_dev_ok(score_out, out, "cuda_kv_gather_state score_out") ||
-        !DEV(pos, "cuda_kv_gather_state pos") || !DEV(score, "cuda_kv_gather_state score") ||
-        !fakecuda_dev_ok(blocks, nb * 4, "cuda_kv_gather_state blocks"))
+    if (!fakecuda_stream_ok(stream, "cuda_kv_blocks_gather_state") ||
+        !fakecuda_dev_ok(pos_out, out, "cuda_kv_blocks_gather_state pos_out") ||
+        !fakecuda_dev_ok(score_out, out, "cuda_kv_blocks_gather_state score_out") ||
+        !DEV(pos, "cuda_kv_blocks_gather_state pos") ||
+        !DEV(score, "cuda_kv_blocks_gather_state score") ||
+        !fakecuda_dev_ok(blocks, nb * 4, "cuda_kv_blocks_gather_state blocks"))
         return cudaErrorInvalidValue;
     cuda_ref_kv_gather_state(pos_out, score_out, pos, score, blocks, n_slots, n_head,
                              block_size);

@@ -1,6 +1,6 @@
 /*
  * test_cuda_embed.c - the embedding kernels (cuda/cuda_embed.cu: cuda_embed and
- * cuda_add_positions) against a host reference written from the CPU backend's
+ * cuda_embed_positions) against a host reference written from the CPU backend's
  * semantics (engine/cpu/cpu_ops.c: the token rows, plus the learned positions looked
  * up at position + 2), on random fp16 data.
  *
@@ -27,7 +27,8 @@
 /* The random inputs (gpu_rnd_*): the same data on every run. */
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-/* cpu_embed then cpu_add_positions on fp16 tables: dst [n, d]; tok NULL = dst kept. */
+/* cpu_ops_embed then cpu_ops_add_positions on fp16 tables: dst [n, d]; tok NULL = dst kept.
+ */
 static void ref_embed(uint16_t *dst, const uint16_t *tok, const int32_t *ids,
                       const uint16_t *pos_table, const int32_t *pos, int32_t offset,
                       int32_t n, int32_t d)
@@ -69,7 +70,7 @@ static void check_embed(int32_t n, int32_t d, int mode)
     EXPECT(d_tok && d_pt && d_x && d_ids && d_pos);
     cudaError_t e;
     if (mode == 2)
-        e = cuda_add_positions(d_x, d_pt, d_pos, offset, n, d, 0);
+        e = cuda_embed_positions(d_x, d_pt, d_pos, offset, n, d, 0);
     else
         e = cuda_embed(d_x, d_tok, d_ids, mode == 1 ? NULL : d_pt, d_pos, offset, n, d, 0);
     EXPECT_EQ(e, cudaSuccess);
@@ -100,7 +101,7 @@ TEST(bad_arguments_are_refused_before_launch)
     int32_t *ids = (int32_t *)d;
     EXPECT_EQ(cuda_embed(d, d, ids, d, ids, 2, 1, 3, 0), cudaErrorInvalidValue); /* odd d */
     EXPECT_EQ(cuda_embed(d, NULL, ids, d, ids, 2, 1, 4, 0), cudaErrorInvalidValue);
-    EXPECT_EQ(cuda_add_positions(d, NULL, ids, 2, 1, 4, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_embed_positions(d, NULL, ids, 2, 1, 4, 0), cudaErrorInvalidValue);
     /* Empty work is not an error and launches nothing. */
     EXPECT_EQ(cuda_embed(d, d, ids, d, ids, 2, 0, 4, 0), cudaSuccess);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);

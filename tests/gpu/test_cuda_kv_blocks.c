@@ -4,10 +4,10 @@
  * tests/unit/test_cuda_kv_blocks_ref.c), on random pools and block tables.
  *
  * Both kernels only store constants or copy values, so the results must be identical
- * bit for bit: after cuda_kv_init_blocks the whole pool (V, pos, score; the blocks not
+ * bit for bit: after cuda_kv_blocks_init the whole pool (V, pos, score; the blocks not
  * listed included) equals cuda_ref_kv_init_blocks's on the same pool, which starts as
- * garbage with NaN V values; after cuda_kv_gather_state the [n_head, n_slots] outputs
- * equal cuda_ref_kv_gather_state's, and a guard word after each is untouched.
+ * garbage with NaN V values; after cuda_kv_blocks_gather_state the [n_head, n_slots]
+ * outputs equal cuda_ref_kv_gather_state's, and a guard word after each is untouched.
  * Shapes: block sizes 1, 16, 64 (and 5), n = 0 and n_slots = 0 (nothing launched),
  * head_dim 2 up to 256 (even: the kernel clears V in 4-byte pairs; odd is refused),
  * OPT-6.7B's 32 heads of 128, and a block so large that hundreds of CTAs share it.
@@ -58,13 +58,13 @@ static int64_t check_init(uint64_t *st, int32_t H, int32_t D, int32_t BS, int32_
     int64_t bad = 1;
     cudaError_t e = cudaErrorMemoryAllocation;
     if (d_v && d_pos && d_score && d_blocks)
-        e = cuda_kv_init_blocks(d_v, d_pos, d_score, d_blocks, n, H, D, BS, 0);
+        e = cuda_kv_blocks_init(d_v, d_pos, d_score, d_blocks, n, H, D, BS, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     e = gpu_from_dev(e, v_got, d_v, (size_t)nv * 2);
     e = gpu_from_dev(e, pos_got, d_pos, (size_t)ns * 4);
     e = gpu_from_dev(e, score_got, d_score, (size_t)ns * 4);
     if (e != cudaSuccess) {
-        TEST_FAIL("cuda_kv_init_blocks H=%d D=%d BS=%d pool=%d n=%d: %s", H, D, BS, n_pool,
+        TEST_FAIL("cuda_kv_blocks_init H=%d D=%d BS=%d pool=%d n=%d: %s", H, D, BS, n_pool,
                   n, cudaGetErrorString(e));
     } else {
         cuda_ref_kv_init_blocks(v, pos, score, blocks, n, H, D, BS);
@@ -123,13 +123,13 @@ static int64_t check_gather(uint64_t *st, int32_t H, int32_t BS, int32_t n_slots
     int64_t bad = 1;
     cudaError_t e = cudaErrorMemoryAllocation;
     if (d_pos && d_blocks && d_score && d_pos_out && d_score_out)
-        e = cuda_kv_gather_state(d_pos_out, d_score_out, d_pos, d_score, d_blocks, n_slots,
-                                 H, BS, 0);
+        e = cuda_kv_blocks_gather_state(d_pos_out, d_score_out, d_pos, d_score, d_blocks,
+                                        n_slots, H, BS, 0);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     e = gpu_from_dev(e, pos_got, d_pos_out, (size_t)n_out * 4);
     e = gpu_from_dev(e, score_got, d_score_out, (size_t)n_out * 4);
     if (e != cudaSuccess) {
-        TEST_FAIL("cuda_kv_gather_state H=%d BS=%d n=%d: %s", H, BS, n_slots,
+        TEST_FAIL("cuda_kv_blocks_gather_state H=%d BS=%d n=%d: %s", H, BS, n_slots,
                   cudaGetErrorString(e));
     } else {
         cuda_ref_kv_gather_state(pos_out, score_out, pos, score, blocks, n_slots, H, BS);
@@ -181,20 +181,24 @@ TEST(bad_arguments_are_refused_before_launch)
     }
     uint16_t *v = (uint16_t *)d;
     float *f = (float *)d;
-    EXPECT_EQ(cuda_kv_init_blocks(v, d, f, d, 1, 1, 3, 16, 0), cudaErrorInvalidValue);
-    EXPECT_EQ(cuda_kv_init_blocks(v, d, f, d, 1, 1, 0, 16, 0), cudaErrorInvalidValue);
-    EXPECT_EQ(cuda_kv_init_blocks(v, d, f, d, -1, 1, 64, 16, 0), cudaErrorInvalidValue);
-    EXPECT_EQ(cuda_kv_init_blocks(v, d, f, d, 1, -1, 64, 16, 0), cudaErrorInvalidValue);
-    EXPECT_EQ(cuda_kv_init_blocks(v, d, f, d, 1, 1, 64, 0, 0), cudaErrorInvalidValue);
-    EXPECT_EQ(cuda_kv_gather_state(d, f, d, f, d, -1, 1, 16, 0), cudaErrorInvalidValue);
-    EXPECT_EQ(cuda_kv_gather_state(d, f, d, f, d, 4, 65536, 16, 0), cudaErrorInvalidValue);
-    EXPECT_EQ(cuda_kv_gather_state(d, f, d, f, d, 4, 1, 0, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_kv_blocks_init(v, d, f, d, 1, 1, 3, 16, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_kv_blocks_init(v, d, f, d, 1, 1, 0, 16, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_kv_blocks_init(v, d, f, d, -1, 1, 64, 16, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_kv_blocks_init(v, d, f, d, 1, -1, 64, 16, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_kv_blocks_init(v, d, f, d, 1, 1, 64, 0, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_kv_blocks_gather_state(d, f, d, f, d, -1, 1, 16, 0),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_kv_blocks_gather_state(d, f, d, f, d, 4, 65536, 16, 0),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(cuda_kv_blocks_gather_state(d, f, d, f, d, 4, 1, 0, 0),
+              cudaErrorInvalidValue);
     /* Empty work is not an error and launches nothing (NULL pointers are not read). */
-    EXPECT_EQ(cuda_kv_init_blocks(NULL, NULL, NULL, NULL, 0, 32, 128, 16, 0), cudaSuccess);
-    EXPECT_EQ(cuda_kv_init_blocks(NULL, NULL, NULL, NULL, 4, 0, 128, 16, 0), cudaSuccess);
-    EXPECT_EQ(cuda_kv_gather_state(NULL, NULL, NULL, NULL, NULL, 0, 32, 16, 0),
+    EXPECT_EQ(cuda_kv_blocks_init(NULL, NULL, NULL, NULL, 0, 32, 128, 16, 0), cudaSuccess);
+    EXPECT_EQ(cuda_kv_blocks_init(NULL, NULL, NULL, NULL, 4, 0, 128, 16, 0), cudaSuccess);
+    EXPECT_EQ(cuda_kv_blocks_gather_state(NULL, NULL, NULL, NULL, NULL, 0, 32, 16, 0),
               cudaSuccess);
-    EXPECT_EQ(cuda_kv_gather_state(NULL, NULL, NULL, NULL, NULL, 9, 0, 16, 0), cudaSuccess);
+    EXPECT_EQ(cuda_kv_blocks_gather_state(NULL, NULL, NULL, NULL, NULL, 9, 0, 16, 0),
+              cudaSuccess);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     cudaFree(d);
 }

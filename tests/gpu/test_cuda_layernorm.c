@@ -28,7 +28,7 @@
  * (test_cuda_kernels.c), so these tests still check the inputs they always checked. */
 static uint64_t rng = 0x6714367b44e30acfull;
 
-/* cpu_layernorm on fp16 data, result left in fp32: out [n, d]. */
+/* cpu_ops_layernorm on fp16 data, result left in fp32: out [n, d]. */
 static void ref_layernorm(float *out, const uint16_t *x, const uint16_t *w,
                           const uint16_t *b, int32_t n, int32_t d)
 {

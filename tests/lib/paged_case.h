@@ -176,7 +176,7 @@ static inline int64_t cc_slots(const struct compact_case *c) /* pool slots per h
 
 struct cuda_kv_compact_args cc_args(struct compact_case *c);
 
-/* ---- KV block state: cuda_kv_init_blocks and cuda_kv_gather_state's tests. ---- */
+/* ---- KV block state: cuda_kv_blocks_init and cuda_kv_blocks_gather_state's tests. ---- */
 
 /* The block sizes those tests draw from: 1, OPT's 16 and 64, and an odd 5. */
 extern const int32_t kb_block_sizes[4];

@@ -1,6 +1,6 @@
 /*
  * test_cuda_kv_blocks_ref.c - the host references of the CUDA KV state kernels
- * cuda_kv_init_blocks and cuda_kv_gather_state (cuda/cuda_ref.c) against the CPU
+ * cuda_kv_blocks_init and cuda_kv_blocks_gather_state (cuda/cuda_ref.c) against the CPU
  * backend's semantics, written out here independently of the reference's code.
  *
  * init: the CPU backend's kv_init_blocks (engine/cpu/be_cpu.c) sets pos -1, score 0

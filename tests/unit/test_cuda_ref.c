@@ -235,7 +235,7 @@ TEST(victim_rules_of_design_section_5)
 
 /*
  * One random compaction: cuda_ref_kv_compact on the fp16 case against the CPU
- * backend's cpu_kv_compact_head for every head on fp32 K/V holding the same values
+ * backend's cpu_attn_kv_compact_head for every head on fp32 K/V holding the same values
  * (widening is exact, so the moved values must be bit-identical), over the whole
  * pool (blocks outside the table untouched on both sides); and both against the
  * rule itself: slot i holds what slot keep[i] held, slots past n_keep are free.
@@ -263,8 +263,8 @@ static int64_t compare_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS,
     cuda_ref_kv_compact(&a);
     const struct cpu_kv_layer kv = {.k = k32, .v = v32, .pos = pos, .score = score};
     for (int32_t h = 0; h < H; h++)
-        cpu_kv_compact_head(&kv, sizeof(float), H, D, BS, h, c.pool.blocks, n_slots,
-                            c.keep + (int64_t)h * n_keep, n_keep);
+        cpu_attn_kv_compact_head(&kv, sizeof(float), H, D, BS, h, c.pool.blocks, n_slots,
+                                 c.keep + (int64_t)h * n_keep, n_keep);
 
     int64_t bad = 0;
     for (int64_t e = 0; e < ns * D; e++) {
