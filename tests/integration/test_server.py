@@ -510,7 +510,7 @@ def connection_robustness():
     srv = Server()
     # --- a deep pipeline answered at once, behind a full window of requests in flight:
     # each answer lets the next request in, which must not nest one call per request
-    # (ASan: stack-overflow in consume -> router_dispatch -> exch_finish -> advance).
+    # (ASan: stack-overflow in consume -> router_dispatch -> conn_finish -> advance).
     def post(max_tokens, stream=False):
         b = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": max_tokens,
                         "stream": stream, "ignore_eos": True})

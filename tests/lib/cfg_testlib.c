@@ -164,3 +164,16 @@ void expect_only_changed(const struct cfg *c, const struct cfg *d, const struct 
     }
     }
 }
+
+const struct cfg_opt *flag_twin(const struct cfg_opt *o, const char *flag, unsigned scope)
+{
+    size_t n;
+    const struct cfg_opt *t = cfg_opts(&n);
+    for (size_t i = 0; i < n; i++) {
+        char f[80];
+        if (&t[i] != o && (t[i].scopes & scope) &&
+            strcmp(flag_of(&t[i], f, sizeof f), flag) == 0)
+            return &t[i];
+    }
+    return NULL;
+}

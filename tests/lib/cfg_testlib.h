@@ -50,6 +50,9 @@ const char *field_str(const struct cfg *c, const struct cfg_opt *o);
  * for '_'. Returns buf. */
 char *flag_of(const struct cfg_opt *o, char *buf, size_t len);
 
+/* The row of `scope` other than o whose flag is `flag`, or NULL. */
+const struct cfg_opt *flag_twin(const struct cfg_opt *o, const char *flag, unsigned scope);
+
 /* A value of o that differs from its default, as flag text and as JSON. */
 void other_value(const struct cfg *d, const struct cfg_opt *o, char *text, char *json,
                  size_t len);
