@@ -3,6 +3,10 @@
  * the request parser against tables of valid and invalid bodies, the limits that come
  * from the model, the error body, robustness against garbage, and the engine
  * requests the parsed body becomes.
+ *
+ * This file is just over 600 lines because it is one parser's specification: most of
+ * it is the two tables of bodies (valid, invalid with the error each must give),
+ * which read best side by side with the module's validation order.
  */
 #include "api_testlib.h"
 #include "cmpl_resp.h"
