@@ -86,7 +86,8 @@ void make_running_batch(struct jobstore *js, int n, struct jobstore_batch *b)
     EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, 0, b), 0);
     jobstore_file_deinit(&f);
     struct jobstore_request reqs[16];
-    char cids[16][8], bodies[16][64];
+    char cids[16][16], bodies[16][64]; /* room for any int: "r" + 10 digits */
+    if (n < 0 || n > 16) abort();     /* the arrays above hold 16 */
     for (int i = 0; i < n; i++) {
         snprintf(cids[i], sizeof cids[i], "r%d", i + 1);
         snprintf(bodies[i], sizeof bodies[i], "{\"custom_id\":\"r%d\"}", i + 1);
