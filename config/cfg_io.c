@@ -219,15 +219,6 @@ static void item_who(const struct flag_item *it, char *buf, size_t len)
                  it->name);
 }
 
-const struct cfg_opt *cfg_positional_opt(void)
-{
-    size_t n;
-    const struct cfg_opt *t = cfg_opts(&n);
-    for (size_t i = 0; i < n; i++)
-        if (t[i].flags & CFG_F_POSITIONAL) return &t[i];
-    return NULL;
-}
-
 /* Split argv into the items of command `cmd`. The first positional argument becomes
  * an item of the positional option where the command takes one; scanning stops at
  * the next (*next). */

@@ -1,7 +1,8 @@
 /*
  * cfg_table.c - the option table: one row per setting of struct cfg, with the
  * subcommands it belongs to (its scopes), its range and its help; the built-in
- * defaults and each subcommand's own; finding a row by key or flag (see cfg.h).
+ * defaults and each subcommand's own; finding a row by key or flag, and naming a
+ * row's flag (see cfg.h).
  * cfg_value.c puts values into fields, cfg_validate.c checks them, cfg_io.c and
  * cfg_usage.c read files and argv and write --help, all through this table.
  *
@@ -24,6 +25,7 @@
 #include "model.h"
 #include "util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -774,4 +776,31 @@ const struct cfg_opt *cfg_find(const char *name)
     if (name[0] == '-' && name[1] == '-')
         return cfg_find_n(name + 2, strlen(name + 2), true, CFG_ANY_SCOPE);
     return cfg_find_n(name, strlen(name), false, CFG_ANY_SCOPE);
+}
+
+/* A row's flag as the user types it: its own flag name, else its key with dashes
+ * (cfg_usage.c, cfg_value.c). */
+void cfg_flag_of_key(const char *key, char *buf, size_t len)
+{
+    snprintf(buf, len, "--%s", key);
+    for (char *p = buf; *p; p++)
+        if (*p == '_') *p = '-';
+}
+
+void cfg_flag_of(const struct cfg_opt *o, char *buf, size_t len)
+{
+    if (o->flag)
+        snprintf(buf, len, "--%s", o->flag);
+    else
+        cfg_flag_of_key(o->key, buf, len);
+}
+
+/* The row that takes the positional argument (the model), or NULL. */
+const struct cfg_opt *cfg_positional_opt(void)
+{
+    size_t n;
+    const struct cfg_opt *t = cfg_opts(&n);
+    for (size_t i = 0; i < n; i++)
+        if (t[i].flags & CFG_F_POSITIONAL) return &t[i];
+    return NULL;
 }

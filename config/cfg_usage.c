@@ -49,21 +49,6 @@ static void print_entry(FILE *f, const char *left, const char *text, const char 
     fputc('\n', f);
 }
 
-void cfg_flag_of_key(const char *key, char *buf, size_t len)
-{
-    snprintf(buf, len, "--%s", key);
-    for (char *p = buf; *p; p++)
-        if (*p == '_') *p = '-';
-}
-
-void cfg_flag_of(const struct cfg_opt *o, char *buf, size_t len)
-{
-    if (o->flag)
-        snprintf(buf, len, "--%s", o->flag);
-    else
-        cfg_flag_of_key(o->key, buf, len);
-}
-
 /* "MODEL" for key "model": the positional argument's name in --help. */
 static void upper_of_key(const char *key, char *buf, size_t len)
 {
