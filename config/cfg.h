@@ -119,7 +119,7 @@ struct cfg {
     int64_t max_header_bytes; /* request line + headers (431 beyond); default 16 KiB */
     int32_t max_prompts_per_request; /* default 64 */
     int32_t max_n;                   /* largest n / best_of; default 128 */
-    int32_t max_queue;               /* waiting requests before 429; default 1024 */
+    int32_t max_queue;               /* waiting sequences before 429; default 1024 */
     int32_t max_connections;         /* open connections; default 1024 */
     int32_t idle_timeout_s;          /* keep-alive idle close; 0 = never; default 60 */
     int32_t request_timeout_s;       /* whole-request deadline; 0 = none */

@@ -538,7 +538,7 @@ static const struct cfg_opt opt_table[] = {
      FIELD(max_queue),
      .min = 1,
      .max = 1 << 24,
-     .help = "requests waiting for the engine; beyond it new ones get 429"},
+     .help = "waiting completion sequences (prompts x max(n, best_of)); past it, 429"},
     {.key = "max_connections",
      .scopes = SRV,
      .group = "server",

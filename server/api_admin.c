@@ -136,6 +136,14 @@ void api_admin_metrics(struct exch *x)
                               " counter\nh2oserve:" name "{%s} %lld\n", label, (long long)(v))
     GAUGE("num_requests_running", "Engine requests admitted and not finished.", st.n_running);
     GAUGE("num_requests_waiting", "Engine requests waiting for admission.", st.n_waiting);
+    GAUGE("num_sequences_waiting",
+          "Sequences of completion requests not yet seen admitted (the --max-queue count).",
+          bridge_waiting(&s->bridge, REQ_PRIO_INTERACTIVE));
+    GAUGE("num_sequences_waiting_peak", "The most num_sequences_waiting has been.",
+          s->bridge.waiting_peak);
+    COUNTER("requests_rejected_queue_full_total",
+            "Completion requests refused with 429 because of --max-queue.",
+            s->m.rejected_queue_full);
     GAUGE("kv_cache_blocks_used", "KV blocks held by sequences.", st.blocks_used);
     GAUGE("kv_cache_blocks_total", "KV blocks in the pool.", st.blocks_total);
     appendf(&out, &len, &cap,
@@ -152,7 +160,7 @@ void api_admin_metrics(struct exch *x)
     for (int i = 1; i < 5; i++)
         appendf(&out, &len, &cap,
                 "h2oserve:request_success_total{finished_reason=\"%s\",%s} %lld\n", reasons[i],
-                label, (long long)s->m.finished[i]);
+                label, (long long)(s->m.finished[i] + s->bridge.orphan_finished[i]));
     COUNTER("http_requests_total", "HTTP requests received.", s->m.requests_total);
     int32_t batches, batch_reqs;
     batchrun_stats(s->br, &batches, &batch_reqs);

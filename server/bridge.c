@@ -3,8 +3,15 @@
  *
  * The engine thread pokes `wake` (uv_async_send) when its outbox goes from empty to
  * non-empty; on_wake drains the whole outbox and hands each event to the owner its
- * id was registered for, dropping events whose id is no longer registered. An event
+ * id was registered for, dropping events whose id has no owner any more. An event
  * is never looked at for what kind of owner it has: the registry alone decides.
+ *
+ * Before an event goes to its owner, the bridge does its own accounting on the
+ * slot: the request's first event takes its sequences off `waiting` (the engine
+ * has admitted or ended it), and a finishing event takes one sequence (an error
+ * event with seq -1: all of them) off n_live. The owner counts the finishes it
+ * hears (request_success_total); the bridge counts those of orphans, whose owner
+ * is gone, so that each finished sequence is counted once, whoever heard it.
  * Thread: loop (and the engine thread's one uv_async_send).
  */
 #include "bridge.h"
@@ -75,7 +82,30 @@ static void reg_del(struct bridge *b, struct bridge_slot *slot)
     }
 }
 
+/* Delete slot; its sequences leave `waiting` if they were still there (only when
+ * no event can come any more: the engine is gone). */
+static void slot_forget(struct bridge *b, struct bridge_slot *slot)
+{
+    if (slot->waiting) b->waiting[slot->prio] -= slot->n_seqs;
+    reg_del(b, slot);
+}
+
 /* ---- events ---- */
+
+/* The bridge's own bookkeeping of one event, before its owner (if any) sees it.
+ * Returns whether the slot is done with: an orphan whose last sequence finished. */
+static bool slot_account(struct bridge *b, struct bridge_slot *slot, const struct req_event *ev)
+{
+    if (slot->waiting) {
+        slot->waiting = false;
+        b->waiting[slot->prio] -= slot->n_seqs;
+    }
+    if (ev->finish == REQ_FINISH_NONE) return false;
+    slot->n_live = ev->seq < 0 ? 0 : slot->n_live - 1;
+    if (slot->fn) return false; /* the owner counts it */
+    b->orphan_finished[ev->finish]++;
+    return slot->n_live <= 0;
+}
 
 static void on_wake(uv_async_t *a)
 {
@@ -88,7 +118,8 @@ static void on_wake(uv_async_t *a)
         /* Looked up again for every event: an owner may release ids (its own or,
          * by finishing, a whole request's) while it handles one. */
         struct bridge_slot *slot = reg_get(b, ev->req_id);
-        if (slot) slot->fn(slot->ctx, ev);
+        if (slot && slot_account(b, slot, ev)) reg_del(b, slot);
+        else if (slot && slot->fn) slot->fn(slot->ctx, ev);
         req_event_free(ev);
     }
     if (b->after) b->after(b->after_arg);
@@ -122,8 +153,13 @@ uint64_t bridge_new_ids(struct bridge *b, int32_t n)
 
 void bridge_submit(struct bridge *b, struct req *r, bridge_event_fn fn, void *ctx)
 {
-    CHECK(b->eng != NULL);
-    reg_put(b, (struct bridge_slot){.id = r->id, .fn = fn, .ctx = ctx});
+    CHECK(b->eng != NULL && fn != NULL);
+    const int prio = r->prio == REQ_PRIO_BATCH ? REQ_PRIO_BATCH : REQ_PRIO_INTERACTIVE;
+    reg_put(b, (struct bridge_slot){.id = r->id, .fn = fn, .ctx = ctx, .n_seqs = r->n,
+                                    .n_live = r->n, .waiting = true, .prio = (uint8_t)prio});
+    b->waiting[prio] += r->n;
+    if (b->waiting[REQ_PRIO_INTERACTIVE] > b->waiting_peak)
+        b->waiting_peak = b->waiting[REQ_PRIO_INTERACTIVE];
     r->t_submit = time_now(); /* the engine measures queue time from here */
     engine_submit(b->eng, r);
 }
@@ -131,10 +167,21 @@ void bridge_submit(struct bridge *b, struct req *r, bridge_event_fn fn, void *ct
 bool bridge_release(struct bridge *b, uint64_t id, bool cancel)
 {
     struct bridge_slot *slot = reg_get(b, id);
-    if (!slot) return false;
-    reg_del(b, slot);
+    if (!slot || !slot->fn) return false;
+    if (slot->n_live > 0 && b->eng) {
+        /* Its last events are still to come: keep it, ownerless, to count them. */
+        slot->fn = NULL;
+        slot->ctx = NULL;
+    } else {
+        slot_forget(b, slot);
+    }
     if (cancel && b->eng) engine_cancel(b->eng, id); /* frees its KV blocks at once */
     return true;
+}
+
+int32_t bridge_waiting(const struct bridge *b, enum req_priority prio)
+{
+    return b->waiting[prio == REQ_PRIO_BATCH ? REQ_PRIO_BATCH : REQ_PRIO_INTERACTIVE];
 }
 
 void bridge_cancel_all(struct bridge *b)

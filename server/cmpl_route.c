@@ -175,13 +175,20 @@ void cmpl_route(struct exch *x)
         conn_error(x, &e);
         return;
     }
-    struct sched_stats st;
-    engine_get_stats(eng, &st);
-    if (st.n_waiting + j->params.n_prompts > s->cfg->max_queue) {
+    /* Admission: counted in sequences, on the loop's own count (bridge_waiting), so
+     * a burst parsed between two engine steps sees every request before it. The
+     * count never falls below what really waits (docs/api.md "Admission"), so
+     * --max-queue is a hard bound; cmpl_parse already refused one request alone
+     * larger than it. */
+    const int32_t waiting = bridge_waiting(&s->bridge, REQ_PRIO_INTERACTIVE);
+    const int64_t seqs = (int64_t)j->params.n_prompts * cmpl_params_seqs(&j->params);
+    if (waiting + seqs > s->cfg->max_queue) {
+        s->m.rejected_queue_full++;
         api_error_set(&e, 429, API_ERR_INVALID, NULL, "rate_limit_exceeded",
-                      "The server's queue is full (%d waiting requests); retry shortly",
-                      st.n_waiting);
-        conn_error(x, &e);
+                      "The server's queue is full (%d sequences waiting, at most %d); "
+                      "retry shortly",
+                      waiting, s->cfg->max_queue);
+        conn_error(x, &e); /* with Retry-After: 1 */
         return;
     }
     snprintf(j->id, sizeof j->id, "cmpl-%016llx", (unsigned long long)random_seed(s));

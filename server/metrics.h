@@ -24,8 +24,10 @@ struct metrics_hist {
 };
 
 struct metrics {
-    int64_t requests_total, finished[5]; /* by enum req_finish */
+    int64_t requests_total, finished[5]; /* by enum req_finish, as the owners heard
+                                            them (the bridge counts the orphans') */
     int64_t http_errors[6];              /* 4xx by 400,401,404,405,413,429 ... */
+    int64_t rejected_queue_full;         /* completions refused with 429 (--max-queue) */
     struct metrics_hist ttft, itl, e2e, queue;
 };
 
