@@ -69,7 +69,7 @@ int jobstore_upload_begin(struct jobstore *js, struct jobstore_upload **out)
     u->tmp_path = util_path_join(js->files_dir, name);
     u->fd = open(u->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (u->fd < 0) {
-        int err = err_set(ENG_EIO, "%s: %s", u->tmp_path, strerror(errno));
+        int err = err_set(jobstore_errno_code(errno), "%s: %s", u->tmp_path, strerror(errno));
         free(u->tmp_path);
         free(u);
         *out = NULL;
@@ -81,10 +81,11 @@ int jobstore_upload_begin(struct jobstore *js, struct jobstore_upload **out)
 
 int jobstore_upload_write(struct jobstore_upload *u, const void *data, size_t len)
 {
-    if (u->failed) return err_set(ENG_EIO, "%s: an earlier write failed", u->tmp_path);
+    if (u->failed) return err_set(u->failed, "%s: an earlier write failed", u->tmp_path);
     if (jobstore_write_all(u->fd, data, len) != 0) {
-        u->failed = true;
-        return err_set(ENG_EIO, "%s: write: %s", u->tmp_path, strerror(errno));
+        const int e = errno;
+        u->failed = jobstore_errno_code(e);
+        return err_set(u->failed, "%s: write: %s", u->tmp_path, strerror(e));
     }
     u->bytes += (int64_t)len;
     return 0;
@@ -139,18 +140,21 @@ int jobstore_upload_commit(struct jobstore_upload *u, const char *filename,
         goto fail;
     }
     if (u->failed) {
-        err = err_set(ENG_EIO, "%s: an earlier write failed", u->tmp_path);
+        err = err_set(u->failed, "%s: an earlier write failed", u->tmp_path);
         goto fail;
     }
+    /* ENOSPC from fsync: a filesystem that allocates late (NFS, delayed
+     * allocation) learned only now that the body does not fit. */
     if (fsync(u->fd) != 0) {
-        err = err_set(ENG_EIO, "%s: fsync: %s", u->tmp_path, strerror(errno));
+        err = err_set(jobstore_errno_code(errno), "%s: fsync: %s", u->tmp_path,
+                      strerror(errno));
         goto fail;
     }
     close(u->fd);
     u->fd = -1;
     path = jobstore_body_path(js, u->id);
     if (rename(u->tmp_path, path) != 0) {
-        err = err_set(ENG_EIO, "%s: rename: %s", path, strerror(errno));
+        err = err_set(jobstore_errno_code(errno), "%s: rename: %s", path, strerror(errno));
         goto fail;
     }
     /* The body's directory entry must be on disk before the row can point at it. */

@@ -45,7 +45,7 @@ struct jobstore_upload {
     char *tmp_path;
     int fd;
     int64_t bytes;
-    bool failed;
+    int failed; /* 0, or the code of the write that failed (JOBSTORE_EFULL, ENG_EIO) */
 };
 
 __attribute__((unused)) static const char *const status_names[] = {
@@ -78,22 +78,46 @@ static inline int64_t jobstore_now(const struct jobstore *js)
     return js->fixed_time ? js->fixed_time : (int64_t)time(NULL);
 }
 
+/* Is errno `e` "no room": the disk, the quota, or the process's file size limit
+ * (RLIMIT_FSIZE; the server ignores SIGXFSZ so that it sees EFBIG instead of
+ * dying)? All three mean the same to a user: free space, then try again. */
+static inline bool jobstore_errno_full(int e)
+{
+    return e == ENOSPC || e == EDQUOT || e == EFBIG;
+}
+
+/* The code for a failed file operation with errno `e`. */
+static inline int jobstore_errno_code(int e)
+{
+    return jobstore_errno_full(e) ? JOBSTORE_EFULL : ENG_EIO;
+}
+
 /* SQLite's verdict as an engine code: a damaged file is a format error, a broken
- * constraint is the caller's argument, everything else is the disk. */
-static inline int jobstore_db_code(int rc)
+ * constraint is the caller's argument, no room is JOBSTORE_EFULL, everything else
+ * is the disk. SQLite reports ENOSPC as SQLITE_FULL, but EFBIG and EDQUOT (and
+ * ENOSPC while growing the -shm file) as an I/O error, so `sys_errno` (the
+ * failing call's errno, sqlite3_system_errno) decides those. */
+static inline int jobstore_db_code(int rc, int sys_errno)
 {
     switch (rc & 0xff) {
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT: return ENG_EFORMAT;
     case SQLITE_CONSTRAINT: return ENG_EINVAL;
+    case SQLITE_FULL: return JOBSTORE_EFULL;
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN: return jobstore_errno_code(sys_errno);
     default: return ENG_EIO;
     }
 }
 
 static inline int jobstore_db_fail(struct jobstore *js, int rc, const char *what)
 {
-    return err_set(jobstore_db_code(rc), "%s: %s: %s", js->db_path, what,
-                   js->db ? sqlite3_errmsg(js->db) : sqlite3_errstr(rc));
+    const int e = js->db ? sqlite3_system_errno(js->db) : 0;
+    const int code = jobstore_db_code(rc, e);
+    return err_set(code, "%s: %s: %s%s", js->db_path, what,
+                   js->db ? sqlite3_errmsg(js->db) : sqlite3_errstr(rc),
+                   code == JOBSTORE_EFULL && (rc & 0xff) != SQLITE_FULL ? " (no space left)"
+                                                                         : "");
 }
 
 static inline int jobstore_db_exec(struct jobstore *js, const char *sql)
@@ -162,7 +186,7 @@ static inline int jobstore_fsync_path(const char *path)
     int rc = fsync(fd);
     int e = errno;
     close(fd);
-    return rc == 0 ? 0 : err_set(ENG_EIO, "%s: fsync: %s", path, strerror(e));
+    return rc == 0 ? 0 : err_set(jobstore_errno_code(e), "%s: fsync: %s", path, strerror(e));
 }
 
 static inline int jobstore_write_all(int fd, const void *data, size_t len)
