@@ -12,6 +12,8 @@
  */
 #include "jobstore_impl.h"
 
+#include <sys/resource.h>
+
 /* ---- public small things ---- */
 
 const char *jobstore_status_name(enum jobstore_status s)
@@ -50,6 +52,35 @@ int jobstore_new_id(const char *prefix, char *buf, size_t size)
 void jobstore_set_time(struct jobstore *js, int64_t t)
 {
     js->fixed_time = t;
+}
+
+bool jobstore_db_no_room(const struct jobstore *js)
+{
+    /* The process's file size limit: SQLite's files grow a page (or a WAL frame,
+     * or a 32 KiB index region) at a time, so one within 64 KiB of it is full. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        static const char *const suffixes[] = {"", "-wal", "-shm"};
+        for (size_t i = 0; i < ARRAY_LEN(suffixes); i++) {
+            char path[4096];
+            struct stat sb;
+            snprintf(path, sizeof path, "%s%s", js->db_path, suffixes[i]);
+            if (stat(path, &sb) == 0 && (rlim_t)sb.st_size + 65536 > rl.rlim_cur) return true;
+        }
+    }
+    /* The disk or the quota: can 64 KiB be written next to the database? */
+    char *probe = util_path_join(js->dir, "probe.tmp");
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool full = fd < 0 && jobstore_errno_full(errno);
+    if (fd >= 0) {
+        static const char zeros[65536];
+        full = jobstore_write_all(fd, zeros, sizeof zeros) != 0 && jobstore_errno_full(errno);
+        if (!full && fsync(fd) != 0) full = jobstore_errno_full(errno);
+        close(fd);
+        unlink(probe);
+    }
+    free(probe);
+    return full;
 }
 
 /* ---- files ---- */

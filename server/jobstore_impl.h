@@ -92,12 +92,19 @@ static inline int jobstore_errno_code(int e)
     return jobstore_errno_full(e) ? JOBSTORE_EFULL : ENG_EIO;
 }
 
+/* Does the data dir lack room for the database to grow: a probe write there fails
+ * for want of space, or one of the database's files is at the process's file size
+ * limit? For SQLite I/O errors whose errno SQLite did not keep (jobstore.c). */
+bool jobstore_db_no_room(const struct jobstore *js);
+
 /* SQLite's verdict as an engine code: a damaged file is a format error, a broken
  * constraint is the caller's argument, no room is JOBSTORE_EFULL, everything else
  * is the disk. SQLite reports ENOSPC as SQLITE_FULL, but EFBIG and EDQUOT (and
- * ENOSPC while growing the -shm file) as an I/O error, so `sys_errno` (the
- * failing call's errno, sqlite3_system_errno) decides those. */
-static inline int jobstore_db_code(int rc, int sys_errno)
+ * ENOSPC while growing the -shm file) as an I/O error, often without the errno
+ * (sqlite3_system_errno is 0 once its rollback has run), so an I/O error on a
+ * write is "full" when the errno says so or, lacking one, when the data dir has
+ * no room (jobstore_db_no_room). */
+static inline int jobstore_db_code(const struct jobstore *js, int rc, int sys_errno)
 {
     switch (rc & 0xff) {
     case SQLITE_NOTADB:
@@ -105,7 +112,14 @@ static inline int jobstore_db_code(int rc, int sys_errno)
     case SQLITE_CONSTRAINT: return ENG_EINVAL;
     case SQLITE_FULL: return JOBSTORE_EFULL;
     case SQLITE_IOERR:
-    case SQLITE_CANTOPEN: return jobstore_errno_code(sys_errno);
+    case SQLITE_CANTOPEN:
+        if (jobstore_errno_full(sys_errno)) return JOBSTORE_EFULL;
+        if (sys_errno == 0 && (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_SHMSIZE ||
+                               rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR ||
+                               rc == SQLITE_IOERR_TRUNCATE) &&
+            jobstore_db_no_room(js))
+            return JOBSTORE_EFULL;
+        return ENG_EIO;
     default: return ENG_EIO;
     }
 }
@@ -113,7 +127,10 @@ static inline int jobstore_db_code(int rc, int sys_errno)
 static inline int jobstore_db_fail(struct jobstore *js, int rc, const char *what)
 {
     const int e = js->db ? sqlite3_system_errno(js->db) : 0;
-    const int code = jobstore_db_code(rc, e);
+    /* sqlite3_exec's code is not the extended one that says which I/O failed. */
+    if (js->db && (sqlite3_extended_errcode(js->db) & 0xff) == (rc & 0xff))
+        rc = sqlite3_extended_errcode(js->db);
+    const int code = jobstore_db_code(js, rc, e);
     return err_set(code, "%s: %s: %s%s", js->db_path, what,
                    js->db ? sqlite3_errmsg(js->db) : sqlite3_errstr(rc),
                    code == JOBSTORE_EFULL && (rc & 0xff) != SQLITE_FULL ? " (no space left)"
