@@ -15,6 +15,12 @@
  * remembered here that the store does not know, so after a crash the store's
  * pending requests are exactly the ones to run again.
  *
+ * A full disk: a result (or a validated batch's requests) that does not fit
+ * (JOBSTORE_EFULL) stops only its batch, which goes to failed with an
+ * insufficient_storage error once the store can record that (it gives back its
+ * reserve for it; else a tick tries again each second). The store is intact, so
+ * nothing else stops. A store too full to open at start-up is opened at a tick.
+ *
  * Seeds: a request without one gets a seed derived from its batch and custom_id,
  * so a request that runs again after a restart samples the same tokens.
  *

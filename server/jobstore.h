@@ -31,7 +31,9 @@
  *    a restart neither re-runs nor duplicates a custom_id and loses none.
  *  - A failed write or fsync of an output file poisons the store (every later
  *    write fails): after a failed fsync the kernel may have dropped the pages, and
- *    only a restart, whose recovery re-reads the file, knows what is on disk.
+ *    only a restart, whose recovery re-reads the file, knows what is on disk. A
+ *    write that failed for want of space (JOBSTORE_EFULL) is cut back and does not:
+ *    the file holds whole, synced lines only.
  *  - Terminal transitions (completed, cancelled, expired) publish the output and
  *    error files as rows of purpose "batch_output" in the same transaction, so
  *    they appear in GET /v1/files exactly when the batch says they exist.
