@@ -344,7 +344,7 @@ static void files_content(struct exch *x, const char *id)
 void api_files_route(struct exch *x, const char *rest)
 {
     if (!x->c->s->js) {
-        files_error(x, 503, NULL, NULL, "The file store is not open");
+        reply_store_closed(x);
         return;
     }
     const char *m = x->req->method;

@@ -15,6 +15,12 @@
  * remembered here that the store does not know, so after a crash the store's
  * pending requests are exactly the ones to run again.
  *
+ * A full disk: a result (or a validated batch's requests) that does not fit
+ * (JOBSTORE_EFULL) stops only its batch, which goes to failed with an
+ * insufficient_storage error once the store can record that (it gives back its
+ * reserve for it; else a tick tries again each second). The store is intact, so
+ * nothing else stops. A store too full to open at start-up is opened at a tick.
+ *
  * Seeds: a request without one gets a seed derived from its batch and custom_id,
  * so a request that runs again after a restart samples the same tokens.
  *
@@ -75,6 +81,9 @@ struct br_batch {
     int n_page, i_page;
     bool exhausted;                /* the store has no pending request past cursor */
     bool cancelling;
+    bool full;                     /* a result did not fit on the disk: to be failed */
+    int64_t full_retry_at;         /* when to try recording that failure again */
+    char *full_cause;              /* err_msg() of that write, for the log */
     int32_t n_lines;               /* lines in flight */
 };
 
@@ -88,6 +97,8 @@ struct batchrun {
     bool stopped;           /* draining: nothing more goes to the engine */
     atomic_bool checks_stop; /* draining: validations give up (read on the thread pool) */
     bool store_failed;      /* a result could not be recorded: stop until a restart */
+    bool resumed;           /* the store was open and its batches resumed */
+    uint64_t retry_at;      /* uv_now() of the next try to open a store that was full */
 };
 
 /* ---- tracking ---- */
@@ -111,6 +122,7 @@ static void untrack(struct batchrun *br, struct br_batch *b)
             break;
         }
     jobstore_requests_free(b->page, b->n_page);
+    free(b->full_cause);
     free(b);
 }
 
@@ -179,14 +191,82 @@ static void store_failed(struct batchrun *br)
     while (br->n_lines) drop_line(br, br->n_lines - 1, true);
 }
 
-/* Record one result line of batch b (ok: output file, else error file). */
-static void record(struct batchrun *br, struct br_batch *b, const char *custom_id, bool ok,
+/* The `errors` of a batch that failed for want of space (OpenAI's list of
+ * {code, message, param, line}). Caller frees. */
+static char *full_errors_json(void)
+{
+    cJSON *list = cJSON_CreateObject();
+    cJSON_AddStringToObject(list, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(list, "data");
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "code", "insufficient_storage");
+    cJSON_AddStringToObject(e, "message",
+                            "The batch's results could not be written: the server has no "
+                            "space left on device in its data directory. Results written "
+                            "before that are in the output and error files; the requests "
+                            "not answered did not run.");
+    cJSON_AddNullToObject(e, "param");
+    cJSON_AddNullToObject(e, "line");
+    cJSON_AddItemToArray(data, e);
+    char *text = json_print(list, NULL);
+    cJSON_Delete(list);
+    return text;
+}
+
+/* Move batch `id` to failed with the insufficient_storage error, after settling the
+ * results the store wrote but could not count (jobstore_batch_recover; a no-op when
+ * there are none). The disk is full, so these writes may fail too: then the reserve
+ * is given back and they are tried once more. Returns 0 or the store's error (the
+ * caller tries again at a later tick; nothing is lost meanwhile). */
+static int fail_full_batch(struct batchrun *br, const char *id, bool validating)
+{
+    struct jobstore *js = br->s->js;
+    char *errors = full_errors_json();
+    int err = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        err = validating ? 0 : jobstore_batch_recover(js, id);
+        if (!err) err = jobstore_batch_set_status(js, id, JOBSTORE_FAILED, errors);
+        if (err != JOBSTORE_EFULL || !jobstore_release_reserve(js)) break;
+    }
+    free(errors);
+    if (err)
+        log_error("batch %s: cannot record its failure yet: %s", id, err_msg());
+    else
+        log_error("batch %s: failed: no space left for its results", id);
+    return err;
+}
+
+/* A result of b did not fit (JOBSTORE_EFULL): the store is intact and nothing was
+ * counted twice, but b cannot go on, so it stops at once (its lines in flight are
+ * cancelled; the caller must not touch them) and goes to failed, now or at a later
+ * tick when even that did not fit. Other batches go on: each fails by itself when
+ * its own writes do not fit, and runs to its end when they do. */
+static void batch_full(struct batchrun *br, struct br_batch *b)
+{
+    if (!b->full) {
+        b->full = true;
+        b->full_cause = xstrdup(err_msg());
+        log_error("batch %s: %s", b->id, b->full_cause);
+    }
+    drop_batch_lines(br, b);
+    b->full_retry_at = (int64_t)time(NULL) + 1;
+    if (!fail_full_batch(br, b->id, false)) untrack(br, b);
+}
+
+/* Record one result line of batch b (ok: output file, else error file). Returns
+ * false when b is gone or stopped (the disk was full): its lines are then dropped. */
+static bool record(struct batchrun *br, struct br_batch *b, const char *custom_id, bool ok,
                    const char *line)
 {
     int err = jobstore_batch_append_result(br->s->js, b->id, custom_id, ok, line);
-    if (!err) return;
+    if (!err) return true;
+    if (err == JOBSTORE_EFULL) {
+        batch_full(br, b);
+        return false;
+    }
     log_error("batch %s: %s", b->id, err_msg());
     if (err != ENG_EINVAL) store_failed(br); /* EINVAL: already answered, nothing lost */
+    return true;
 }
 
 /* Error lines gathered to be recorded in one store call (one fsync, not one each). */
@@ -210,12 +290,17 @@ static void results_add_error(struct br_results *rs, const char *custom_id, int 
         .line = batch_line_output(id, custom_id, status, NULL, body, code, message)};
 }
 
-/* Record the gathered lines of batch b and empty the buffer. */
-static void results_flush(struct batchrun *br, struct br_batch *b, struct br_results *rs)
+/* Record the gathered lines of batch b and empty the buffer. Returns false when b
+ * is gone or stopped (its results did not fit; see batch_full). */
+static bool results_flush(struct batchrun *br, struct br_batch *b, struct br_results *rs)
 {
+    bool alive = true;
     if (rs->n && !br->store_failed) {
         int err = jobstore_batch_append_results(br->s->js, b->id, rs->r, rs->n);
-        if (err) {
+        if (err == JOBSTORE_EFULL) {
+            batch_full(br, b);
+            alive = false;
+        } else if (err) {
             log_error("batch %s: %s", b->id, err_msg());
             store_failed(br);
         }
@@ -225,6 +310,7 @@ static void results_flush(struct batchrun *br, struct br_batch *b, struct br_res
         free((char *)rs->r[i].line);
     }
     rs->n = 0;
+    return alive;
 }
 
 static void results_free(struct br_results *rs)
@@ -302,13 +388,15 @@ static void finish_line(struct batchrun *br, int32_t k)
 {
     struct br_line *l = br->lines[k];
     const struct api_error *err = cmpl_resp_error(l->resp);
+    const bool failed = err != NULL;
+    bool alive;
     if (err) {
         struct api_error e = {0};
         api_error_set(&e, err->status, err->type, err->param, err->code, "%s", err->message);
         struct br_results one = {0};
         results_add_error(&one, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
         api_error_clear(&e);
-        results_flush(br, l->b, &one);
+        alive = results_flush(br, l->b, &one);
         results_free(&one);
     } else {
         size_t len;
@@ -318,10 +406,12 @@ static void finish_line(struct batchrun *br, int32_t k)
         char id[JOBSTORE_ID_MAX];
         jobstore_new_id("batch_req_", id, sizeof id);
         char *line = batch_line_output(id, l->custom_id, 200, l->request_id, body, NULL, NULL);
-        record(br, l->b, l->custom_id, true, line);
+        alive = record(br, l->b, l->custom_id, true, line);
         free(line);
     }
-    if (!br->store_failed) drop_line(br, k, err != NULL); /* an error stops its other prompts */
+    /* Not alive: the batch stopped for want of space and dropped this line too. */
+    if (alive && !br->store_failed)
+        drop_line(br, k, failed); /* an error stops its other prompts */
 }
 
 /* An engine event for one of line l's ids (the bridge's callback: l is alive). */
@@ -362,7 +452,7 @@ static const struct jobstore_request *next_request(struct batchrun *br, struct b
 static bool engine_ready(const struct batchrun *br)
 {
     const struct srv *s = br->s;
-    return !br->stopped && !br->store_failed && !s->draining && s->bridge.eng &&
+    return !br->stopped && !br->store_failed && !s->draining && s->js && s->bridge.eng &&
            engine_state(s->bridge.eng) == ENGINE_READY;
 }
 
@@ -374,14 +464,14 @@ void batchrun_feed(struct batchrun *br)
     struct br_results refused = {0};
     for (struct br_batch *b = br->head, *next; b; b = next) {
         next = b->next;
-        if (b->cancelling) continue;
+        if (b->cancelling || b->full) continue;
         const struct jobstore_request *r;
         while (br->n_reqs < max && looked < BR_FEED_MAX && !br->store_failed &&
                (r = next_request(br, b))) {
             start_line(br, b, r, &refused);
             looked++;
         }
-        results_flush(br, b, &refused);
+        if (!results_flush(br, b, &refused)) continue; /* b stopped: the disk is full */
         if (b->exhausted && b->n_lines == 0 && b->i_page == b->n_page && !br->store_failed) {
             /* A failed step leaves the batch tracked: the next feed tries again. */
             if (!set_status(br, b->id, JOBSTORE_FINALIZING, NULL) &&
@@ -410,19 +500,31 @@ static void expire(struct batchrun *br, struct br_batch *b)
                               "window expired.");
         after = rs[n - 1].line;
         jobstore_requests_free(rs, n);
-        results_flush(br, b, &lines);
+        if (!results_flush(br, b, &lines)) { /* b stopped (and maybe freed): no room */
+            results_free(&lines);
+            return;
+        }
     }
     results_free(&lines);
     if (!br->store_failed && !set_status(br, b->id, JOBSTORE_EXPIRED, NULL)) untrack(br, b);
 }
 
+static bool open_store(struct batchrun *br);
+
 void batchrun_tick(struct batchrun *br)
 {
     if (!br) return;
+    if (!br->resumed && !open_store(br)) return;
     const int64_t now = (int64_t)time(NULL);
     for (struct br_batch *b = br->head, *next; b; b = next) {
         next = b->next;
-        if (b->cancelling) {
+        if (b->full) {
+            /* Its failure did not fit either: try again once a second. */
+            if (now >= b->full_retry_at) {
+                b->full_retry_at = now + 1;
+                if (!fail_full_batch(br, b->id, false)) untrack(br, b);
+            }
+        } else if (b->cancelling) {
             /* Not while the store is failed: publishing its files now could publish
              * a tail the restart's recovery has not checked yet. */
             if (!br->store_failed && !set_status(br, b->id, JOBSTORE_CANCELLED, NULL))
@@ -491,12 +593,18 @@ static void check_done(uv_work_t *w, int status)
             set_status(br, b.id, JOBSTORE_FAILED, text);
             free(text);
         } else if (b.status == JOBSTORE_VALIDATING) {
-            if (jobstore_batch_add_requests(js, b.id, c->chk.reqs, c->chk.n_reqs)) {
-                /* The disk: leave it validating, so a restart validates it again. */
-                log_error("batch %s: %s", b.id, err_msg());
-            } else if (!set_status(br, b.id, JOBSTORE_IN_PROGRESS, NULL)) {
+            int err = jobstore_batch_add_requests(js, b.id, c->chk.reqs, c->chk.n_reqs);
+            if (!err) err = set_status(br, b.id, JOBSTORE_IN_PROGRESS, NULL);
+            if (!err) {
                 track(br, &b);
                 batchrun_feed(br);
+            } else if (err == JOBSTORE_EFULL) {
+                /* No room for its requests: it fails with the cause (or, if even that
+                 * does not fit, stays validating and is validated again at a restart). */
+                fail_full_batch(br, b.id, true);
+            } else {
+                /* The disk: leave it validating, so a restart validates it again. */
+                log_error("batch %s: %s", b.id, err_msg());
             }
         }
         jobstore_batch_deinit(&b);
@@ -531,15 +639,16 @@ void batchrun_validate(struct batchrun *br, const char *batch_id)
 
 /* ---- life ---- */
 
-struct batchrun *batchrun_create(struct srv *s)
+/* Resume what the store holds (recovery has already reconciled the output files). */
+static void resume(struct batchrun *br)
 {
-    struct batchrun *br = xcalloc(1, sizeof *br);
-    br->s = s;
+    struct srv *s = br->s;
+    br->resumed = true;
     struct jobstore_batch *bs;
     int n;
     if (jobstore_unfinished_batches(s->js, &bs, &n)) {
         log_error("batches: %s", err_msg());
-        return br;
+        return;
     }
     /* What a restart finds (recovery has already reconciled the output files): */
     for (int i = 0; i < n; i++) {
@@ -560,6 +669,31 @@ struct batchrun *batchrun_create(struct srv *s)
     }
     if (n) log_info("resuming %d unfinished batch%s", n, n == 1 ? "" : "es");
     jobstore_batches_free(bs, n);
+}
+
+/* The server started with a data dir too full to open the store (srv_run.c serves
+ * without it): try again once a second, and resume the batches once it opens.
+ * Returns whether the store is open. */
+static bool open_store(struct batchrun *br)
+{
+    struct srv *s = br->s;
+    if (!s->js) {
+        const uint64_t now = uv_now(s->loop);
+        if (s->draining || now < br->retry_at) return false;
+        br->retry_at = now + 1000;
+        if (jobstore_open(&s->js, s->cfg->data_dir)) return false;
+        log_info("data dir %s: the job store is open; Files and Batches are served",
+                 s->cfg->data_dir);
+    }
+    resume(br);
+    return true;
+}
+
+struct batchrun *batchrun_create(struct srv *s)
+{
+    struct batchrun *br = xcalloc(1, sizeof *br);
+    br->s = s;
+    if (s->js) resume(br);
     return br;
 }
 

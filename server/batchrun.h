@@ -5,7 +5,10 @@
  * to the engine at batch priority (at most cfg->batch_max_in_flight engine requests
  * at once; a line is never split, so one line of many prompts may pass the bound),
  * records each result through the job store, finalizes, expires and cancels.
- * Created after the store is open; resumes every unfinished batch it finds there.
+ * Created after the store is open, or, when the data dir was too full to open it
+ * (s->js NULL), opens it at a tick once space is freed; resumes every unfinished
+ * batch it finds there. A batch whose results do not fit on the disk goes to failed
+ * with an insufficient_storage error (docs/batch.md).
  * Owns: its batches and lines in flight; their engine ids are registered with the
  * server's bridge for as long as their line lives.
  * NULL is a no-op for every call but create.

@@ -12,6 +12,8 @@
  */
 #include "jobstore_impl.h"
 
+#include <sys/resource.h>
+
 /* ---- public small things ---- */
 
 const char *jobstore_status_name(enum jobstore_status s)
@@ -52,6 +54,35 @@ void jobstore_set_time(struct jobstore *js, int64_t t)
     js->fixed_time = t;
 }
 
+bool jobstore_db_no_room(const struct jobstore *js)
+{
+    /* The process's file size limit: SQLite's files grow a page (or a WAL frame,
+     * or a 32 KiB index region) at a time, so one within 64 KiB of it is full. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        static const char *const suffixes[] = {"", "-wal", "-shm"};
+        for (size_t i = 0; i < ARRAY_LEN(suffixes); i++) {
+            char path[4096];
+            struct stat sb;
+            snprintf(path, sizeof path, "%s%s", js->db_path, suffixes[i]);
+            if (stat(path, &sb) == 0 && (rlim_t)sb.st_size + 65536 > rl.rlim_cur) return true;
+        }
+    }
+    /* The disk or the quota: can 64 KiB be written next to the database? */
+    char *probe = util_path_join(js->dir, "probe.tmp");
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool full = fd < 0 && jobstore_errno_full(errno);
+    if (fd >= 0) {
+        static const char zeros[65536];
+        full = jobstore_write_all(fd, zeros, sizeof zeros) != 0 && jobstore_errno_full(errno);
+        if (!full && fsync(fd) != 0) full = jobstore_errno_full(errno);
+        close(fd);
+        unlink(probe);
+    }
+    free(probe);
+    return full;
+}
+
 /* ---- files ---- */
 
 char *jobstore_body_path(const struct jobstore *js, const char *id)
@@ -69,7 +100,7 @@ int jobstore_upload_begin(struct jobstore *js, struct jobstore_upload **out)
     u->tmp_path = util_path_join(js->files_dir, name);
     u->fd = open(u->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (u->fd < 0) {
-        int err = err_set(ENG_EIO, "%s: %s", u->tmp_path, strerror(errno));
+        int err = err_set(jobstore_errno_code(errno), "%s: %s", u->tmp_path, strerror(errno));
         free(u->tmp_path);
         free(u);
         *out = NULL;
@@ -81,10 +112,11 @@ int jobstore_upload_begin(struct jobstore *js, struct jobstore_upload **out)
 
 int jobstore_upload_write(struct jobstore_upload *u, const void *data, size_t len)
 {
-    if (u->failed) return err_set(ENG_EIO, "%s: an earlier write failed", u->tmp_path);
+    if (u->failed) return err_set(u->failed, "%s: an earlier write failed", u->tmp_path);
     if (jobstore_write_all(u->fd, data, len) != 0) {
-        u->failed = true;
-        return err_set(ENG_EIO, "%s: write: %s", u->tmp_path, strerror(errno));
+        const int e = errno;
+        u->failed = jobstore_errno_code(e);
+        return err_set(u->failed, "%s: write: %s", u->tmp_path, strerror(e));
     }
     u->bytes += (int64_t)len;
     return 0;
@@ -139,18 +171,21 @@ int jobstore_upload_commit(struct jobstore_upload *u, const char *filename,
         goto fail;
     }
     if (u->failed) {
-        err = err_set(ENG_EIO, "%s: an earlier write failed", u->tmp_path);
+        err = err_set(u->failed, "%s: an earlier write failed", u->tmp_path);
         goto fail;
     }
+    /* ENOSPC from fsync: a filesystem that allocates late (NFS, delayed
+     * allocation) learned only now that the body does not fit. */
     if (fsync(u->fd) != 0) {
-        err = err_set(ENG_EIO, "%s: fsync: %s", u->tmp_path, strerror(errno));
+        err = err_set(jobstore_errno_code(errno), "%s: fsync: %s", u->tmp_path,
+                      strerror(errno));
         goto fail;
     }
     close(u->fd);
     u->fd = -1;
     path = jobstore_body_path(js, u->id);
     if (rename(u->tmp_path, path) != 0) {
-        err = err_set(ENG_EIO, "%s: rename: %s", path, strerror(errno));
+        err = err_set(jobstore_errno_code(errno), "%s: rename: %s", path, strerror(errno));
         goto fail;
     }
     /* The body's directory entry must be on disk before the row can point at it. */

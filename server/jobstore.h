@@ -7,6 +7,9 @@
  *   files/<id>.tmp    an upload in progress (removed at the next open)
  *   lock              flock()ed while a store is open, so two servers never append
  *                     to the same output file
+ *   reserve           JOBSTORE_RESERVE_BYTES of zeros, made at open when there is
+ *                     room: space kept back so that a store whose disk filled up can
+ *                     still record that (jobstore_release_reserve)
  *
  * Durability: synchronous=FULL, so every commit fsyncs the WAL before it returns.
  * NORMAL would survive kill -9 but a power cut could roll back the last commits,
@@ -28,7 +31,9 @@
  *    a restart neither re-runs nor duplicates a custom_id and loses none.
  *  - A failed write or fsync of an output file poisons the store (every later
  *    write fails): after a failed fsync the kernel may have dropped the pages, and
- *    only a restart, whose recovery re-reads the file, knows what is on disk.
+ *    only a restart, whose recovery re-reads the file, knows what is on disk. A
+ *    write that failed for want of space (JOBSTORE_EFULL) is cut back and does not:
+ *    the file holds whole, synced lines only.
  *  - Terminal transitions (completed, cancelled, expired) publish the output and
  *    error files as rows of purpose "batch_output" in the same transaction, so
  *    they appear in GET /v1/files exactly when the batch says they exist.
@@ -45,8 +50,11 @@
  * application_id marks the file as ours; a database from a newer build, or one that
  * is not ours, is refused at open with a one-line message rather than touched.
  *
- * Errors: 0 or a negative ENG_* code with a one-line err_set message. A corrupt or
- * foreign database fails jobstore_open cleanly (ENG_EFORMAT).
+ * Errors: 0 or a negative ENG_* code (or JOBSTORE_EFULL) with a one-line err_set
+ * message. A corrupt or foreign database fails jobstore_open cleanly (ENG_EFORMAT).
+ * A write that does not fit fails with JOBSTORE_EFULL and leaves the store as it
+ * was before the call (an upload's body is removed, an output append is cut back),
+ * so a full disk never poisons the store; only a failed fsync does.
  *
  * Thread: one thread owns a store (the server's loop thread); no call blocks on
  * anything but the disk. Nothing here is thread-safe.
@@ -57,6 +65,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/*
+ * The disk (or the user's quota, or RLIMIT_FSIZE) has no room for a write:
+ * ENOSPC, EDQUOT and EFBIG from a file write, SQLITE_FULL or an I/O error whose
+ * errno is one of those from the database. Distinct from ENG_EIO because nothing
+ * is broken: whatever was stored is still there, and the same call succeeds once
+ * space is freed. The HTTP layer answers it with 507 (docs/batch.md).
+ */
+#define JOBSTORE_EFULL (-1100)
 
 /* "file-" / "batch_" + 24 hex digits + NUL fits with room to spare. */
 #define JOBSTORE_ID_MAX 48
@@ -127,10 +144,25 @@ int jobstore_new_id(const char *prefix, char *buf, size_t size);
  * interrupted uploads and deletes, and recovers every unfinished batch
  * (jobstore_batch_recover). On success *out is the caller's, freed with
  * jobstore_close. Errors: ENG_EIO (directory, lock held by another process),
- * ENG_EFORMAT (not a database, or not ours), ENG_EUNSUPPORTED (newer schema).
- * Thread: the owning thread.
+ * ENG_EFORMAT (not a database, or not ours), ENG_EUNSUPPORTED (newer schema),
+ * JOBSTORE_EFULL (no room even to open the WAL: the caller may try again later,
+ * nothing was changed). Thread: the owning thread.
  */
 int jobstore_open(struct jobstore **out, const char *data_dir);
+
+/*
+ * Space kept back for recording a failure caused by a full disk: moving a batch to
+ * failed with the cause in its errors is a database write, which a full disk would
+ * refuse too. 1 MiB holds hundreds of such commits (a few WAL pages each).
+ */
+#define JOBSTORE_RESERVE_BYTES (1 << 20)
+
+/*
+ * Delete the reserve file (if any), giving its space back to the disk, so that the
+ * writes that record a JOBSTORE_EFULL failure can succeed. Returns true when space
+ * was freed. The next jobstore_open makes the reserve again. Thread: owner.
+ */
+bool jobstore_release_reserve(struct jobstore *js);
 
 /* Close the database and release the lock. NULL is a no-op. Thread: owner. */
 void jobstore_close(struct jobstore *js);
@@ -150,7 +182,8 @@ void jobstore_set_time(struct jobstore *js, int64_t t);
  */
 int jobstore_upload_begin(struct jobstore *js, struct jobstore_upload **out);
 
-/* Append `len` bytes to the upload. Returns 0 or ENG_EIO. Thread: owner. */
+/* Append `len` bytes to the upload. Returns 0, JOBSTORE_EFULL or ENG_EIO.
+ * Thread: owner. */
 int jobstore_upload_write(struct jobstore_upload *u, const void *data, size_t len);
 
 /*
@@ -264,7 +297,10 @@ void jobstore_requests_free(struct jobstore_request *reqs, int n);
  * (completed or failed), with usage from response.body.usage when present.
  * Allowed in in_progress and cancelling. A request that is already done is refused
  * (ENG_EINVAL) before anything is written, so no custom_id is ever answered twice.
- * ENG_EIO poisons the store (see above). Thread: owner.
+ * ENG_EIO poisons the store (see above). JOBSTORE_EFULL does not: either the line
+ * was cut back (nothing happened) or it is durable but not yet counted, which
+ * jobstore_batch_recover settles (the caller runs it before it moves the batch
+ * on). Thread: owner.
  */
 int jobstore_batch_append_result(struct jobstore *js, const char *batch_id,
                                  const char *custom_id, bool ok, const char *json_line);

@@ -163,11 +163,13 @@ static bool transition_legal(enum jobstore_status from, enum jobstore_status to)
     case JOBSTORE_VALIDATING:
         return to == JOBSTORE_FAILED || to == JOBSTORE_IN_PROGRESS ||
                to == JOBSTORE_CANCELLING;
+    /* in_progress or cancelling -> failed: its results could not be written (no
+     * room); what was written is published like any end state's. */
     case JOBSTORE_IN_PROGRESS:
         return to == JOBSTORE_FINALIZING || to == JOBSTORE_CANCELLING ||
-               to == JOBSTORE_EXPIRED;
+               to == JOBSTORE_EXPIRED || to == JOBSTORE_FAILED;
     case JOBSTORE_FINALIZING: return to == JOBSTORE_COMPLETED;
-    case JOBSTORE_CANCELLING: return to == JOBSTORE_CANCELLED;
+    case JOBSTORE_CANCELLING: return to == JOBSTORE_CANCELLED || to == JOBSTORE_FAILED;
     default: return false; /* failed, completed, expired, cancelled are final */
     }
 }
@@ -184,7 +186,7 @@ static int publish_output(struct jobstore *js, const char *batch_id, const char 
     struct stat sb;
     int err = 0;
     if (fd < 0 || fstat(fd, &sb) != 0)
-        err = err_set(ENG_EIO, "%s: %s", path, strerror(errno));
+        err = err_set(jobstore_errno_code(errno), "%s: %s", path, strerror(errno));
     else if (sb.st_size == 0 && (fsync(fd) != 0 || jobstore_fsync_path(js->files_dir) != 0))
         err = err_set(ENG_EIO, "%s: fsync failed", path);
     if (fd >= 0) close(fd);
@@ -221,8 +223,10 @@ int jobstore_batch_set_status(struct jobstore *js, const char *id, enum jobstore
     jobstore_bind_text(st, 3, errors);
     jobstore_bind_text(st, 4, id);
     err = jobstore_db_step_done(js, st, "update batch");
-    if (!err &&
-        (to == JOBSTORE_COMPLETED || to == JOBSTORE_CANCELLED || to == JOBSTORE_EXPIRED)) {
+    /* A batch failing in validation has no output; one failing later keeps what it
+     * wrote, published like a completed batch's. */
+    if (!err && (to == JOBSTORE_COMPLETED || to == JOBSTORE_CANCELLED ||
+                 to == JOBSTORE_EXPIRED || to == JOBSTORE_FAILED)) {
         err = publish_output(js, id, b.output_file_id, "output");
         if (!err) err = publish_output(js, id, b.error_file_id, "error");
     }

@@ -45,7 +45,7 @@ struct jobstore_upload {
     char *tmp_path;
     int fd;
     int64_t bytes;
-    bool failed;
+    int failed; /* 0, or the code of the write that failed (JOBSTORE_EFULL, ENG_EIO) */
 };
 
 __attribute__((unused)) static const char *const status_names[] = {
@@ -78,22 +78,63 @@ static inline int64_t jobstore_now(const struct jobstore *js)
     return js->fixed_time ? js->fixed_time : (int64_t)time(NULL);
 }
 
+/* Is errno `e` "no room": the disk, the quota, or the process's file size limit
+ * (RLIMIT_FSIZE; the server ignores SIGXFSZ so that it sees EFBIG instead of
+ * dying)? All three mean the same to a user: free space, then try again. */
+static inline bool jobstore_errno_full(int e)
+{
+    return e == ENOSPC || e == EDQUOT || e == EFBIG;
+}
+
+/* The code for a failed file operation with errno `e`. */
+static inline int jobstore_errno_code(int e)
+{
+    return jobstore_errno_full(e) ? JOBSTORE_EFULL : ENG_EIO;
+}
+
+/* Does the data dir lack room for the database to grow: a probe write there fails
+ * for want of space, or one of the database's files is at the process's file size
+ * limit? For SQLite I/O errors whose errno SQLite did not keep (jobstore.c). */
+bool jobstore_db_no_room(const struct jobstore *js);
+
 /* SQLite's verdict as an engine code: a damaged file is a format error, a broken
- * constraint is the caller's argument, everything else is the disk. */
-static inline int jobstore_db_code(int rc)
+ * constraint is the caller's argument, no room is JOBSTORE_EFULL, everything else
+ * is the disk. SQLite reports ENOSPC as SQLITE_FULL, but EFBIG and EDQUOT (and
+ * ENOSPC while growing the -shm file) as an I/O error, often without the errno
+ * (sqlite3_system_errno is 0 once its rollback has run), so an I/O error on a
+ * write is "full" when the errno says so or, lacking one, when the data dir has
+ * no room (jobstore_db_no_room). */
+static inline int jobstore_db_code(const struct jobstore *js, int rc, int sys_errno)
 {
     switch (rc & 0xff) {
     case SQLITE_NOTADB:
     case SQLITE_CORRUPT: return ENG_EFORMAT;
     case SQLITE_CONSTRAINT: return ENG_EINVAL;
+    case SQLITE_FULL: return JOBSTORE_EFULL;
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN:
+        if (jobstore_errno_full(sys_errno)) return JOBSTORE_EFULL;
+        if (sys_errno == 0 && (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_SHMSIZE ||
+                               rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR ||
+                               rc == SQLITE_IOERR_TRUNCATE) &&
+            jobstore_db_no_room(js))
+            return JOBSTORE_EFULL;
+        return ENG_EIO;
     default: return ENG_EIO;
     }
 }
 
 static inline int jobstore_db_fail(struct jobstore *js, int rc, const char *what)
 {
-    return err_set(jobstore_db_code(rc), "%s: %s: %s", js->db_path, what,
-                   js->db ? sqlite3_errmsg(js->db) : sqlite3_errstr(rc));
+    const int e = js->db ? sqlite3_system_errno(js->db) : 0;
+    /* sqlite3_exec's code is not the extended one that says which I/O failed. */
+    if (js->db && (sqlite3_extended_errcode(js->db) & 0xff) == (rc & 0xff))
+        rc = sqlite3_extended_errcode(js->db);
+    const int code = jobstore_db_code(js, rc, e);
+    return err_set(code, "%s: %s: %s%s", js->db_path, what,
+                   js->db ? sqlite3_errmsg(js->db) : sqlite3_errstr(rc),
+                   code == JOBSTORE_EFULL && (rc & 0xff) != SQLITE_FULL ? " (no space left)"
+                                                                         : "");
 }
 
 static inline int jobstore_db_exec(struct jobstore *js, const char *sql)
@@ -162,7 +203,7 @@ static inline int jobstore_fsync_path(const char *path)
     int rc = fsync(fd);
     int e = errno;
     close(fd);
-    return rc == 0 ? 0 : err_set(ENG_EIO, "%s: fsync: %s", path, strerror(e));
+    return rc == 0 ? 0 : err_set(jobstore_errno_code(e), "%s: fsync: %s", path, strerror(e));
 }
 
 static inline int jobstore_write_all(int fd, const void *data, size_t len)

@@ -161,6 +161,42 @@ static int collect_garbage(struct jobstore *js)
     return err;
 }
 
+/* Make the reserve file (jobstore.h) unless it is there. Best effort: a disk with
+ * no room for it opens anyway (the reserve is a margin, not a requirement), and a
+ * half-written reserve is removed rather than kept as a promise it cannot keep. */
+static void make_reserve(struct jobstore *js)
+{
+    char *path = util_path_join(js->dir, "reserve");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && sb.st_size == JOBSTORE_RESERVE_BYTES) {
+        free(path);
+        return;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool ok = fd >= 0;
+    /* Written, not fallocated or truncated: a sparse file would reserve nothing. */
+    static const char zeros[65536];
+    for (int i = 0; ok && i < JOBSTORE_RESERVE_BYTES / (int)sizeof zeros; i++)
+        ok = jobstore_write_all(fd, zeros, sizeof zeros) == 0;
+    if (ok) ok = fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    if (!ok) {
+        log_warn("jobstore: %s: no room for the %d-byte reserve (%s)", path,
+                 JOBSTORE_RESERVE_BYTES, strerror(errno));
+        unlink(path);
+    }
+    free(path);
+}
+
+bool jobstore_release_reserve(struct jobstore *js)
+{
+    char *path = util_path_join(js->dir, "reserve");
+    bool freed = unlink(path) == 0;
+    if (freed) log_warn("jobstore: the disk is full; released the reserve %s", path);
+    free(path);
+    return freed;
+}
+
 int jobstore_open(struct jobstore **out, const char *data_dir)
 {
     *out = NULL;
@@ -184,6 +220,7 @@ int jobstore_open(struct jobstore **out, const char *data_dir)
         jobstore_close(js);
         return err;
     }
+    make_reserve(js);
     *out = js;
     return 0;
 }

@@ -132,7 +132,7 @@ static int ensure_output_id(struct jobstore *js, const struct jobstore_batch *b,
 static int append_bytes(struct jobstore *js, const char *path, const char *buf, size_t len)
 {
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return err_set(ENG_EIO, "%s: %s", path, strerror(errno));
+    if (fd < 0) return err_set(jobstore_errno_code(errno), "%s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int err = err_set(ENG_EIO, "%s: %s", path, strerror(errno));
@@ -141,7 +141,9 @@ static int append_bytes(struct jobstore *js, const char *path, const char *buf, 
     }
     int err = 0;
     if (jobstore_write_all(fd, buf, len) != 0) {
-        err = err_set(ENG_EIO, "%s: write: %s", path, strerror(errno));
+        /* No room (JOBSTORE_EFULL) is not poison once the file is cut back: the
+         * file is as it was, and a later append after space is freed is fine. */
+        err = err_set(jobstore_errno_code(errno), "%s: write: %s", path, strerror(errno));
         if (ftruncate(fd, sb.st_size) != 0) err = poison(js, err);
     } else if (fsync(fd) != 0) {
         err = poison(js, err_set(ENG_EIO, "%s: fsync: %s", path, strerror(errno)));
@@ -223,10 +225,12 @@ int jobstore_batch_append_results(struct jobstore *js, const char *batch_id,
         free(path);
         if (!err) appended++;
     }
-    /* Once a line is durable, a failure leaves it uncounted, which only the recovery
-     * at the next open can settle, so it poisons the store. */
+    /* Once a line is durable, a failure leaves it uncounted, which only recovery can
+     * settle. After an I/O error that is the next open's (the store is poisoned);
+     * after no room the lines are synced and sound, so the caller's
+     * jobstore_batch_recover settles them as soon as the database has room. */
     if (err) {
-        if (appended) err = poison(js, err);
+        if (appended && err != JOBSTORE_EFULL) err = poison(js, err);
         goto out;
     }
     int64_t n_ok = 0;
@@ -253,7 +257,7 @@ int jobstore_batch_append_results(struct jobstore *js, const char *batch_id,
     if (!err) err = jobstore_db_commit(js);
     if (err) {
         jobstore_db_rollback(js);
-        err = poison(js, err);
+        if (err != JOBSTORE_EFULL) err = poison(js, err);
     }
 out:
     free(buf[0]);

@@ -5,6 +5,7 @@
  */
 #include "reply.h"
 
+#include "jobstore.h"
 #include "json.h"
 
 #include "err.h"
@@ -33,6 +34,17 @@ void reply_json(struct exch *x, cJSON *obj)
 
 void reply_store_error(struct exch *x, int err)
 {
+    /* No room is the one disk failure the client can act on (wait, or delete
+     * files), so it gets its own status, 507 Insufficient Storage (docs/batch.md
+     * says why not 413 or 500), and the cause in words; the paths stay in the log. */
+    if (err == JOBSTORE_EFULL) {
+        log_error("job store: %s", err_msg());
+        reply_error(x, 507, "insufficient_storage",
+                    "The server has no space left to store this (no space left on device in "
+                    "its data directory); nothing was changed. Try again once space is "
+                    "freed%s", "");
+        return;
+    }
     /* Not-found and invalid come from the user's ids and fields; anything else is
      * the disk or the database, whose message (paths included) is for the
      * operator's log, not for the client. */
@@ -43,6 +55,14 @@ void reply_store_error(struct exch *x, int err)
     }
     reply_error(x, err == ENG_ENOTFOUND ? 404 : 400, err == ENG_ENOTFOUND ? "not_found" : NULL,
                 "%s", err_msg());
+}
+
+void reply_store_closed(struct exch *x)
+{
+    reply_error(x, 503, "insufficient_storage",
+                "The file and batch store is not open: the server's data directory had no "
+                "space left on device when it started. It opens by itself once space is "
+                "freed; completions are served meanwhile%s", "");
 }
 
 bool reply_method_is(struct exch *x, const char *method)

@@ -116,7 +116,8 @@ void router_dispatch(struct exch *x)
         return;
     }
     if (strcmp(p, "/v1/batches") == 0 || strncmp(p, "/v1/batches/", 12) == 0) {
-        api_batches_route(x, p + 11);
+        if (!x->c->s->js) reply_store_closed(x); /* the data dir was full at start */
+        else api_batches_route(x, p + 11);
         return;
     }
     if (strcmp(p, "/v1/chat/completions") == 0) {

@@ -198,6 +198,7 @@ int srv_run(const struct cfg *cfg)
     cfg_fingerprint(cfg, s->fingerprint, sizeof s->fingerprint);
     s->loop = uv_default_loop();
     signal(SIGPIPE, SIG_IGN); /* a client closing mid-write is an error code, not death */
+    signal(SIGXFSZ, SIG_IGN); /* a write past RLIMIT_FSIZE is EFBIG (disk full), not death */
 
     /* The loop thread tokenizes and counts prompt tokens itself (the tokenizer is
      * read-only), so it needs the model's config and tokenizer, not its weights. */
@@ -220,8 +221,13 @@ int srv_run(const struct cfg *cfg)
     s->model_id = xstrdup(cfg->served_model_name ? cfg->served_model_name : cfg->model);
     set_model(s);
     /* The job store first: it recovers interrupted batches, and a data dir another
-     * server holds is a reason not to start at all. */
-    if (jobstore_open(&s->js, cfg->data_dir)) {
+     * server holds is a reason not to start at all. A full one is not: completions
+     * need no disk, and the batch runner opens the store once space is freed. */
+    int js_err = jobstore_open(&s->js, cfg->data_dir);
+    if (js_err == JOBSTORE_EFULL)
+        log_warn("data dir %s: %s; serving without Files and Batches until space is freed",
+                 cfg->data_dir, err_msg());
+    else if (js_err) {
         log_error("data dir %s: %s", cfg->data_dir, err_msg());
         s->exit_code = 1;
         goto out_early;

@@ -247,14 +247,15 @@ TEST(batch_create_and_get)
 TEST(batch_state_machine)
 {
     /* OpenAI's: validating -> failed | in_progress -> finalizing -> completed;
-     * validating | in_progress -> cancelling -> cancelled; in_progress -> expired. */
+     * validating | in_progress -> cancelling -> cancelled; in_progress -> expired;
+     * and in_progress | cancelling -> failed when results cannot be written. */
     static const bool legal[8][8] = {
         [JOBSTORE_VALIDATING] =
             {[JOBSTORE_FAILED] = 1, [JOBSTORE_IN_PROGRESS] = 1, [JOBSTORE_CANCELLING] = 1},
-        [JOBSTORE_IN_PROGRESS] =
-            {[JOBSTORE_FINALIZING] = 1, [JOBSTORE_CANCELLING] = 1, [JOBSTORE_EXPIRED] = 1},
+        [JOBSTORE_IN_PROGRESS] = {[JOBSTORE_FINALIZING] = 1, [JOBSTORE_CANCELLING] = 1,
+                                  [JOBSTORE_EXPIRED] = 1, [JOBSTORE_FAILED] = 1},
         [JOBSTORE_FINALIZING] = {[JOBSTORE_COMPLETED] = 1},
-        [JOBSTORE_CANCELLING] = {[JOBSTORE_CANCELLED] = 1},
+        [JOBSTORE_CANCELLING] = {[JOBSTORE_CANCELLED] = 1, [JOBSTORE_FAILED] = 1},
     };
     char *dir = tmp_dir();
     struct jobstore *js = open_ok(dir);
