@@ -110,13 +110,30 @@ cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, cons
     return out;
 }
 
+/* Add s as a string member, its invalid UTF-8 (if any) each replaced by U+FFFD. */
+static void add_clean_string(cJSON *o, const char *name, const char *s)
+{
+    const size_t n = strlen(s);
+    if (json_utf8_valid(s, n)) {
+        cJSON_AddStringToObject(o, name, s);
+        return;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    json_utf8_append(&buf, &len, &cap, s, n, NULL);
+    cJSON_AddStringToObject(o, name, buf);
+    free(buf);
+}
+
 char *batch_line_output(const char *id, const char *custom_id, int status,
                         const char *request_id, cJSON *body, const char *err_code,
                         const char *err_message)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", id);
-    if (custom_id) cJSON_AddStringToObject(o, "custom_id", custom_id);
+    /* Ids from batch_line_parse are clean; one read back from a store written before
+     * it checked them may not be, and one bad line must not spoil the whole file. */
+    if (custom_id) add_clean_string(o, "custom_id", custom_id);
     else cJSON_AddNullToObject(o, "custom_id");
     if (body) {
         cJSON *resp = cJSON_AddObjectToObject(o, "response");
@@ -130,7 +147,7 @@ char *batch_line_output(const char *id, const char *custom_id, int status,
     if (err_code) {
         cJSON *e = cJSON_AddObjectToObject(o, "error");
         cJSON_AddStringToObject(e, "code", err_code);
-        cJSON_AddStringToObject(e, "message", err_message ? err_message : "");
+        add_clean_string(e, "message", err_message ? err_message : "");
     } else {
         cJSON_AddNullToObject(o, "error");
     }

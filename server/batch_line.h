@@ -51,7 +51,8 @@ bool batch_line_blank(const char *text, size_t len);
  * An output line (no newline; heap, caller frees): `id`, custom_id (NULL -> null),
  * and either a response {status_code, request_id (NULL -> null), body} when `body`
  * is not NULL (taken: the line owns it then) or response null, and error
- * {code, message} when err_code is not NULL (else null). Thread: any.
+ * {code, message} when err_code is not NULL (else null). Always valid UTF-8: bytes of
+ * custom_id or err_message that are not become U+FFFD. Thread: any.
  */
 char *batch_line_output(const char *id, const char *custom_id, int status,
                         const char *request_id, cJSON *body, const char *err_code,

@@ -161,6 +161,16 @@ TEST(output_lines_are_valid_json_and_utf8)
     free(cid);
 }
 
+TEST(output_lines_replace_bytes_that_are_not_utf8)
+{
+    /* An id read back from a store written before ids were checked. */
+    char *out = batch_line_output("batch_req_2", "a\xff", 0, NULL, NULL, "batch_expired",
+                                  "m\xc0\xaf");
+    EXPECT(json_utf8_valid(out, strlen(out)));
+    EXPECT(strstr(out, "\"custom_id\":\"a\xef\xbf\xbd\"") != NULL);
+    free(out);
+}
+
 int main(void)
 {
     RUN(lines_get_their_codes);
@@ -168,5 +178,6 @@ int main(void)
     RUN(ids_differing_after_a_nul_never_reach_the_set);
     RUN(blank_lines);
     RUN(output_lines_are_valid_json_and_utf8);
+    RUN(output_lines_replace_bytes_that_are_not_utf8);
     return test_done();
 }
