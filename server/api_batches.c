@@ -7,6 +7,7 @@
 
 #include "batchrun.h"
 #include "jobstore.h"
+#include "json.h"
 #include "query.h"
 #include "reply.h"
 #include "srv.h"
@@ -35,10 +36,14 @@ static void add_id(cJSON *o, const char *name, const char *id)
     else cJSON_AddNullToObject(o, name);
 }
 
-/* JSON text kept in the store, embedded as JSON (null when absent or unreadable). */
+/* JSON text kept in the store, embedded as JSON (null when absent or unreadable).
+ * It passes the checks a client's JSON passes, so that a store written before
+ * create checked metadata (or damaged since) cannot make every listing invalid
+ * UTF-8 from then on. */
 static void add_raw(cJSON *o, const char *name, const char *text)
 {
-    cJSON *v = text ? cJSON_Parse(text) : NULL;
+    struct json_fault f;
+    cJSON *v = text ? json_parse_checked(text, strlen(text), &f) : NULL;
     cJSON_AddItemToObject(o, name, v ? v : cJSON_CreateNull());
 }
 
@@ -84,21 +89,34 @@ static void reply_batch(struct exch *x, const struct jobstore_batch *b)
     reply_json(x, batch_object(b));
 }
 
-/* A metadata object within OpenAI's limits, as JSON text (NULL for null/absent), or
- * an error message. */
-static const char *check_metadata(const cJSON *m)
+/* Characters (code points) of a string json_parse_checked accepted: UTF-8 bytes
+ * that do not continue a character. OpenAI's limits count characters, not bytes. */
+static size_t utf8_chars(const char *s)
 {
-    if (!m || cJSON_IsNull(m)) return NULL;
-    if (!cJSON_IsObject(m)) return "metadata must be an object of strings";
+    size_t n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+/* Whether metadata (already through json_parse_checked: valid UTF-8, no NUL) is null
+ * or absent (m NULL) or an object within OpenAI's limits; else a 400 in e. */
+static bool metadata_ok(const cJSON *m, struct api_error *e)
+{
+    if (!m) return true;
+    if (!cJSON_IsObject(m))
+        return json_type_error(e, "metadata", "an object of strings", m), false;
     int n = 0;
     for (const cJSON *kv = m->child; kv; kv = kv->next, n++) {
-        if (n == META_MAX_PAIRS) return "metadata may have at most 16 keys";
-        if (strlen(kv->string) > META_MAX_KEY) return "metadata keys are at most 64 characters";
-        if (!cJSON_IsString(kv)) return "metadata values must be strings";
-        if (strlen(kv->valuestring) > META_MAX_VALUE)
-            return "metadata values are at most 512 characters";
+        const char *bad = NULL;
+        if (n == META_MAX_PAIRS) bad = "metadata may have at most 16 keys";
+        else if (utf8_chars(kv->string) > META_MAX_KEY)
+            bad = "metadata keys are at most 64 characters";
+        else if (!cJSON_IsString(kv)) bad = "metadata values must be strings";
+        else if (utf8_chars(kv->valuestring) > META_MAX_VALUE)
+            bad = "metadata values are at most 512 characters";
+        if (bad) return API_BAD_VALUE(e, "metadata", "%s", bad), false;
     }
-    return NULL;
+    return true;
 }
 
 static void create(struct exch *x)
@@ -108,30 +126,34 @@ static void create(struct exch *x)
         reply_error(x, 503, NULL, "The server is shutting down; try again later%s", "");
         return;
     }
-    cJSON *j = cJSON_ParseWithLength(x->req->body ? x->req->body : "", x->req->body_len);
-    if (!j || !cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        reply_error(x, 400, NULL, "The body must be a JSON object%s", "");
+    /* The parser and checks of every JSON body (json.h): UTF-8 throughout, no NUL,
+     * nothing after the object. Metadata is stored and shown in every listing, so a
+     * string that is not clean here would spoil GET /v1/batches for good. */
+    struct api_error e = {0};
+    cJSON *j = json_parse_object(x->req->body ? x->req->body : "", x->req->body_len, &e);
+    if (!j) {
+        conn_error(x, &e);
         return;
     }
-    const cJSON *file = cJSON_GetObjectItemCaseSensitive(j, "input_file_id");
-    const cJSON *endpoint = cJSON_GetObjectItemCaseSensitive(j, "endpoint");
-    const cJSON *window = cJSON_GetObjectItemCaseSensitive(j, "completion_window");
-    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(j, "metadata");
-    const char *bad = NULL;
+    /* json_field: a key given twice takes its last value, as in every other body. */
+    const cJSON *file = json_field(j, "input_file_id");
+    const cJSON *endpoint = json_field(j, "endpoint");
+    const cJSON *window = json_field(j, "completion_window");
+    const cJSON *meta = json_field(j, "metadata");
     if (!cJSON_IsString(file) || !*file->valuestring)
-        bad = "input_file_id is required (a string)";
+        API_BAD_VALUE(&e, "input_file_id", "input_file_id is required (a string)");
     else if (!cJSON_IsString(endpoint))
-        bad = "endpoint is required (a string)";
+        API_BAD_VALUE(&e, "endpoint", "endpoint is required (a string)");
     else if (strcmp(endpoint->valuestring, "/v1/completions") != 0)
-        bad = "endpoint must be /v1/completions, the only endpoint this server batches";
+        API_BAD_VALUE(&e, "endpoint",
+                      "endpoint must be /v1/completions, the only endpoint this server batches");
     else if (!cJSON_IsString(window) || strcmp(window->valuestring, "24h") != 0)
-        bad = "completion_window must be \"24h\"";
+        API_BAD_VALUE(&e, "completion_window", "completion_window must be \"24h\"");
     else
-        bad = check_metadata(meta);
-    if (bad) {
+        metadata_ok(meta, &e);
+    if (e.status) {
         cJSON_Delete(j);
-        reply_error(x, 400, NULL, "%s", bad);
+        conn_error(x, &e);
         return;
     }
     struct jobstore_file f;
@@ -142,7 +164,7 @@ static void create(struct exch *x)
                           f.id, f.purpose);
         jobstore_file_deinit(&f);
     }
-    char *meta_text = meta && !cJSON_IsNull(meta) ? json_print(meta, NULL) : NULL;
+    char *meta_text = meta ? json_print(meta, NULL) : NULL;
     struct jobstore_batch b;
     /* "24h" is what OpenAI accepts and what the object says; the server's own
      * window (batch_window_s) decides when it expires. */

@@ -27,13 +27,6 @@ static void check_error(struct batch_check *c, int64_t line, const char *code, c
     cJSON_AddItemToArray(c->errors, e);
 }
 
-static bool blank(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return false;
-    return true;
-}
-
 void batch_check_file(struct batch_check *c)
 {
     c->errors = cJSON_CreateArray();
@@ -55,7 +48,7 @@ void batch_check_file(struct batch_check *c)
             break;
         }
         line++;
-        if (blank(text, (size_t)n)) continue; /* a trailing newline or a blank line */
+        if (batch_line_blank(text, (size_t)n)) continue; /* a trailing newline or a blank line */
         struct batch_line_error le;
         char *cid = NULL;
         cJSON *body = batch_line_parse(text, (size_t)n, c->endpoint, c->model, &cid, &le);
@@ -63,7 +56,7 @@ void batch_check_file(struct batch_check *c)
             check_error(c, line, "duplicate_custom_id", "custom_id",
                         "custom_id is used by an earlier line");
         } else if (!body) {
-            check_error(c, line, le.code, le.param, le.message);
+            check_error(c, line, le.code, le.param[0] ? le.param : NULL, le.message);
         } else if (++requests <= c->max_requests && c->n_errors == 0) {
             if (c->n_reqs == c->cap_reqs) {
                 c->cap_reqs = MAX(1024, 2 * c->cap_reqs);

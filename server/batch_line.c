@@ -17,7 +17,7 @@ __attribute__((format(printf, 4, 5))) static cJSON *fail(struct batch_line_error
                                                         const char *fmt, ...)
 {
     e->code = code;
-    e->param = param;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
@@ -25,25 +25,60 @@ __attribute__((format(printf, 4, 5))) static cJSON *fail(struct batch_line_error
     return NULL;
 }
 
+/* A line json_parse_checked refused. A bad string is the fault of the top-level
+ * member it is in, so a custom_id with a NUL is invalid_custom_id and a prompt with
+ * one is invalid_body naming body.prompt; the rest is not JSON we take. */
+static cJSON *fail_fault(struct batch_line_error *e, const struct json_fault *f)
+{
+    if (f->kind != JSON_FAULT_UTF8 && f->kind != JSON_FAULT_NUL) {
+        if (f->kind == JSON_FAULT_SYNTAX)
+            return fail(e, "invalid_json", NULL,
+                        "the line is not one JSON object (error near byte %zu)", f->at);
+        return fail(e, "invalid_json", NULL, "the line is not one JSON object");
+    }
+    char say[sizeof f->path + 80];
+    json_fault_say(f, say, sizeof say);
+    static const struct {
+        const char *member, *code;
+    } owners[] = {{"custom_id", "invalid_custom_id"},
+                  {"method", "invalid_method"},
+                  {"url", "invalid_url"},
+                  {"body", "invalid_body"}};
+    const size_t top = strcspn(f->path, ".[");
+    const char *code = f->path[0] ? "invalid_json" : NULL;
+    for (size_t i = 0; code && i < ARRAY_LEN(owners); i++)
+        if (strlen(owners[i].member) == top && memcmp(f->path, owners[i].member, top) == 0)
+            code = owners[i].code;
+    if (!code) /* a member name of the line itself */
+        return fail(e, "invalid_json", NULL, "%s", say);
+    fail(e, code, NULL, "%s", say);
+    snprintf(e->param, sizeof e->param, "%s", f->path);
+    return NULL;
+}
+
+bool batch_line_blank(const char *text, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (text[i] != ' ' && text[i] != '\t' && text[i] != '\r' && text[i] != '\n')
+            return false;
+    return true;
+}
+
 cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, const char *model,
                         char **custom_id, struct batch_line_error *e)
 {
     *custom_id = NULL;
-    /* One object and nothing after it but spaces: "{..}{..}" on one line would
-     * otherwise pass as its first request and silently drop the second. */
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, false);
-    bool rest = false;
-    for (const char *p = end; j && p < text + len; p++)
-        rest |= *p != ' ' && *p != '\t' && *p != '\r' && *p != '\n';
-    if (!j || !cJSON_IsObject(j) || rest) {
-        cJSON_Delete(j);
-        return fail(e, "invalid_json", NULL, "the line is not one JSON object");
-    }
-    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(j, "custom_id");
-    const cJSON *method = cJSON_GetObjectItemCaseSensitive(j, "method");
-    const cJSON *url = cJSON_GetObjectItemCaseSensitive(j, "url");
-    const cJSON *body = cJSON_GetObjectItemCaseSensitive(j, "body");
+    /* The parser every JSON a client sends goes through (json.h): one object and
+     * nothing after it ("{..}{..}" on one line would otherwise pass as its first
+     * request and silently drop the second), UTF-8 throughout, no NUL in a string. */
+    struct json_fault f;
+    cJSON *j = json_parse_checked(text, len, &f);
+    if (!j) return fail_fault(e, &f);
+    /* json_field, as cmpl.c reads the body: a key given twice takes its last value. */
+    const cJSON *cid = json_field(j, "custom_id");
+    const cJSON *method = json_field(j, "method");
+    const cJSON *url = json_field(j, "url");
+    const cJSON *body = json_field(j, "body");
     if (cJSON_IsString(cid)) *custom_id = xstrdup(cid->valuestring);
     cJSON *out = NULL;
     if (!cJSON_IsString(cid) || !*cid->valuestring)
@@ -57,12 +92,12 @@ cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, cons
     else
         out = cJSON_DetachItemViaPointer(j, (cJSON *)body);
     if (out && model) {
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(out, "model");
+        const cJSON *m = json_field(out, "model");
         bool bad = true;
         if (!cJSON_IsString(m) || strcmp(m->valuestring, model) != 0)
             fail(e, "model_not_found", "body.model", "body.model must be '%s', the served model",
                  model);
-        else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(out, "stream")))
+        else if (cJSON_IsTrue(json_field(out, "stream")))
             fail(e, "invalid_body", "body.stream", "stream is not supported in a batch");
         else
             bad = false;
@@ -75,13 +110,30 @@ cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, cons
     return out;
 }
 
+/* Add s as a string member, its invalid UTF-8 (if any) each replaced by U+FFFD. */
+static void add_clean_string(cJSON *o, const char *name, const char *s)
+{
+    const size_t n = strlen(s);
+    if (json_utf8_valid(s, n)) {
+        cJSON_AddStringToObject(o, name, s);
+        return;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    json_utf8_append(&buf, &len, &cap, s, n, NULL);
+    cJSON_AddStringToObject(o, name, buf);
+    free(buf);
+}
+
 char *batch_line_output(const char *id, const char *custom_id, int status,
                         const char *request_id, cJSON *body, const char *err_code,
                         const char *err_message)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", id);
-    if (custom_id) cJSON_AddStringToObject(o, "custom_id", custom_id);
+    /* Ids from batch_line_parse are clean; one read back from a store written before
+     * it checked them may not be, and one bad line must not spoil the whole file. */
+    if (custom_id) add_clean_string(o, "custom_id", custom_id);
     else cJSON_AddNullToObject(o, "custom_id");
     if (body) {
         cJSON *resp = cJSON_AddObjectToObject(o, "response");
@@ -95,7 +147,7 @@ char *batch_line_output(const char *id, const char *custom_id, int status,
     if (err_code) {
         cJSON *e = cJSON_AddObjectToObject(o, "error");
         cJSON_AddStringToObject(e, "code", err_code);
-        cJSON_AddStringToObject(e, "message", err_message ? err_message : "");
+        add_clean_string(e, "message", err_message ? err_message : "");
     } else {
         cJSON_AddNullToObject(o, "error");
     }

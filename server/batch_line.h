@@ -18,31 +18,41 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Why a line is not a request. code and param are static strings. */
+/* Why a line is not a request. code is a static string. */
 struct batch_line_error {
-    const char *code;  /* invalid_json, missing_custom_id, invalid_method, invalid_url,
-                          invalid_body, model_not_found, duplicate_custom_id */
-    const char *param; /* the field at fault ("custom_id", "body.model"), or NULL */
-    char message[200];
+    const char *code;  /* invalid_json, missing_custom_id, invalid_custom_id,
+                          invalid_method, invalid_url, invalid_body, model_not_found
+                          (duplicate_custom_id is the caller's: batch_line_idset) */
+    char param[160];   /* the field at fault ("custom_id", "body.prompt[1]"), or "" */
+    char message[280];
 };
 
 /*
- * Check one input line: a JSON object with a non-empty string custom_id, method
- * POST, url equal to `endpoint`, and an object body; when `model` is not NULL the
- * body's "model" must equal it, and "stream": true is refused. Returns the body
- * (detached from the line; caller owns it, cJSON_Delete), or NULL with *e filled.
- * *custom_id is a heap copy of the line's custom_id whenever it is a string (also
- * on error; NULL otherwise). Uniqueness is the caller's (batch_line_idset).
+ * Check one input line: one JSON object (json_parse_checked: valid UTF-8 throughout,
+ * no U+0000 in any string, nothing after it) with a non-empty string custom_id,
+ * method POST, url equal to `endpoint`, and an object body. A bad string is the
+ * fault of the member it is in (invalid_custom_id; invalid_body with param
+ * "body.prompt"; ...). When `model` is not NULL the body's "model" must equal it,
+ * and "stream": true is refused. Returns the body (detached from the line; caller
+ * owns it, cJSON_Delete), or NULL with *e filled. *custom_id is a heap copy of the
+ * line's custom_id whenever it is a string (also on error; NULL otherwise, and NULL
+ * for a line json_parse_checked refuses, so an id that is not clean UTF-8 never
+ * reaches an output line). Uniqueness is the caller's (batch_line_idset).
  * Owns: the caller owns the returned body and *custom_id. Thread: any.
  */
 cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, const char *model,
                         char **custom_id, struct batch_line_error *e);
 
+/* Whether a line holds nothing but whitespace (skipped: not a request). Both ways
+ * in (batch_check.c, run_batch.c) skip exactly these lines. */
+bool batch_line_blank(const char *text, size_t len);
+
 /*
  * An output line (no newline; heap, caller frees): `id`, custom_id (NULL -> null),
  * and either a response {status_code, request_id (NULL -> null), body} when `body`
  * is not NULL (taken: the line owns it then) or response null, and error
- * {code, message} when err_code is not NULL (else null). Thread: any.
+ * {code, message} when err_code is not NULL (else null). Always valid UTF-8: bytes of
+ * custom_id or err_message that are not become U+FFFD. Thread: any.
  */
 char *batch_line_output(const char *id, const char *custom_id, int status,
                         const char *request_id, cJSON *body, const char *err_code,

@@ -348,11 +348,9 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     l->br = br;
     l->b = b;
     l->custom_id = xstrdup(r->custom_id);
-    char *text = json_print(body, NULL);
-    cJSON_Delete(body);
     struct api_error e = {0};
-    int err = cmpl_parse(text, strlen(text), &s->model, &l->params, &e);
-    free(text);
+    int err = cmpl_parse_json(body, &s->model, &l->params, &e);
+    cJSON_Delete(body);
     if (err) { /* a request the API refuses: its error body is the response */
         results_add_error(refused, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
         api_error_clear(&e);

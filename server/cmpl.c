@@ -508,11 +508,9 @@ static int parse_fields(const cJSON *const *f, const struct api_model *m,
     return 0;
 }
 
-static int parse_body(const char *body, size_t len, const struct api_model *m,
-                      struct cmpl_params *p, struct api_error *err)
+static int parse_root(const cJSON *root, const struct api_model *m, struct cmpl_params *p,
+                      struct api_error *err)
 {
-    cJSON *root = json_parse_object(body, len, err);
-    if (!root) return -1;
     int rc = -1;
     /* One pass over the keys; a key given twice takes its last value, as Python's
      * json module (and so OpenAI's server) does. */
@@ -549,12 +547,11 @@ static int parse_body(const char *body, size_t len, const struct api_model *m,
     if (check_context(m, p, err)) goto done;
     rc = 0;
 done:
-    cJSON_Delete(root);
     return rc;
 }
 
-int cmpl_parse(const char *body, size_t len, const struct api_model *m,
-               struct cmpl_params *out, struct api_error *err)
+int cmpl_parse_json(const cJSON *root, const struct api_model *m, struct cmpl_params *out,
+                    struct api_error *err)
 {
     memset(out, 0, sizeof *out);
     out->max_tokens = 16;
@@ -564,11 +561,22 @@ int cmpl_parse(const char *body, size_t len, const struct api_model *m,
     out->best_of = 1;
     out->logprobs = -1;
     out->kv = m->kv_default;
-    if (parse_body(body, len, m, out, err)) {
+    if (parse_root(root, m, out, err)) {
         cmpl_params_free(out);
         return -1;
     }
     return 0;
+}
+
+int cmpl_parse(const char *body, size_t len, const struct api_model *m,
+               struct cmpl_params *out, struct api_error *err)
+{
+    memset(out, 0, sizeof *out);
+    cJSON *root = json_parse_object(body, len, err);
+    if (!root) return -1;
+    const int rc = cmpl_parse_json(root, m, out, err);
+    cJSON_Delete(root);
+    return rc;
 }
 
 void cmpl_params_free(struct cmpl_params *p)

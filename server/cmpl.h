@@ -105,6 +105,14 @@ struct cmpl_params {
 int cmpl_parse(const char *body, size_t len, const struct api_model *m,
                struct cmpl_params *out, struct api_error *err);
 
+/*
+ * cmpl_parse for an object already parsed by json_parse_checked (a Batch line's
+ * "body", batch_line.h): the same validation, without printing the body and parsing it
+ * again. Returns and owns as cmpl_parse; root stays the caller's. Thread: any.
+ */
+int cmpl_parse_json(const cJSON *root, const struct api_model *m, struct cmpl_params *out,
+                    struct api_error *err);
+
 /* Free what *p owns and zero it. A zeroed struct is fine. Thread: any. */
 void cmpl_params_free(struct cmpl_params *p);
 

@@ -131,54 +131,247 @@ bool json_utf8_valid(const char *s, size_t n)
     return true;
 }
 
-cJSON *json_parse_object(const char *body, size_t len, struct api_error *e)
+/* ---- json_parse_checked: cJSON, then one pass over the text for what cJSON lets by ---- */
+
+/* Member names kept for a fault's path: the first levels are enough to say where;
+ * deeper levels are still walked (kind[] covers cJSON's whole nesting limit). */
+#define SCAN_PATH_DEPTH 16
+#define SCAN_MAX_DEPTH (CJSON_NESTING_LIMIT + 1)
+
+struct scan {
+    const char *s;
+    size_t n;
+    int depth;                          /* open containers */
+    bool want_key;                      /* the next string in the top object is a name */
+    unsigned char is_object[SCAN_MAX_DEPTH];
+    const char *key[SCAN_PATH_DEPTH];   /* the member being read at each level (raw, */
+    size_t key_len[SCAN_PATH_DEPTH];    /* escaped as in the text) */
+    int64_t index[SCAN_PATH_DEPTH];     /* the element being read, for arrays */
+};
+
+static bool ws(unsigned char c)
 {
-    if (len == 0) {
-        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
-                      "The request body is empty; expected a JSON object.");
-        return NULL;
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* Append s[0..n) to out (capacity cap, NUL-terminated, length *len), cut on a
+ * character boundary; false when it did not all fit. */
+static bool path_add(char *out, size_t cap, size_t *len, const char *s, size_t n)
+{
+    size_t room = cap - 1 - *len, take = n <= room ? n : room;
+    while (take < n && take > 0 && ((unsigned char)s[take] & 0xC0) == 0x80) take--;
+    memcpy(out + *len, s, take);
+    *len += take;
+    out[*len] = '\0';
+    return take == n;
+}
+
+/* The path of the member being read at levels 0..levels-1, into f->path. */
+static void scan_path(const struct scan *sc, int levels, struct json_fault *f)
+{
+    static const char more[] = "...";
+    const size_t cap = sizeof f->path - (sizeof more - 1);
+    size_t len = 0;
+    f->path[0] = '\0';
+    for (int d = 0; d < levels; d++) {
+        bool fits = true;
+        if (d >= SCAN_PATH_DEPTH) {
+            fits = false;
+        } else if (sc->is_object[d]) {
+            if (len) fits = path_add(f->path, cap, &len, ".", 1);
+            fits = fits && path_add(f->path, cap, &len, sc->key[d], sc->key_len[d]);
+        } else {
+            char idx[24];
+            int k = snprintf(idx, sizeof idx, "[%lld]", (long long)sc->index[d]);
+            fits = path_add(f->path, cap, &len, idx, (size_t)k);
+        }
+        if (!fits) {
+            memcpy(f->path + len, more, sizeof more);
+            return;
+        }
     }
-    /* RFC 8259 JSON is UTF-8 and never holds a raw NUL. cJSON would accept both, and
-     * echoing invalid bytes back would make our response invalid JSON. */
-    if (memchr(body, 0, len) || !json_utf8_valid(body, len)) {
-        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
-                      "The request body is not valid UTF-8 JSON.");
+}
+
+/* The string whose opening quote is at s[i]: check it and return the index of its
+ * closing quote, or set *f (kind, at) and return n. */
+static size_t scan_string(const struct scan *sc, size_t i, struct json_fault *f)
+{
+    const unsigned char *u = (const unsigned char *)sc->s;
+    const size_t n = sc->n;
+    for (size_t j = i + 1; j < n;) {
+        if (u[j] == '"') return j;
+        if (u[j] == '\\') { /* each escape is a backslash and one character (\uXXXX: 'u') */
+            if (j + 5 < n && u[j + 1] == 'u' && memcmp(u + j + 2, "0000", 4) == 0) {
+                f->kind = JSON_FAULT_NUL;
+                f->at = j;
+                return n;
+            }
+            j += 2;
+        } else if (u[j] == 0) {
+            f->kind = JSON_FAULT_NUL;
+            f->at = j;
+            return n;
+        } else if (u[j] >= 0x80) {
+            size_t l;
+            if (tokenizer_utf8_next(u + j, n - j, &l) != TOKENIZER_UTF8_CHAR) {
+                f->kind = JSON_FAULT_UTF8;
+                f->at = j;
+                return n;
+            }
+            j += l;
+        } else {
+            j++;
+        }
+    }
+    f->kind = JSON_FAULT_SYNTAX; /* unterminated: cJSON would not have parsed it */
+    f->at = n;
+    return n;
+}
+
+/* Walk text that cJSON parsed (so its structure is sound) for the first string that
+ * is not UTF-8 or holds a NUL, and for control bytes between tokens, which cJSON
+ * skips as if they were spaces. Returns true when clean, else fills *f. */
+static bool scan_text(const char *s, size_t n, struct json_fault *f)
+{
+    struct scan *sc = xcalloc(1, sizeof *sc); /* ~1 KB of levels: off the stack */
+    sc->s = s;
+    sc->n = n;
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        const int top = sc->depth - 1;
+        if (c == '"') {
+            const bool is_key = top >= 0 && sc->is_object[top] && sc->want_key;
+            const size_t end = scan_string(sc, i, f);
+            if (end == n) {
+                /* A bad name is the object's fault; a bad value its member's. */
+                f->in_key = is_key;
+                scan_path(sc, is_key ? top : sc->depth, f);
+                ok = false;
+            } else if (is_key) {
+                if (top < SCAN_PATH_DEPTH) {
+                    sc->key[top] = s + i + 1;
+                    sc->key_len[top] = end - i - 1;
+                }
+                sc->want_key = false;
+            }
+            i = end;
+        } else if (c == '{' || c == '[') {
+            CHECK(sc->depth < SCAN_MAX_DEPTH); /* cJSON refuses deeper nesting */
+            sc->is_object[sc->depth] = c == '{';
+            if (sc->depth < SCAN_PATH_DEPTH) {
+                sc->key[sc->depth] = "";
+                sc->key_len[sc->depth] = 0;
+                sc->index[sc->depth] = 0;
+            }
+            sc->depth++;
+            sc->want_key = c == '{';
+        } else if (c == '}' || c == ']') {
+            sc->depth--;
+            sc->want_key = false;
+        } else if (c == ',') {
+            if (top >= 0 && sc->is_object[top]) sc->want_key = true;
+            else if (top >= 0 && top < SCAN_PATH_DEPTH) sc->index[top]++;
+        } else if (c < 0x20 && !ws(c)) {
+            f->kind = JSON_FAULT_SYNTAX;
+            f->at = i;
+            ok = false;
+        }
+    }
+    free(sc);
+    return ok;
+}
+
+cJSON *json_parse_checked(const char *text, size_t len, struct json_fault *f)
+{
+    memset(f, 0, sizeof *f);
+    size_t lead = 0;
+    while (lead < len && ws((unsigned char)text[lead])) lead++;
+    if (lead == len) {
+        f->kind = JSON_FAULT_EMPTY;
         return NULL;
     }
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
-    if (root) { /* cJSON stops after the value: anything but whitespace may follow */
-        for (const char *c = end; c < body + len; c++)
-            if (*c != ' ' && *c != '\t' && *c != '\n' && *c != '\r') {
-                cJSON_Delete(root);
-                root = NULL;
-                end = c;
-                break;
-            }
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    size_t at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+    if (root) { /* cJSON stops after the value: only whitespace may follow */
+        while (at < len && ws((unsigned char)text[at])) at++;
+        if (at < len) {
+            cJSON_Delete(root);
+            root = NULL;
+        }
     }
     if (!root) {
-        const size_t at =
-            end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
-                      "We could not parse the JSON body of your request (error near byte "
-                      "%zu).",
-                      at);
+        /* Bytes that are not UTF-8 are what is wrong, wherever cJSON gave up. */
+        f->kind = json_utf8_valid(text, len) ? JSON_FAULT_SYNTAX : JSON_FAULT_UTF8;
+        f->at = at;
         return NULL;
     }
     if (!cJSON_IsObject(root)) {
-        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
-                      "The request body must be a JSON object, not %s.",
-                      json_type_name(root));
+        f->kind = JSON_FAULT_NOT_OBJECT;
         cJSON_Delete(root);
         return NULL;
     }
-    if (json_has_nul_escape(body, len)) {
-        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
-                      "Strings in the request must not contain U+0000.");
+    if (!scan_text(text, len, f)) {
         cJSON_Delete(root);
         return NULL;
     }
     return root;
+}
+
+void json_fault_say(const struct json_fault *f, char *buf, size_t cap)
+{
+    const char *what = f->kind == JSON_FAULT_NUL
+                           ? "contains U+0000 (NUL), which is not accepted"
+                           : "is not valid UTF-8";
+    if (!f->in_key)
+        snprintf(buf, cap, "'%s' %s", f->path, what);
+    else if (f->path[0])
+        snprintf(buf, cap, "a member name in '%s' %s", f->path, what);
+    else
+        snprintf(buf, cap, "a member name %s", what);
+}
+
+cJSON *json_parse_object(const char *body, size_t len, struct api_error *e)
+{
+    struct json_fault f;
+    cJSON *root = json_parse_checked(body, len, &f);
+    if (root) return root;
+    char say[sizeof f.path + 80];
+    switch (f.kind) {
+    case JSON_FAULT_EMPTY:
+        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
+                      "The request body is empty; expected a JSON object.");
+        break;
+    case JSON_FAULT_NOT_OBJECT:
+        /* Parsed once more to name what it is: only on this error path. */
+        {
+            cJSON *v = cJSON_ParseWithLength(body, len);
+            api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
+                          "The request body must be a JSON object, not %s.",
+                          json_type_name(v));
+            cJSON_Delete(v);
+        }
+        break;
+    case JSON_FAULT_UTF8:
+    case JSON_FAULT_NUL:
+        if (f.path[0] || f.in_key) {
+            json_fault_say(&f, say, sizeof say);
+            api_error_set(e, 400, API_ERR_INVALID, f.path[0] ? f.path : NULL,
+                          NULL, "Invalid request body: %s (byte %zu).", say, f.at);
+        } else {
+            api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
+                          "The request body is not valid UTF-8 JSON (error near byte %zu).",
+                          f.at);
+        }
+        break;
+    default:
+        api_error_set(e, 400, API_ERR_INVALID, NULL, NULL,
+                      "We could not parse the JSON body of your request (error near byte "
+                      "%zu).",
+                      f.at);
+    }
+    return NULL;
 }
 
 int json_clip_len(const char *s, int max)
@@ -225,19 +418,6 @@ void json_utf8_append(char **buf, size_t *len, size_t *cap, const char *s, size_
     }
     (*buf)[*len] = '\0';
     if (n_chars) *n_chars += chars;
-}
-
-bool json_has_nul_escape(const char *s, size_t n)
-{
-    /* Backslashes occur only inside strings in valid JSON, and each escape is a
-     * backslash plus one character, so skipping that character keeps "\\u0000" (an
-     * escaped backslash, then text) from matching. */
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (s[i] != '\\') continue;
-        if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0) return true;
-        i++;
-    }
-    return false;
 }
 
 cJSON *json_float(float f)

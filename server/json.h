@@ -80,13 +80,51 @@ bool json_int_in(const cJSON *item, int64_t lo, int64_t hi, int64_t *out);
  */
 bool json_utf8_valid(const char *s, size_t n);
 
+/* Why bytes are not one acceptable JSON object (json_parse_checked). */
+enum json_fault_kind {
+    JSON_FAULT_NONE,
+    JSON_FAULT_EMPTY,      /* nothing but whitespace */
+    JSON_FAULT_SYNTAX,     /* not JSON, or something other than whitespace after it */
+    JSON_FAULT_NOT_OBJECT, /* JSON, but not an object */
+    JSON_FAULT_UTF8,       /* a string (member name or value) that is not UTF-8 */
+    JSON_FAULT_NUL,        /* a string holding U+0000, escaped or raw */
+};
+
+/* Where and why; path and in_key are set for UTF8 and NUL faults only. */
+struct json_fault {
+    enum json_fault_kind kind;
+    size_t at;      /* byte offset of the fault in the text */
+    bool in_key;    /* the fault is in a member name of `path`, not in its value */
+    char path[160]; /* the member, from the top-level object: "prompt", "prompt[2]",
+                       "body.stop[0]", "metadata.k" ("" = the top-level object itself);
+                       names as written in the text, clipped with "..." when long */
+};
+
 /*
- * Parse a request body that must hold one JSON object, with the checks every POST
- * endpoint shares: not empty, UTF-8 without a raw NUL (RFC 8259 section 8.1),
- * nothing but whitespace after the value, an object, and no \u0000 escape (cJSON's
- * NUL-terminated strings would silently cut such a string). Returns the object
- * (caller deletes), or NULL with a 400 in `e` that says what is wrong (param null:
- * the body as a whole is at fault).
+ * Parse untrusted bytes that must hold one JSON object, with every check the API
+ * makes wherever a client's JSON comes in (request bodies, Batch input lines, batch
+ * metadata): not empty; valid JSON (RFC 8259) with nothing but whitespace after the
+ * value; an object; every string, member names included, well-formed UTF-8 (no
+ * overlong forms, no surrogates: cJSON itself refuses unpaired \ud800 escapes); and
+ * no string holding U+0000, escaped or raw. cJSON passes invalid bytes through, which
+ * would make any echo of them invalid JSON, and its strings end at NUL, so "x\u0000y"
+ * would silently read as "x": both are refused here, before anyone reads a field.
+ * Returns the object (caller deletes), or NULL with *f saying what and where.
+ * Thread: any.
+ */
+cJSON *json_parse_checked(const char *text, size_t len, struct json_fault *f);
+
+/*
+ * One lower-case phrase for a UTF8 or NUL fault, naming its member:
+ * "'prompt[1]' contains U+0000 (NUL), which is not accepted", "a member name in
+ * 'metadata' is not valid UTF-8" (no final period). Thread: any.
+ */
+void json_fault_say(const struct json_fault *f, char *buf, size_t cap);
+
+/*
+ * json_parse_checked for a request body: the fault as a 400 in `e` (param null for
+ * the body as a whole, else the member at fault: "prompt"). Returns the object
+ * (caller deletes) or NULL. Every POST endpoint that takes JSON parses through this.
  * Thread: any.
  */
 cJSON *json_parse_object(const char *body, size_t len, struct api_error *e);
@@ -110,10 +148,6 @@ void json_buf_reserve(char **buf, size_t *cap, size_t need);
  */
 void json_utf8_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n,
                       int64_t *n_chars);
-
-/* Whether the JSON text s[0..n) contains the escape \u0000 (a string with a NUL in
- * it, which cJSON's NUL-terminated strings would silently truncate). */
-bool json_has_nul_escape(const char *s, size_t n);
 
 /*
  * Append `f` as a JSON number with the fewest decimal digits that still read back as

@@ -109,12 +109,11 @@ static void line_start(struct rb *b, int32_t k, const char *text, size_t len,
         line_fail(b, k, le.code, le.message);
         return;
     }
-    char *btext = cJSON_PrintUnformatted(body);
-    cJSON_Delete(body);
+    /* The body as batch_line_parse checked it, through the API's own validation. */
     struct api_error e = {0};
     l->params = xcalloc(1, sizeof *l->params);
-    int err = cmpl_parse(btext, strlen(btext), &b->am, l->params, &e);
-    free(btext);
+    int err = cmpl_parse_json(body, &b->am, l->params, &e);
+    cJSON_Delete(body);
     if (!err && l->params->stream)
         api_error_set(&e, 400, API_ERR_INVALID, "stream", NULL,
                       "stream is not supported in a batch"), err = -1;
@@ -301,7 +300,7 @@ int run_batch_run(struct cfg c)
                 break;
             }
             while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
-            if (n == 0) continue; /* blank lines are not requests */
+            if (batch_line_blank(line, (size_t)n)) continue; /* not requests */
             if (b.n_lines == b.cap_lines) {
                 b.cap_lines = MAX(1024, 2 * b.cap_lines);
                 b.lines = xrealloc(b.lines, (size_t)b.cap_lines * sizeof *b.lines);

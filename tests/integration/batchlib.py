@@ -69,3 +69,31 @@ def content(srv, file_id):
     st, raw, _ = srv.get(f"/v1/files/{file_id}/content")
     assert st == 200, (st, raw[:200])
     return [json.loads(x) for x in raw.decode().splitlines() if x.strip()]
+
+
+# ---- hostile input: lines as bytes, and checks that what comes back is clean ----
+
+def raw_line(custom_id, prompt=b'"hi"', model="dummy:tiny", tail=b""):
+    """An input line as bytes, with custom_id and prompt spliced in as they are (JSON
+    text, which may hold escapes like \\u0000 or raw bytes that are not UTF-8)."""
+    return (b'{"custom_id":' + custom_id + b',"method":"POST","url":"/v1/completions",'
+            b'"body":{"model":"' + model.encode() + b'","prompt":' + prompt
+            + b',"max_tokens":2,"temperature":0}}' + tail)
+
+
+def utf8(raw):
+    """Whether bytes are valid UTF-8 (strict: no surrogates, no overlong forms)."""
+    try:
+        raw.decode("utf-8", errors="strict")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def content_raw(srv, file_id):
+    """The bytes of a file (b"" for a null id)."""
+    if not file_id:
+        return b""
+    st, raw, _ = srv.get(f"/v1/files/{file_id}/content")
+    assert st == 200, (st, raw[:200])
+    return raw

@@ -145,7 +145,7 @@ static const struct bad_case bad[] = {
     {0, "nope", 400, NULL, "parse"},
     {0, "[1]", 400, NULL, "JSON object"},
     {0, "{'prompt':'a'} x", 400, NULL, "parse"},
-    {0, "{'prompt':'a\\u0000b'}", 400, NULL, "U+0000"},
+    {0, "{'prompt':'a\\u0000b'}", 400, "prompt", "U+0000"},
     {0, "{}", 400, "prompt", "must provide a prompt"},
     {0, "{'prompt':null}", 400, "prompt", "must provide a prompt"},
     {0, "{'prompt':5}", 400, "prompt", "expected a string"},

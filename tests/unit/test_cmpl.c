@@ -223,9 +223,18 @@ static const struct bad_case bad[] = {
     {"[1,2]", 400, NULL, NULL},
     {"'just a string'", 400, NULL, NULL},
     {"null", 400, NULL, NULL},
-    {"{" M ",'prompt':'\xff\xfe'}", 400, NULL, NULL},     /* invalid UTF-8 */
-    {"{" M ",'prompt':'\xed\xa0\x80'}", 400, NULL, NULL}, /* a UTF-8 surrogate */
-    {"{" M ",'prompt':'a\\u0000b'}", 400, NULL, NULL},    /* NUL inside a string */
+    /* strings: the member at fault is the param */
+    {"{" M ",'prompt':'\xff\xfe'}", 400, "prompt", NULL},     /* invalid UTF-8 */
+    {"{" M ",'prompt':'\xed\xa0\x80'}", 400, "prompt", NULL}, /* a UTF-8 surrogate */
+    {"{" M ",'prompt':'\xc0\xaf'}", 400, "prompt", NULL},     /* an overlong '/' */
+    {"{" M ",'prompt':'a\\u0000b'}", 400, "prompt", NULL},    /* NUL inside a string */
+    {"{" M ",'prompt':['ok','a\\u0000']}", 400, "prompt[1]", NULL},
+    {"{" M ",'prompt':'hi','stop':['\\u0000']}", 400, "stop[0]", NULL},
+    {"{" M ",'prompt':'hi','x\\u0000':1}", 400, NULL, NULL},  /* in a member name */
+    {"{" M ",'prompt':'hi','\xff':1}", 400, NULL, NULL},
+    {"{" M ",'prompt':'\xff'", 400, NULL, NULL},              /* cut short, not UTF-8 */
+    {"{" M ",'prompt':'hi'}\x01", 400, NULL, NULL},           /* a control byte after */
+    {"{" M ",\x01'prompt':'hi'}", 400, NULL, NULL},           /* and between tokens */
     {"{" M ",'prompt':'\\ud800'}", 400, NULL, NULL},      /* a lone surrogate escape */
     {"{" M ",'prompt':'hi','max_tokens':1"
      "000000000000000000000000000000000000000000000000000"

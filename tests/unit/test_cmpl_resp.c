@@ -546,9 +546,6 @@ TEST(json_helpers)
     EXPECT(!json_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
     EXPECT(!json_utf8_valid("\xf4\x90\x80\x80", 4)); /* above U+10FFFF */
     EXPECT(!json_utf8_valid("\xc3", 1));             /* cut short */
-    EXPECT(json_has_nul_escape("\"\\u0000\"", 8));
-    EXPECT(!json_has_nul_escape("\"\\\\u0000\"", 9)); /* an escaped backslash, then text */
-    EXPECT(!json_has_nul_escape("\"\\u00001\"", 3));
 }
 
 int main(void)
