@@ -523,6 +523,19 @@ static void read_more(struct conn *c)
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = true;
 }
 
+/* The connection other than `except` that is idle between requests (no exchange,
+ * nothing unsent, no partial request) and has been so the longest, or NULL. */
+static struct conn *oldest_idle(struct srv *s, const struct conn *except)
+{
+    struct conn *best = NULL;
+    for (struct conn *c = s->conns; c; c = c->next) {
+        if (c == except || c->closing || c->head || c->wq_bytes || c->pending_len) continue;
+        if (!c->parser || !http_parser_idle(c->parser)) continue;
+        if (!best || c->last_active < best->last_active) best = c;
+    }
+    return best;
+}
+
 void conn_accept(struct srv *s, conn_handler_fn handle)
 {
     struct conn *c = xcalloc(1, sizeof *c);
@@ -539,9 +552,17 @@ void conn_accept(struct srv *s, conn_handler_fn handle)
     s->conns = c;
     s->n_conns++;
     if (s->n_conns > s->cfg->max_connections) {
-        log_warn("connection limit %d reached: closing a new one", s->cfg->max_connections);
-        conn_close(c);
-        return;
+        /* Room is made by closing the idle keep-alive connection quiet the longest
+         * (as nginx reuses its connections): it has nothing under way and its client
+         * reconnects when it needs to. With none idle, the new one is refused. */
+        struct conn *old = oldest_idle(s, c);
+        if (!old) {
+            log_warn("connection limit %d reached: closing a new one",
+                     s->cfg->max_connections);
+            conn_close(c);
+            return;
+        }
+        conn_close(old);
     }
     uv_tcp_nodelay(&c->tcp, 1);
     struct http_limits lim = http_limits_default();

@@ -185,12 +185,17 @@ def sigterm_storm():
 
 def small_items():
     """Item 7: --api-key "", Host, --max-connections."""
-    for env in ({}, ):
-        p = subprocess.run([BIN, "serve", "--model", MODEL, "--api-key", "", "--port", "0"],
-                           capture_output=True, text=True, timeout=30,
-                           env=dict(os.environ, **env))
-        tap(p.returncode == 2 and "api-key" in p.stderr and "empty" in p.stderr,
-            '--api-key "" is refused (exit 2, with the reason)', (p.returncode, p.stderr[-300:]))
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"api_key": ""}, f)
+    for how, args in (("--api-key \"\"", ["--api-key", ""]), ("api_key \"\" in a config",
+                                                              ["--config", f.name])):
+        p = subprocess.run([BIN, "serve", "--model", MODEL, *args, "--port", "0",
+                            "--data-dir", tempfile.gettempdir() + "/h2oserve-apikey-unused"],
+                           capture_output=True, text=True, timeout=30)
+        tap(p.returncode == 2 and "api" in p.stderr and "must not be empty" in p.stderr,
+            f"{how} is refused (exit 2, with the reason)", (p.returncode, p.stderr[-300:]))
+    os.unlink(f.name)
 
     srv = Server("--max-connections", "3")
     s = socket.create_connection(("127.0.0.1", srv.port))
