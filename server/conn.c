@@ -200,9 +200,11 @@ void conn_write(struct exch *x, const char *data, size_t len)
         if (c->buffered > write_limit(c)) stop_reading(c);
         return;
     }
-    /* More piled on the head's body while the client has not taken what waits: a
-     * stream outrunning its reader. One piece (a whole body) is not slowness. */
-    if (queued && x->out_len - x->out_off > write_limit(c)) {
+    /* More piled on the head's body while the client has not taken what waited: a
+     * stream outrunning its reader. One piece (a whole body, or what an exchange
+     * buffered before it reached the head) is not slowness. */
+    if (queued) x->out_piled += len;
+    if (x->out_piled > write_limit(c)) {
         log_warn("closing a connection with %zu unsent bytes (slow client)",
                  x->out_len - x->out_off);
         conn_close(c);
@@ -290,7 +292,7 @@ static void pump(struct exch *x)
     if (x->out && x->out_off == x->out_len) {
         free(x->out); /* a big body's memory goes as soon as it is out */
         x->out = NULL;
-        x->out_len = x->out_cap = x->out_off = 0;
+        x->out_len = x->out_cap = x->out_off = x->out_piled = 0;
     }
     if (x->file_open && x->file_left == 0) {
         close(x->file_fd);

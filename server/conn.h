@@ -32,6 +32,8 @@ struct exch {
     char *out;                 /* response bytes not yet handed to the socket: those
                                   from out_off on (all of them until x is the head) */
     size_t out_len, out_cap, out_off;
+    size_t out_piled;          /* appended while x was the head and out was not yet
+                                  drained: past write_queue_max_bytes, a slow client */
     bool done;                 /* the handler has given the whole response (it may
                                   still be in out or in the file) */
     bool is_head;              /* first in the queue: writes go straight out */

@@ -154,6 +154,21 @@ def pipeline_bound():
     tap(len(got) == n + 1 and all(st == 200 for st, _ in got)
         and counts == sorted(counts) and len(set(counts)) == n,
         "then every answer arrives, in order", ([st for st, _ in got], counts))
+    # A stream that buffered past the limit behind a shorter head goes on after it
+    # reaches the head: its new chunks queue behind what it had buffered, and a
+    # client that reads is not taken for a slow one.
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    stream = echo_body("stream", 25)
+    stream.update(max_tokens=800, ignore_eos=True, stream=True)
+    s.sendall(post_bytes({"model": MODEL, "prompt": "head", "max_tokens": 200,
+                          "ignore_eos": True}) + post_bytes(stream))
+    done = b"data: [DONE]\n\n\r\n0\r\n\r\n"
+    data = read_until(s, lambda d: d.endswith(done), 60)
+    s.close()
+    tap(data.startswith(b"HTTP/1.1 200") and data.endswith(done)
+        and data.count(b"HTTP/1.1 200") == 2 and len(data) > 200000,
+        "a stream buffered past the limit behind the head reaches a reader whole",
+        (len(data), data[-80:]))
     tap(srv.stop() == 0, "pipeline server exits 0")
 
 
