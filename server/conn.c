@@ -456,7 +456,17 @@ static void start_exchange(struct conn *c, struct http_request *r)
 
 static void consume_input(struct conn *c)
 {
-    while (!c->closing && !c->failed && c->pending_len) {
+    const size_t limit = write_limit(c);
+    while (!c->closing && !c->failed) {
+        /* Requests the parser completed start while the answers buffered behind the
+         * head are under the limit; the rest wait in the parser's queue (advance ->
+         * read_more takes them when the head drains). A request answered at once
+         * passes the limit before the next one starts. */
+        struct http_request *r;
+        while (!c->closing && c->buffered <= limit && (r = http_parser_take(c->parser)))
+            start_exchange(c, r);
+        if (c->closing || !c->pending_len || c->n_exch >= CONN_MAX_EXCH || c->buffered > limit)
+            return;
         size_t used = 0;
         int status = http_parser_feed(c->parser, c->pending, c->pending_len, &used);
         if (status) used = 0; /* meaningless after an error */
@@ -467,13 +477,13 @@ static void consume_input(struct conn *c)
          * sends its body after its own timeout, as RFC 9110 allows). */
         if (http_parser_take_continue(c->parser) && !c->head)
             sock_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-        struct http_request *r;
-        while (!c->closing && (r = http_parser_take(c->parser))) start_exchange(c, r);
         if (status) {
+            /* The requests before the error are answered first, the error last. */
+            while (!c->closing && (r = http_parser_take(c->parser))) start_exchange(c, r);
             if (!c->closing) protocol_error(c, status);
             return;
         }
-        if (used == 0 || c->n_exch >= CONN_MAX_EXCH || c->buffered > write_limit(c)) break;
+        if (used == 0 && !http_parser_queued(c->parser)) return; /* needs more bytes */
     }
 }
 
@@ -518,7 +528,7 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 
 static void read_more(struct conn *c)
 {
-    if (c->pending_len) consume(c);
+    if (c->pending_len || http_parser_queued(c->parser)) consume(c);
     if (c->closing || c->failed || c->n_exch >= CONN_MAX_EXCH || c->reading ||
         c->buffered > write_limit(c))
         return;

@@ -694,6 +694,11 @@ bool http_parser_idle(const struct http_parser *p)
     return p->phase == PHASE_IDLE;
 }
 
+bool http_parser_queued(const struct http_parser *p)
+{
+    return p->q_head != NULL;
+}
+
 /* ---- requests ---- */
 
 void http_request_free(struct http_request *r)

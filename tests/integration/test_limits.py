@@ -120,14 +120,36 @@ def tokenize_bytes(words, pad):
 def pipeline_bound():
     """Item 2: pipelined responses behind a slow head are bounded in bytes."""
     srv = Server("--write-queue-max-bytes", "4K")
-    # The head generates for about a second. Behind it, 24 requests of 1 MB (mostly
-    # whitespace), each answered at once with ~5 KB, more than the 4 KiB limit: the
-    # first answer behind the head passes the limit and the server reads no more
-    # until the head drains (the kernel's buffers take what the client sends
-    # meanwhile, so this is not visible from here). Then every answer arrives.
-    n = 24
-    head = post_bytes({"model": MODEL, "prompt": "head", "max_tokens": 1500,
+    # The head generates for a second or so (16 x 1500 tokens). Behind it: a /tokenize answered at once
+    # (on the loop) with ~5 KB, more than the 4 KiB limit, then completions of one
+    # token each. Past the limit the server parses no further, so no completion
+    # behind it starts until the head is written; before, all of them ran and
+    # buffered their answers behind the head.
+    n = 6
+    head = post_bytes({"model": MODEL, "prompt": ["head"] * 16, "max_tokens": 1500,
                        "ignore_eos": True})
+    tok = tokenize_bytes(300, 0)
+    tail = b"".join(post_bytes(echo_body(f"tag{i}", 5)) for i in range(n))
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(head + tok + tail)
+    time.sleep(0.3)
+    ran = metric(srv, "e2e_request_latency_seconds_count")
+    tap(ran == 0, "past the byte limit behind a slow head, no request behind it starts",
+        f"{ran} requests finished while the head ran")
+    got = read_responses(s, n + 2)
+    order = []
+    for st, b in got[2:]:
+        try:
+            order.append(json.loads(b)["choices"][0]["text"].split()[0])
+        except (ValueError, KeyError, IndexError):
+            order.append(None)
+    tap(len(got) == n + 2 and all(st == 200 for st, _ in got)
+        and order == [f"tag{i}" for i in range(n)],
+        "then every answer arrives, in order", ([st for st, _ in got], order))
+    # The same past the kernel's buffers: 24 requests of 1 MB (mostly whitespace)
+    # behind the head, each answered at once with ~5 KB; the client sends while the
+    # server holds back, and everything arrives once it reads.
+    n = 24
     data = head + b"".join(tokenize_bytes(300 + i, 1 << 20) for i in range(n))
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
@@ -153,7 +175,8 @@ def pipeline_bound():
             counts.append(None)
     tap(len(got) == n + 1 and all(st == 200 for st, _ in got)
         and counts == sorted(counts) and len(set(counts)) == n,
-        "then every answer arrives, in order", ([st for st, _ in got], counts))
+        "1 MB requests past the kernel's buffers: every answer, in order",
+        ([st for st, _ in got], counts))
     # A stream that buffered past the limit behind a shorter head goes on after it
     # reaches the head: its new chunks queue behind what it had buffered, and a
     # client that reads is not taken for a slow one.
