@@ -120,19 +120,20 @@ def tokenize_bytes(words, pad):
 def pipeline_bound():
     """Item 2: pipelined responses behind a slow head are bounded in bytes."""
     srv = Server("--write-queue-max-bytes", "4K")
-    # The head generates for a second or so (16 x 1500 tokens). Behind it: a /tokenize answered at once
+    # The head generates for half a second or more (24 x 1500 tokens, leaving 8 of
+    # the 32 sequence slots to what follows). Behind it: a /tokenize answered at once
     # (on the loop) with ~5 KB, more than the 4 KiB limit, then completions of one
     # token each. Past the limit the server parses no further, so no completion
     # behind it starts until the head is written; before, all of them ran and
     # buffered their answers behind the head.
     n = 6
-    head = post_bytes({"model": MODEL, "prompt": ["head"] * 16, "max_tokens": 1500,
+    head = post_bytes({"model": MODEL, "prompt": ["head"] * 24, "max_tokens": 1500,
                        "ignore_eos": True})
     tok = tokenize_bytes(300, 0)
     tail = b"".join(post_bytes(echo_body(f"tag{i}", 5)) for i in range(n))
     s = socket.create_connection(("127.0.0.1", srv.port))
     s.sendall(head + tok + tail)
-    time.sleep(0.3)
+    time.sleep(0.25)
     ran = metric(srv, "e2e_request_latency_seconds_count")
     tap(ran == 0, "past the byte limit behind a slow head, no request behind it starts",
         f"{ran} requests finished while the head ran")
