@@ -125,7 +125,7 @@ struct cfg {
     int32_t request_timeout_s;       /* whole-request deadline; 0 = none */
     char *cors_allow_origin;         /* Access-Control-Allow-Origin; NULL = no CORS */
     int32_t shutdown_grace_s;        /* SIGINT/SIGTERM drain time; default 30 */
-    int64_t write_queue_max_bytes;   /* per-connection unsent bytes; default 8 MiB */
+    int64_t write_queue_max_bytes;   /* per-connection unsent + buffered; 8 MiB */
     bool log_requests;               /* one log line per finished request; default false */
 
     /* batch */

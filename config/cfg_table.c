@@ -588,8 +588,10 @@ static const struct cfg_opt opt_table[] = {
      FIELD(write_queue_max_bytes),
      .min = 4 * KIB,
      .max = 16 * GIB,
-     .help = "response bytes a connection may leave unsent (a slow client) before the "
-             "server closes it"},
+     .help = "per connection: unsent response bytes queued on the socket (bodies go in "
+             "pieces under it; a stream that piles more on a client that does not read "
+             "is closed), and buffered answers to pipelined requests before the server "
+             "stops reading more"},
     {.key = "log_requests",
      .scopes = SRV,
      .group = "server",

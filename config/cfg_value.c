@@ -179,6 +179,11 @@ int cfg_opt_set(struct cfg *c, const struct cfg_opt *o, const struct cfg_val *v,
     char got[48];
     switch (o->type) {
     case CFG_T_STR:
+        /* An empty secret is refused, not taken for unset: --api-key "" (an unset
+         * shell variable) would otherwise turn authentication off without a word. */
+        if ((o->flags & CFG_F_SECRET) && w.s && !w.s[0])
+            return err_set(ENG_EINVAL, "%s must not be empty (leave it unset for no "
+                           "authentication)", who);
         if ((o->flags & CFG_F_NULLABLE) && w.s && !w.s[0]) w.s = NULL;
         break;
     case CFG_T_LIST:

@@ -6,10 +6,14 @@
  * responses are written; all of them are freed in the socket's close callback (as
  * libuv wants for the handle, and so that no caller sees its exchange vanish).
  * Invariants: only the head exchange writes to the socket; the others buffer. At
- * most CONN_MAX_EXCH exchanges are open: past that the connection stops reading
- * (pipelining backpressure) until the head finishes. A connection whose unsent
- * bytes (what libuv still queues, not what the kernel took) pass
- * write_queue_max_bytes is a slow reader and is closed.
+ * most CONN_MAX_EXCH exchanges are open, and at most write_queue_max_bytes are
+ * buffered in them: past either the connection stops reading (pipelining
+ * backpressure) until the head drains. A body goes to libuv a piece at a time,
+ * the next piece when the client has taken the last, so libuv never holds more
+ * than write_queue_max_bytes unsent for a response however large. A client is
+ * judged slow by its progress: no write completing for the idle timeout, or a
+ * stream that piles more than write_queue_max_bytes on a socket it does not
+ * drain.
  * Nothing here calls up into the routes: each request goes to the handler that
  * conn_accept was given, and what a handler hangs on an exchange is released
  * through the exchange's dispose callback.
@@ -28,14 +32,15 @@
 #include <unistd.h>
 
 #define CONN_MAX_EXCH 16
-/* A file body goes out FILE_CHUNK bytes at a time (less under a smaller
- * write_queue_max_bytes), and only while the chunk fits under that limit with what
- * libuv still holds unsent: a 200 MB download costs a few chunks of memory, never
- * reads the disk faster than the client reads the socket, and is never taken for a
- * slow client. At most FILE_BURST chunks per call, so one fast client cannot hold the
- * loop for a whole file; the write callbacks carry on. */
-#define FILE_CHUNK (256 * 1024)
-#define FILE_BURST 4
+/* A body (in memory or in a file) goes out OUT_CHUNK bytes at a time (less under a
+ * smaller write_queue_max_bytes), and only while the chunk fits under that limit
+ * with what libuv still holds unsent: a 200 MB download costs a few chunks of
+ * memory and never reads the disk faster than the client reads the socket, and a
+ * 15 MB completion body reaches a client that reads it at full speed, however
+ * large it is against the limit. At most OUT_BURST chunks per call, so one fast
+ * client cannot hold the loop for a whole body; the write callbacks carry on. */
+#define OUT_CHUNK (256 * 1024)
+#define OUT_BURST 4
 
 struct wreq {
     uv_write_t w;
@@ -100,7 +105,8 @@ void conn_close(struct conn *c)
     uv_close((uv_handle_t *)&c->tcp, on_close);
 }
 
-static void pump_file(struct exch *x);
+static void pump(struct exch *x);
+static void advance(struct conn *c);
 
 static void on_written(uv_write_t *w, int status)
 {
@@ -115,11 +121,15 @@ static void on_written(uv_write_t *w, int status)
         return;
     }
     c->last_active = uv_now(c->s->loop);
-    /* The head's file goes on; not after a "Connection: close" response, whose
-     * successor never gets to write. */
-    if (c->head && c->head->is_head && c->head->file_open && !c->close_after_write)
-        pump_file(c->head);
-    if (!c->closing && c->close_after_write && c->wq_bytes == 0) conn_close(c);
+    if (c->close_after_write) {
+        /* After a "Connection: close" response its successors never write. */
+        if (c->wq_bytes == 0) conn_close(c);
+        return;
+    }
+    /* The head's body goes on; a head sent whole lets the next one write, and a
+     * drained connection reads again (advance). */
+    if (c->head && c->head->is_head) pump(c->head);
+    advance(c);
 }
 
 static void sock_write(struct conn *c, const char *data, size_t len)
@@ -141,11 +151,12 @@ static void sock_write(struct conn *c, const char *data, size_t len)
     }
     /* uv_write hands the socket what it takes at once; libuv's queue holds only what
      * the client has not read yet. wq_bytes would also count bytes already sent
-     * (their callbacks run later), so a fast reader of one big response would look
-     * slow. A client that does not read is dropped rather than buffered without
-     * bound. One write to a client that had read everything before it is never
-     * slowness, however large (a 30 MB /tokenize body: its memory is held already);
-     * the idle timeout catches a client that then reads nothing. */
+     * (their callbacks run later), so a fast reader would look slow. Bodies come
+     * here in pieces that fit under the limit (pump), so what passes it is a
+     * stream's chunks piling up on a client that does not read: it is dropped
+     * rather than buffered without bound. A write to a client that had read
+     * everything before it is never slowness; the idle timeout catches a client
+     * that then reads nothing. */
     size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
     if (before > 0 && unsent > (size_t)c->s->cfg->write_queue_max_bytes) {
         log_warn("closing a connection with %zu unsent bytes (slow client)", unsent);
@@ -153,10 +164,28 @@ static void sock_write(struct conn *c, const char *data, size_t len)
     }
 }
 
+static size_t write_limit(const struct conn *c)
+{
+    return (size_t)c->s->cfg->write_queue_max_bytes;
+}
+
+/* Stop reading requests: the exchanges or their buffered bytes are at the limit. */
+static void stop_reading(struct conn *c)
+{
+    if (!c->reading) return;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = false;
+}
+
 void conn_write(struct exch *x, const char *data, size_t len)
 {
-    if (x->is_head) {
-        sock_write(x->c, data, len);
+    struct conn *c = x->c;
+    if (c->closing || len == 0) return;
+    const bool queued = x->out_off < x->out_len;
+    /* A small piece at the head with nothing before it goes straight out (a
+     * stream's chunks, a response head); anything else waits in out. */
+    if (x->is_head && !queued && !x->file_open && len <= OUT_CHUNK) {
+        sock_write(c, data, len);
         return;
     }
     if (x->out_len + len > x->out_cap) {
@@ -165,14 +194,38 @@ void conn_write(struct exch *x, const char *data, size_t len)
     }
     memcpy(x->out + x->out_len, data, len);
     x->out_len += len;
+    c->buffered += len;
+    if (!x->is_head) {
+        /* Behind the head: bounded by reading no more requests (consume). */
+        if (c->buffered > write_limit(c)) stop_reading(c);
+        return;
+    }
+    /* More piled on the head's body while the client has not taken what waited: a
+     * stream outrunning its reader. One piece (a whole body, or what an exchange
+     * buffered before it reached the head) is not slowness. */
+    if (queued) x->out_piled += len;
+    if (x->out_piled > write_limit(c)) {
+        log_warn("closing a connection with %zu unsent bytes (slow client)",
+                 x->out_len - x->out_off);
+        conn_close(c);
+        return;
+    }
+    pump(x);
 }
 
 static void read_more(struct conn *c);
 
-/* Pop finished exchanges off the head; let the next one write what it has. */
+/* Whether x is finished and every byte of it was handed to the socket. */
+static bool exch_sent(const struct exch *x)
+{
+    return x->done && x->out_off == x->out_len && !x->file_open;
+}
+
+/* Pop sent exchanges off the head and let the next one write what it has; read
+ * again when the exchanges and their bytes are under the limits. */
 static void advance(struct conn *c)
 {
-    while (c->head && c->head->done && !c->closing) {
+    while (c->head && exch_sent(c->head) && !c->closing) {
         struct exch *x = c->head;
         const bool keep = x->keep_alive; /* what its head told the client */
         c->head = x->next;
@@ -186,19 +239,12 @@ static void advance(struct conn *c)
             return;
         }
         if (c->head) {
-            struct exch *h = c->head;
-            h->is_head = true;
-            sock_write(c, h->out, h->out_len);
-            free(h->out);
-            h->out = NULL;
-            h->out_len = h->out_cap = 0;
-            if (h->file_open) {
-                pump_file(h); /* may finish it and re-enter advance */
-                return;
-            }
+            c->head->is_head = true;
+            pump(c->head);
         }
     }
-    if (!c->closing && !c->reading && c->n_exch < CONN_MAX_EXCH) read_more(c);
+    if (!c->closing && !c->reading && c->n_exch < CONN_MAX_EXCH && c->buffered <= write_limit(c))
+        read_more(c);
 }
 
 void conn_finish(struct exch *x)
@@ -207,19 +253,28 @@ void conn_finish(struct exch *x)
     if (x->is_head) advance(x->c);
 }
 
-/* Send more of the head exchange's file body, and finish the exchange once all of
- * it is out. A read error after the head promised Content-Length leaves no way to
- * tell the client but closing the connection. */
-static void pump_file(struct exch *x)
+/* Hand the head exchange's body to the socket: what waits in out, then the file,
+ * a chunk at a time while the chunk fits under the limit with what libuv holds
+ * unsent (on_written resumes). A read error after the head promised
+ * Content-Length leaves no way to tell the client but closing the connection. */
+static void pump(struct exch *x)
 {
     struct conn *c = x->c;
     uv_stream_t *st = (uv_stream_t *)&c->tcp;
-    /* Never past the slow-client limit: a chunk goes out only when it fits under it. */
-    const size_t limit = (size_t)c->s->cfg->write_queue_max_bytes;
-    const size_t chunk = MIN((size_t)FILE_CHUNK, limit);
+    const size_t limit = write_limit(c);
+    const size_t chunk = MIN((size_t)OUT_CHUNK, limit);
     char *buf = NULL;
-    for (int i = 0; i < FILE_BURST && x->file_left > 0 && !c->closing; i++) {
-        if (uv_stream_get_write_queue_size(st) + chunk > limit) break; /* on_written resumes */
+    for (int i = 0; i < OUT_BURST && !c->closing; i++) {
+        const bool mem = x->out_off < x->out_len;
+        if (!mem && !(x->file_open && x->file_left > 0)) break;
+        if (uv_stream_get_write_queue_size(st) + chunk > limit) break;
+        if (mem) {
+            size_t n = MIN(chunk, x->out_len - x->out_off);
+            x->out_off += n;
+            c->buffered -= n;
+            sock_write(c, x->out + x->out_off - n, n);
+            continue;
+        }
         if (!buf) buf = xmalloc(chunk);
         size_t want = (size_t)MIN(x->file_left, (int64_t)chunk);
         ssize_t n = read(x->file_fd, buf, want);
@@ -233,10 +288,15 @@ static void pump_file(struct exch *x)
         sock_write(c, buf, (size_t)n);
     }
     free(buf);
-    if (x->file_left == 0 && !c->closing) {
+    if (c->closing) return;
+    if (x->out && x->out_off == x->out_len) {
+        free(x->out); /* a big body's memory goes as soon as it is out */
+        x->out = NULL;
+        x->out_len = x->out_cap = x->out_off = x->out_piled = 0;
+    }
+    if (x->file_open && x->file_left == 0) {
         close(x->file_fd);
         x->file_open = false;
-        conn_finish(x);
     }
 }
 
@@ -299,7 +359,10 @@ void conn_respond_file(struct exch *x, int status, const char *content_type, int
     x->file_fd = fd;
     x->file_open = true;
     x->file_left = len;
-    if (x->is_head) pump_file(x); /* else advance() starts it when x reaches the head */
+    /* Finished as far as the handler goes; the exchange is sent once the file is
+     * (pump, now at the head, else when advance() makes it the head). */
+    if (x->is_head) pump(x);
+    conn_finish(x);
 }
 
 void conn_error(struct exch *x, struct api_error *e)
@@ -393,7 +456,17 @@ static void start_exchange(struct conn *c, struct http_request *r)
 
 static void consume_input(struct conn *c)
 {
-    while (!c->closing && !c->failed && c->pending_len) {
+    const size_t limit = write_limit(c);
+    while (!c->closing && !c->failed) {
+        /* Requests the parser completed start while the answers buffered behind the
+         * head are under the limit; the rest wait in the parser's queue (advance ->
+         * read_more takes them when the head drains). A request answered at once
+         * passes the limit before the next one starts. */
+        struct http_request *r;
+        while (!c->closing && c->buffered <= limit && (r = http_parser_take(c->parser)))
+            start_exchange(c, r);
+        if (c->closing || !c->pending_len || c->n_exch >= CONN_MAX_EXCH || c->buffered > limit)
+            return;
         size_t used = 0;
         int status = http_parser_feed(c->parser, c->pending, c->pending_len, &used);
         if (status) used = 0; /* meaningless after an error */
@@ -404,13 +477,13 @@ static void consume_input(struct conn *c)
          * sends its body after its own timeout, as RFC 9110 allows). */
         if (http_parser_take_continue(c->parser) && !c->head)
             sock_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
-        struct http_request *r;
-        while (!c->closing && (r = http_parser_take(c->parser))) start_exchange(c, r);
         if (status) {
+            /* The requests before the error are answered first, the error last. */
+            while (!c->closing && (r = http_parser_take(c->parser))) start_exchange(c, r);
             if (!c->closing) protocol_error(c, status);
             return;
         }
-        if (used == 0 || c->n_exch >= CONN_MAX_EXCH) break;
+        if (used == 0 && !http_parser_queued(c->parser)) return; /* needs more bytes */
     }
 }
 
@@ -425,10 +498,7 @@ static void consume(struct conn *c)
     c->consuming = true;
     consume_input(c);
     c->consuming = false;
-    if (c->reading && c->n_exch >= CONN_MAX_EXCH) {
-        uv_read_stop((uv_stream_t *)&c->tcp);
-        c->reading = false;
-    }
+    if (c->n_exch >= CONN_MAX_EXCH || c->buffered > write_limit(c)) stop_reading(c);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -458,9 +528,24 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 
 static void read_more(struct conn *c)
 {
-    if (c->pending_len) consume(c);
-    if (c->closing || c->failed || c->n_exch >= CONN_MAX_EXCH || c->reading) return;
+    if (c->pending_len || http_parser_queued(c->parser)) consume(c);
+    if (c->closing || c->failed || c->n_exch >= CONN_MAX_EXCH || c->reading ||
+        c->buffered > write_limit(c))
+        return;
     if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0) c->reading = true;
+}
+
+/* The connection other than `except` that is idle between requests (no exchange,
+ * nothing unsent, no partial request) and has been so the longest, or NULL. */
+static struct conn *oldest_idle(struct srv *s, const struct conn *except)
+{
+    struct conn *best = NULL;
+    for (struct conn *c = s->conns; c; c = c->next) {
+        if (c == except || c->closing || c->head || c->wq_bytes || c->pending_len) continue;
+        if (!c->parser || !http_parser_idle(c->parser)) continue;
+        if (!best || c->last_active < best->last_active) best = c;
+    }
+    return best;
 }
 
 void conn_accept(struct srv *s, conn_handler_fn handle)
@@ -479,9 +564,17 @@ void conn_accept(struct srv *s, conn_handler_fn handle)
     s->conns = c;
     s->n_conns++;
     if (s->n_conns > s->cfg->max_connections) {
-        log_warn("connection limit %d reached: closing a new one", s->cfg->max_connections);
-        conn_close(c);
-        return;
+        /* Room is made by closing the idle keep-alive connection quiet the longest
+         * (as nginx reuses its connections): it has nothing under way and its client
+         * reconnects when it needs to. With none idle, the new one is refused. */
+        struct conn *old = oldest_idle(s, c);
+        if (!old) {
+            log_warn("connection limit %d reached: closing a new one",
+                     s->cfg->max_connections);
+            conn_close(c);
+            return;
+        }
+        conn_close(old);
     }
     uv_tcp_nodelay(&c->tcp, 1);
     struct http_limits lim = http_limits_default();

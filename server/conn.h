@@ -29,9 +29,13 @@ struct exch {
     struct conn *c;
     struct http_request *req;
     int status;                /* response status once decided */
-    char *out;                 /* response bytes waiting for their turn */
-    size_t out_len, out_cap;
-    bool done;                 /* the whole response is in out or written */
+    char *out;                 /* response bytes not yet handed to the socket: those
+                                  from out_off on (all of them until x is the head) */
+    size_t out_len, out_cap, out_off;
+    size_t out_piled;          /* appended while x was the head and out was not yet
+                                  drained: past write_queue_max_bytes, a slow client */
+    bool done;                 /* the handler has given the whole response (it may
+                                  still be in out or in the file) */
     bool is_head;              /* first in the queue: writes go straight out */
     bool chunked;              /* streaming with chunked transfer encoding */
     bool keep_alive;           /* the response head said keep-alive (else close after) */
@@ -64,6 +68,9 @@ struct conn {
     char *pending;             /* bytes read but not yet consumed by the parser */
     size_t pending_len;
     size_t wq_bytes;           /* bytes handed to uv_write and not yet written */
+    size_t buffered;           /* bytes in the exchanges' out, not yet handed to
+                                  uv_write; past write_queue_max_bytes the
+                                  connection reads no more requests */
     uint64_t last_active;      /* uv_now() of the last read or write */
     uint64_t last_written;     /* uv_now() of the last completed write, or of the
                                   first queued one when nothing was pending */
@@ -85,8 +92,9 @@ void conn_close(struct conn *c);
 /* Close idle keep-alive connections and those past the drain. Thread: loop. */
 void conn_sweep(struct srv *s);
 
-/* Append response bytes for x: written now if x is at the head of its
- * connection's queue, else kept until it is. Thread: loop. */
+/* Append response bytes for x (copied): written now if x is at the head of its
+ * connection's queue, else kept until it is. A large piece goes out 256 KiB at a
+ * time as the client reads it. Thread: loop. */
 void conn_write(struct exch *x, const char *data, size_t len);
 
 /* The response of x is complete (after its last conn_write). x may be freed before

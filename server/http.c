@@ -424,6 +424,7 @@ static int on_headers_complete(llhttp_t *ll)
     if (!version_supported(ll)) return fail(p, 505);
 
     bool expect_continue = false, has_te = false;
+    int32_t n_host = 0;
     for (int32_t i = 0; i < p->n_fields; i++) {
         const char *name = head_str(p, p->fields[i].name_off);
         /* llhttp checks the characters of a name but lets through an empty one and
@@ -433,6 +434,7 @@ static int on_headers_complete(llhttp_t *ll)
         for (const char *c = name; *c; c++)
             if (!is_tchar((unsigned char)*c)) return fail(p, 400);
         if (strcasecmp(name, "transfer-encoding") == 0) has_te = true;
+        if (strcasecmp(name, "host") == 0) n_host++;
         if (strcasecmp(name, "expect") == 0 && ll->http_minor == 1) {
             /* HTTP/1.0 has no Expect (RFC 9110 10.1.1: ignore it there). */
             if (strcasecmp(head_str(p, p->fields[i].value_off), "100-continue") != 0)
@@ -460,6 +462,13 @@ static int on_headers_complete(llhttp_t *ll)
     if (has_length && ll->content_length > p->body_limit) {
         http_request_free(r);
         return fail(p, 413);
+    }
+    /* RFC 9112 3.2: an HTTP/1.1 request without Host, and any request with two, is
+     * a 400 (HTTP/1.0 had no Host; an empty value is allowed). After the framing
+     * checks, whose answers (413, 501) say more. */
+    if (n_host > 1 || (ll->http_minor == 1 && n_host == 0)) {
+        http_request_free(r);
+        return fail(p, 400);
     }
     r->http_major = ll->http_major;
     r->http_minor = ll->http_minor;
@@ -683,6 +692,11 @@ bool http_parser_take_continue(struct http_parser *p)
 bool http_parser_idle(const struct http_parser *p)
 {
     return p->phase == PHASE_IDLE;
+}
+
+bool http_parser_queued(const struct http_parser *p)
+{
+    return p->q_head != NULL;
 }
 
 /* ---- requests ---- */

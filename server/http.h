@@ -136,6 +136,9 @@ bool http_parser_take_continue(struct http_parser *p);
  * under the header or body timeout instead. Thread: loop. */
 bool http_parser_idle(const struct http_parser *p);
 
+/* True when complete requests wait to be taken (http_parser_take). Thread: loop. */
+bool http_parser_queued(const struct http_parser *p);
+
 /* The reason phrase for a status ("Not Found"), or "Unknown" for one this server
  * never sends. Static string. Thread: any. */
 const char *http_status_reason(int status);

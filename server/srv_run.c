@@ -6,7 +6,8 @@
  * its owner; after every wake-up this file feeds the batch runner and notices a
  * model that failed to load. SIGINT / SIGTERM stop accepting, let in-flight work
  * finish for up to shutdown_grace_s, then cancel the rest and close every handle so
- * the loop ends on its own.
+ * the loop ends on its own. The signal handlers stay until the very end: more
+ * signals shorten the drain, never the clean stop of the engine and the store.
  * Owns: the struct srv it makes (see srv.h), from start to exit.
  * Thread: main, which runs the loop.
  */
@@ -24,7 +25,9 @@
 #include "tokenizer.h"
 #include "util.h"
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,17 +65,44 @@ static void after_events(void *arg)
 
 /* ---- shutdown ---- */
 
+/* Whether stop_everything has run (it closes the tick, which nothing else does). */
+static bool stopped(struct srv *s)
+{
+    return uv_is_closing((uv_handle_t *)&s->tick);
+}
+
 static void stop_everything(struct srv *s)
 {
+    if (stopped(s)) return;
     while (s->conns) conn_close(s->conns);
     batchrun_stop(s->br);
-    if (!uv_is_closing((uv_handle_t *)&s->tick)) uv_close((uv_handle_t *)&s->tick, close_cb_noop);
-    if (!uv_is_closing((uv_handle_t *)&s->sig_int)) uv_close((uv_handle_t *)&s->sig_int, close_cb_noop);
-    if (!uv_is_closing((uv_handle_t *)&s->sig_term))
-        uv_close((uv_handle_t *)&s->sig_term, close_cb_noop);
+    uv_close((uv_handle_t *)&s->tick, close_cb_noop);
+    /* The signal handlers stay installed to the end (srv_run closes them after the
+     * loop): closed now, the next SIGTERM would find the default action and kill
+     * the process in the middle of its clean stop. Unreferenced, they no longer
+     * keep the loop running. */
+    uv_unref((uv_handle_t *)&s->sig_int);
+    uv_unref((uv_handle_t *)&s->sig_term);
     /* Stop the engine (every request left is cancelled; the thread is joined), and
      * only then close the handle it pokes. */
     bridge_stop(&s->bridge);
+}
+
+/* Close the signal handles, last thing before the exit. libuv puts the default
+ * action back as it closes them, so the signals are ignored from then on (blocked
+ * in between: one arriving in that gap would kill the process). */
+static void close_signals(struct srv *s)
+{
+    sigset_t set, old;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, &old);
+    uv_close((uv_handle_t *)&s->sig_int, close_cb_noop);
+    uv_close((uv_handle_t *)&s->sig_term, close_cb_noop);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 static void start_drain(struct srv *s)
@@ -92,6 +122,7 @@ static void start_drain(struct srv *s)
 static void on_signal(uv_signal_t *h, int signum)
 {
     struct srv *s = h->data;
+    if (stopped(s)) return; /* the clean stop is under way: nothing is left to cut */
     if (s->draining && s->drain_cancelled) {
         /* A third: the responses the cancel ended are not waited for either. */
         log_warn("signal %d again: closing every connection now", signum);
@@ -233,6 +264,7 @@ int srv_run(const struct cfg *cfg)
         goto out_early;
     }
 
+    bool signals_open = false;
     struct engine_opts eo;
     cfg_engine_opts(cfg, &eo);
     if (bridge_open(&s->bridge, s->loop, &eo, after_events, s)) {
@@ -247,6 +279,7 @@ int srv_run(const struct cfg *cfg)
     s->br = batchrun_create(s);
     uv_signal_init(s->loop, &s->sig_int);
     uv_signal_init(s->loop, &s->sig_term);
+    signals_open = true;
     s->sig_int.data = s->sig_term.data = s;
     uv_signal_start(&s->sig_int, on_signal, SIGINT);
     uv_signal_start(&s->sig_term, on_signal, SIGTERM);
@@ -262,6 +295,10 @@ out:
     if (s->listener.loop && !uv_is_closing((uv_handle_t *)&s->listener))
         uv_close((uv_handle_t *)&s->listener, close_cb_noop);
     uv_run(s->loop, UV_RUN_DEFAULT);
+    if (signals_open) {
+        close_signals(s);
+        uv_run(s->loop, UV_RUN_DEFAULT);
+    }
     batchrun_destroy(s->br);
     uv_loop_close(s->loop);
 out_early:

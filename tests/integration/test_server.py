@@ -518,7 +518,7 @@ def connection_robustness():
                 f"\r\n\r\n{b}").encode()
     n = 1700
     s = socket.create_connection(("127.0.0.1", srv.port))
-    s.sendall(post(2) * 16 + b"GET / HTTP/1.1\r\n\r\n" * n)
+    s.sendall(post(2) * 16 + b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * n)
     data = read_until(s, lambda d: d.count(b"HTTP/1.1 404") >= n)
     s.close()
     tap(data.count(b"HTTP/1.1 200") == 16 and data.count(b"HTTP/1.1 404") == n,
@@ -556,7 +556,7 @@ def connection_robustness():
     b = json.dumps({"model": MODEL, "prompt": "x", "max_tokens": 3, "stream": True,
                     "ignore_eos": True}).encode()
     s = socket.create_connection(("127.0.0.1", srv.port))
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nConnection: close\r\nContent-Length: "
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: "
               + str(len(b)).encode() + b"\r\n\r\n" + b)
     data = read_until(s, lambda d: False, 30)
     s.close()

@@ -47,13 +47,21 @@ TEST(validation_catches_each_rule_in_one_line)
     c.kv_policy = (enum kv_policy)7;
     EXPECT_EQ(cfg_validate(&c), ENG_EINVAL);
     cfg_free(&c);
-    /* Optional strings: "" unsets them. */
+    /* Optional strings: "" unsets them; but not a secret: --api-key "" (an unset
+     * shell variable) is refused rather than turning authentication off, on the
+     * command line and in a config file alike (null is the way to say none). */
     cfg_defaults(&c);
     EXPECT_EQ(PARSE(&c, "--api-key", "s3cret", "--cors-allow-origin", "*"), 0);
     EXPECT_STR(c.api_key, "s3cret");
     EXPECT_STR(c.cors_allow_origin, "*");
-    EXPECT_EQ(PARSE(&c, "--api-key="), 0);
+    EXPECT_EQ(PARSE(&c, "--api-key="), ENG_EINVAL);
+    EXPECT(strstr(err_msg(), "--api-key must not be empty") != NULL);
+    EXPECT_STR(c.api_key, "s3cret");
+    EXPECT_EQ(cfg_load_string(&c, "{\"api_key\": \"\"}", "k.json"), ENG_EINVAL);
+    EXPECT_EQ(cfg_load_string(&c, "{\"api_key\": null}", "k.json"), 0);
     EXPECT(c.api_key == NULL);
+    EXPECT_EQ(PARSE(&c, "--cors-allow-origin="), 0);
+    EXPECT(c.cors_allow_origin == NULL);
     EXPECT_EQ(cfg_load_string(&c, "{\"cors_allow_origin\": null}", "n.json"), 0);
     EXPECT(c.cors_allow_origin == NULL);
     EXPECT_EQ(cfg_validate(&c), 0);

@@ -79,13 +79,14 @@ TEST(header_names_lowercased_values_trimmed)
           "Empty:\r\n"
           "Dup: one\r\n"
           "dup: two\r\n"
+          "Host: h\r\n"
           "\r\n",
           &res);
     EXPECT_EQ(res.status, 0);
     EXPECT_EQ(res.n, 1);
     if (res.n == 1) {
         struct http_request *r = res.reqs[0];
-        EXPECT_EQ(r->n_headers, 4);
+        EXPECT_EQ(r->n_headers, 5);
         EXPECT_STR(r->headers[0].name, "x-custom-thing");
         EXPECT_STR(r->headers[0].value, "v  a");
         EXPECT_STR(http_request_header(r, "empty"), "");
@@ -146,7 +147,7 @@ TEST(post_body_same_at_every_split)
 TEST(chunked_body_with_extensions_and_trailers)
 {
     struct result res;
-    parse("POST /c HTTP/1.1\r\n"
+    parse("POST /c HTTP/1.1\r\nHost: h\r\n"
           "Transfer-Encoding: chunked\r\n"
           "\r\n"
           "4;name=val\r\nWiki\r\n"
@@ -164,13 +165,13 @@ TEST(chunked_body_with_extensions_and_trailers)
         EXPECT_EQ(r->body_len, 23);
         EXPECT_STR(r->body, "Wikipedia in\r\n\r\nchunks.");
         /* Trailers are not merged into the header section. */
-        EXPECT_EQ(r->n_headers, 1);
+        EXPECT_EQ(r->n_headers, 2);
         EXPECT(http_request_header(r, "x-trailer") == NULL);
         EXPECT_STR(http_request_header(r, "transfer-encoding"), "chunked");
     }
     result_free(&res);
     /* Leading zeros in a chunk size, upper-case hex, "Chunked" in any case. */
-    parse("POST / HTTP/1.1\r\nTransfer-Encoding: "
+    parse("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: "
           "Chunked\r\n\r\n000A\r\n0123456789\r\n0\r\n\r\n",
           &res);
     EXPECT_EQ(res.status, 0);
@@ -234,13 +235,13 @@ TEST(keep_alive_defaults)
         const char *req;
         bool keep_alive;
     } cases[] = {
-        {"GET / HTTP/1.1\r\n\r\n", true},
+        {"GET / HTTP/1.1\r\nHost: h\r\n\r\n", true},
         {"GET / HTTP/1.0\r\n\r\n", false},
-        {"GET / HTTP/1.1\r\nConnection: close\r\n\r\n", false},
-        {"GET / HTTP/1.1\r\nConnection: Close\r\n\r\n", false},
+        {"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", false},
+        {"GET / HTTP/1.1\r\nHost: h\r\nConnection: Close\r\n\r\n", false},
         {"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", true},
         {"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", true},
-        {"GET / HTTP/1.1\r\nConnection: keep-alive\r\n\r\n", true},
+        {"GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n\r\n", true},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         struct result res;
@@ -257,7 +258,7 @@ TEST(connection_close_swallows_the_rest)
 {
     /* Nothing after a closing request is answered, so nothing is parsed: not the
      * next request, not garbage (llhttp's own behaviour in its default mode). */
-    const char *s = "GET /1 HTTP/1.1\r\nConnection: close\r\n\r\nGET /2 HTTP/1.1\r\n\r\n";
+    const char *s = "GET /1 HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n";
     struct http_limits lim = http_limits_default();
     struct http_parser *p = http_parser_create(&lim);
     size_t used = 0;
@@ -292,10 +293,10 @@ TEST(upgrade_is_ignored)
     /* The server may ignore Upgrade (RFC 9110 7.8): the request is ordinary and
      * the connection goes on in HTTP/1.1. */
     struct result res;
-    parse("GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
-          "POST /h2c HTTP/1.1\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+    parse("GET /ws HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+          "POST /h2c HTTP/1.1\r\nHost: h\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
           "HTTP2-Settings: AAMAAABkAAQAAP__\r\nContent-Length: 2\r\n\r\nhi"
-          "GET /next HTTP/1.1\r\n\r\n",
+          "GET /next HTTP/1.1\r\nHost: h\r\n\r\n",
           &res);
     EXPECT_EQ(res.status, 0);
     EXPECT_EQ(res.n, 3);
@@ -310,7 +311,7 @@ TEST(upgrade_is_ignored)
 
 TEST(expect_100_continue)
 {
-    const char *head = "POST /v1/completions HTTP/1.1\r\nContent-Length: 5\r\n"
+    const char *head = "POST /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n"
                        "Expect: 100-continue\r\n\r\n";
     struct http_limits lim = http_limits_default();
     struct http_parser *p = http_parser_create(&lim);
@@ -341,17 +342,17 @@ TEST(expect_100_continue)
     EXPECT(!res.continues);
     result_free(&res);
     /* No body: nothing to continue. Chunked: yes. */
-    parse("POST / HTTP/1.1\r\nContent-Length: 0\r\nExpect: 100-continue\r\n\r\n", &res);
+    parse("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\nExpect: 100-continue\r\n\r\n", &res);
     EXPECT_EQ(res.n, 1);
     EXPECT(!res.continues);
     result_free(&res);
-    parse("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-Continue\r\n\r\n",
+    parse("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nExpect: 100-Continue\r\n\r\n",
           &res);
     EXPECT(res.continues);
     result_free(&res);
     /* An expectation this server cannot meet. */
     EXPECT_EQ(
-        parse_status("POST / HTTP/1.1\r\nContent-Length: 1\r\nExpect: 200-ok\r\n\r\nx"),
+        parse_status("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nExpect: 200-ok\r\n\r\nx"),
         417);
     /* HTTP/1.0 has no Expect: ignored, whatever its value. */
     parse("POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n", &res);
@@ -361,7 +362,7 @@ TEST(expect_100_continue)
     EXPECT_EQ(parse_status("POST / HTTP/1.0\r\nContent-Length: 1\r\nExpect: nope\r\n\r\nx"),
               0);
     /* Too big: the final status instead of a 100, before any body byte. */
-    EXPECT_EQ(parse_status("POST / HTTP/1.1\r\nContent-Length: 999999999999\r\n"
+    EXPECT_EQ(parse_status("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 999999999999\r\n"
                            "Expect: 100-continue\r\n\r\n"),
               413);
 }
@@ -420,7 +421,7 @@ TEST(formatted_chunks_parse_back)
      * request body: the framing round-trips. */
     char msg[1024];
     size_t n = (size_t)snprintf(msg, sizeof msg,
-                                "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+                                "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n");
     const char *parts[] = {"data: {}\n\n", "x", "data: [DONE]\n\n"};
     for (size_t i = 0; i < ARRAY_LEN(parts); i++) {
         n += http_format_chunk_head(msg + n, strlen(parts[i]));
