@@ -94,12 +94,19 @@ def big_bodies():
         "pipelined bodies over the limit, each with an answer behind it, arrive whole",
         [(st, len(b)) for st, b in got])
     # A client that never reads: its body waits in the server (no more than the limit
-    # in libuv), and it is dropped once no write completes for the idle timeout.
+    # in libuv), and it is dropped once no write completes for the idle timeout. The
+    # clock starts when the server has the whole answer (its e2e count rises), not at
+    # a fixed time after the request: under the sanitizers the answer takes seconds.
+    done = metric(srv, "e2e_request_latency_seconds_count") or 0
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.connect(("127.0.0.1", srv.port))
     s.sendall(post_bytes(big))
-    time.sleep(5)
+    deadline = time.time() + 120
+    while (metric(srv, "e2e_request_latency_seconds_count") or 0) <= done \
+            and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(2 + 3)  # the idle timeout, and time for the 250 ms sweep to see it
     t0 = time.time()
     data = read_until(s, lambda d: False, 20)
     s.close()
