@@ -5,6 +5,7 @@
  */
 #include "api_batches.h"
 
+#include "batch_create.h"
 #include "batchrun.h"
 #include "jobstore.h"
 #include "json.h"
@@ -18,11 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* OpenAI's metadata limits: 16 pairs, keys up to 64 characters, values up to 512. */
-#define META_MAX_PAIRS 16
-#define META_MAX_KEY 64
-#define META_MAX_VALUE 512
 
 static void add_time(cJSON *o, const char *name, int64_t t)
 {
@@ -89,36 +85,6 @@ static void reply_batch(struct exch *x, const struct jobstore_batch *b)
     reply_json(x, batch_object(b));
 }
 
-/* Characters (code points) of a string json_parse_checked accepted: UTF-8 bytes
- * that do not continue a character. OpenAI's limits count characters, not bytes. */
-static size_t utf8_chars(const char *s)
-{
-    size_t n = 0;
-    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
-    return n;
-}
-
-/* Whether metadata (already through json_parse_checked: valid UTF-8, no NUL) is null
- * or absent (m NULL) or an object within OpenAI's limits; else a 400 in e. */
-static bool metadata_ok(const cJSON *m, struct api_error *e)
-{
-    if (!m) return true;
-    if (!cJSON_IsObject(m))
-        return json_type_error(e, "metadata", "an object of strings", m), false;
-    int n = 0;
-    for (const cJSON *kv = m->child; kv; kv = kv->next, n++) {
-        const char *bad = NULL;
-        if (n == META_MAX_PAIRS) bad = "metadata may have at most 16 keys";
-        else if (utf8_chars(kv->string) > META_MAX_KEY)
-            bad = "metadata keys are at most 64 characters";
-        else if (!cJSON_IsString(kv)) bad = "metadata values must be strings";
-        else if (utf8_chars(kv->valuestring) > META_MAX_VALUE)
-            bad = "metadata values are at most 512 characters";
-        if (bad) return API_BAD_VALUE(e, "metadata", "%s", bad), false;
-    }
-    return true;
-}
-
 static void create(struct exch *x)
 {
     struct srv *s = x->c->s;
@@ -126,53 +92,27 @@ static void create(struct exch *x)
         reply_error(x, 503, NULL, "The server is shutting down; try again later%s", "");
         return;
     }
-    /* The parser and checks of every JSON body (json.h): UTF-8 throughout, no NUL,
-     * nothing after the object. Metadata is stored and shown in every listing, so a
-     * string that is not clean here would spoil GET /v1/batches for good. */
     struct api_error e = {0};
-    cJSON *j = json_parse_object(x->req->body ? x->req->body : "", x->req->body_len, &e);
-    if (!j) {
-        conn_error(x, &e);
-        return;
-    }
-    /* json_field: a key given twice takes its last value, as in every other body. */
-    const cJSON *file = json_field(j, "input_file_id");
-    const cJSON *endpoint = json_field(j, "endpoint");
-    const cJSON *window = json_field(j, "completion_window");
-    const cJSON *meta = json_field(j, "metadata");
-    if (!cJSON_IsString(file) || !*file->valuestring)
-        API_BAD_VALUE(&e, "input_file_id", "input_file_id is required (a string)");
-    else if (!cJSON_IsString(endpoint))
-        API_BAD_VALUE(&e, "endpoint", "endpoint is required (a string)");
-    else if (strcmp(endpoint->valuestring, "/v1/completions") != 0)
-        API_BAD_VALUE(&e, "endpoint",
-                      "endpoint must be /v1/completions, the only endpoint this server batches");
-    else if (!cJSON_IsString(window) || strcmp(window->valuestring, "24h") != 0)
-        API_BAD_VALUE(&e, "completion_window", "completion_window must be \"24h\"");
-    else
-        metadata_ok(meta, &e);
-    if (e.status) {
-        cJSON_Delete(j);
+    struct batch_create c;
+    if (batch_create_parse(x->req->body, x->req->body_len, &c, &e)) {
         conn_error(x, &e);
         return;
     }
     struct jobstore_file f;
-    int err = jobstore_file_get(s->js, file->valuestring, &f);
+    int err = jobstore_file_get(s->js, c.input_file_id, &f);
     if (!err) {
         if (strcmp(f.purpose, "batch") != 0)
             err = err_set(ENG_EINVAL, "file %s has purpose '%s'; a batch needs purpose 'batch'",
                           f.id, f.purpose);
         jobstore_file_deinit(&f);
     }
-    char *meta_text = meta ? json_print(meta, NULL) : NULL;
     struct jobstore_batch b;
     /* "24h" is what OpenAI accepts and what the object says; the server's own
      * window (batch_window_s) decides when it expires. */
     if (!err)
-        err = jobstore_batch_create(s->js, file->valuestring, endpoint->valuestring, "24h",
-                                    meta_text, s->cfg->batch_window_s, &b);
-    free(meta_text);
-    cJSON_Delete(j);
+        err = jobstore_batch_create(s->js, c.input_file_id, c.endpoint, "24h", c.metadata,
+                                    s->cfg->batch_window_s, &b);
+    batch_create_free(&c);
     if (err) {
         reply_store_error(x, err);
         return;

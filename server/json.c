@@ -192,23 +192,53 @@ static void scan_path(const struct scan *sc, int levels, struct json_fault *f)
     }
 }
 
+static bool is_hex(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f');
+}
+
 /* The string whose opening quote is at s[i]: check it and return the index of its
- * closing quote, or set *f (kind, at) and return n. */
+ * closing quote, or set *f (kind, at) and return n. Beyond UTF-8 and NUL it holds
+ * cJSON to RFC 8259 where cJSON is loose (and Python's json, so OpenAI's server,
+ * is strict): a control byte must be escaped, an escape is one of \" \\ \/ \b \f
+ * \n \r \t or \u and four hex digits. cJSON reads "\u12G4" as U+0000, which would
+ * cut the string short unseen. */
 static size_t scan_string(const struct scan *sc, size_t i, struct json_fault *f)
 {
     const unsigned char *u = (const unsigned char *)sc->s;
     const size_t n = sc->n;
     for (size_t j = i + 1; j < n;) {
         if (u[j] == '"') return j;
-        if (u[j] == '\\') { /* each escape is a backslash and one character (\uXXXX: 'u') */
-            if (j + 5 < n && u[j + 1] == 'u' && memcmp(u + j + 2, "0000", 4) == 0) {
-                f->kind = JSON_FAULT_NUL;
+        if (u[j] == '\\') {
+            const unsigned char e = j + 1 < n ? u[j + 1] : 0;
+            if (e == 'u') {
+                bool hex = j + 5 < n;
+                for (size_t k = 2; hex && k < 6; k++)
+                    hex = is_hex(u[j + k]);
+                if (!hex) {
+                    f->kind = JSON_FAULT_SYNTAX;
+                    f->at = j;
+                    return n;
+                }
+                if (memcmp(u + j + 2, "0000", 4) == 0) {
+                    f->kind = JSON_FAULT_NUL;
+                    f->at = j;
+                    return n;
+                }
+                j += 6;
+            } else if (e && strchr("\"\\/bfnrt", e)) {
+                j += 2;
+            } else {
+                f->kind = JSON_FAULT_SYNTAX;
                 f->at = j;
                 return n;
             }
-            j += 2;
         } else if (u[j] == 0) {
             f->kind = JSON_FAULT_NUL;
+            f->at = j;
+            return n;
+        } else if (u[j] < 0x20) {
+            f->kind = JSON_FAULT_SYNTAX;
             f->at = j;
             return n;
         } else if (u[j] >= 0x80) {
@@ -228,9 +258,49 @@ static size_t scan_string(const struct scan *sc, size_t i, struct json_fault *f)
     return n;
 }
 
+static bool is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* The number token at s[i] (a byte of [-+.0-9]): the index past it when it is an
+ * RFC 8259 number, -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, else n. cJSON
+ * hands strtod whatever it finds, so it takes "+1", ".5", "01" and "1." too. */
+static size_t scan_number(const unsigned char *u, size_t i, size_t n)
+{
+    size_t j = i;
+    if (j < n && u[j] == '-') j++;
+    if (j < n && u[j] == '0') {
+        j++;
+    } else if (j < n && u[j] >= '1' && u[j] <= '9') {
+        while (j < n && is_digit(u[j]))
+            j++;
+    } else {
+        return n;
+    }
+    if (j < n && u[j] == '.') {
+        if (++j >= n || !is_digit(u[j])) return n;
+        while (j < n && is_digit(u[j]))
+            j++;
+    }
+    if (j < n && (u[j] == 'e' || u[j] == 'E')) {
+        j++;
+        if (j < n && (u[j] == '+' || u[j] == '-')) j++;
+        if (j >= n || !is_digit(u[j])) return n;
+        while (j < n && is_digit(u[j]))
+            j++;
+    }
+    /* What follows must end the token: a digit or a sign here means "01" or "1-2". */
+    if (j < n && (is_digit(u[j]) || u[j] == '.' || u[j] == '+' || u[j] == '-' ||
+                  u[j] == 'e' || u[j] == 'E'))
+        return n;
+    return j;
+}
+
 /* Walk text that cJSON parsed (so its structure is sound) for the first string that
- * is not UTF-8 or holds a NUL, and for control bytes between tokens, which cJSON
- * skips as if they were spaces. Returns true when clean, else fills *f. */
+ * is not UTF-8, holds a NUL or breaks RFC 8259's string rules, for numbers outside
+ * its grammar, and for control bytes between tokens, which cJSON skips as if they
+ * were spaces. Returns true when clean, else fills *f. */
 static bool scan_text(const char *s, size_t n, struct json_fault *f)
 {
     struct scan *sc = xcalloc(1, sizeof *sc); /* ~1 KB of levels: off the stack */
@@ -272,6 +342,15 @@ static bool scan_text(const char *s, size_t n, struct json_fault *f)
         } else if (c == ',') {
             if (top >= 0 && sc->is_object[top]) sc->want_key = true;
             else if (top >= 0 && top < SCAN_PATH_DEPTH) sc->index[top]++;
+        } else if (c == '-' || c == '+' || c == '.' || is_digit(c)) {
+            const size_t end = scan_number((const unsigned char *)s, i, n);
+            if (end == n) {
+                f->kind = JSON_FAULT_SYNTAX;
+                f->at = i;
+                ok = false;
+            } else {
+                i = end - 1;
+            }
         } else if (c < 0x20 && !ws(c)) {
             f->kind = JSON_FAULT_SYNTAX;
             f->at = i;

@@ -90,7 +90,8 @@ enum json_fault_kind {
     JSON_FAULT_NUL,        /* a string holding U+0000, escaped or raw */
 };
 
-/* Where and why; path and in_key are set for UTF8 and NUL faults only. */
+/* Where and why; path and in_key are set for faults inside a string only (UTF8, NUL,
+ * and a string's SYNTAX: a bad escape or a raw control byte). */
 struct json_fault {
     enum json_fault_kind kind;
     size_t at;      /* byte offset of the fault in the text */
@@ -109,6 +110,11 @@ struct json_fault {
  * no string holding U+0000, escaped or raw. cJSON passes invalid bytes through, which
  * would make any echo of them invalid JSON, and its strings end at NUL, so "x\u0000y"
  * would silently read as "x": both are refused here, before anyone reads a field.
+ * Where cJSON is looser than RFC 8259 (and than Python's json, so OpenAI's server),
+ * this is strict: control bytes in strings, escapes other than RFC 8259's (cJSON
+ * reads "\u12G4" as U+0000) and numbers such as "+1", ".5", "01" or "1." are syntax
+ * faults. Numbers too large for a double (1e999) parse, as in Python, to infinity,
+ * which every range check refuses.
  * Returns the object (caller deletes), or NULL with *f saying what and where.
  * Thread: any.
  */

@@ -31,30 +31,47 @@ static const struct fault_case cases[] = {
     {"{", 0, JSON_FAULT_SYNTAX, "", false},
     {"{}{}", 0, JSON_FAULT_SYNTAX, "", false},
     {"{} x", 0, JSON_FAULT_SYNTAX, "", false},
-    {"{}\x01", 0, JSON_FAULT_SYNTAX, "", false},     /* cJSON calls it a space */
+    {"{}\x01", 0, JSON_FAULT_SYNTAX, "", false}, /* cJSON calls it a space */
     {"{\x01}", 0, JSON_FAULT_SYNTAX, "", false},
-    {"{}\0", 3, JSON_FAULT_SYNTAX, "", false},       /* a raw NUL after the object */
+    {"{}\0", 3, JSON_FAULT_SYNTAX, "", false}, /* a raw NUL after the object */
     {"{\"a\":\"\\ud800\"}", 0, JSON_FAULT_SYNTAX, "", false}, /* unpaired surrogates */
     {"{\"a\":\"\\udc00\"}", 0, JSON_FAULT_SYNTAX, "", false},
     {"{\"a\":\"\\ud800\\u0041\"}", 0, JSON_FAULT_SYNTAX, "", false},
     {"{\"a\":\"\xff\"", 0, JSON_FAULT_UTF8, "", false}, /* cut short and not UTF-8 */
     {"[1]", 0, JSON_FAULT_NOT_OBJECT, "", false},
+    /* RFC 8259 where cJSON is looser (found by fuzz_json): escapes, control bytes in
+     * strings, numbers outside the grammar */
+    {"{\"a\":\"\\ud83X\"}", 0, JSON_FAULT_SYNTAX, "a", false}, /* cJSON: U+0000 */
+    {"{\"a\":\"\\u12G4\"}", 0, JSON_FAULT_SYNTAX, "a", false},
+    {"{\"a\":\"\\u00\"}", 0, JSON_FAULT_SYNTAX, "", false},      /* cJSON refuses it */
+    {"{\"a\":\"\\x41\"}", 0, JSON_FAULT_SYNTAX, "", false},      /* cJSON refuses it */
+    {"{\"a\":\"tab\there\"}", 0, JSON_FAULT_SYNTAX, "a", false}, /* a raw tab */
+    {"{\"a\":\"\x1f\"}", 0, JSON_FAULT_SYNTAX, "a", false},
+    {"{\"a\":+1}", 0, JSON_FAULT_SYNTAX, "", false},
+    {"{\"a\":.5}", 0, JSON_FAULT_SYNTAX, "", false},
+    {"{\"a\":01}", 0, JSON_FAULT_SYNTAX, "", false},
+    {"{\"a\":1.}", 0, JSON_FAULT_SYNTAX, "", false},
+    {"{\"a\":[1,-]}", 0, JSON_FAULT_SYNTAX, "", false},
+    {"{\"a\":1e}", 0, JSON_FAULT_SYNTAX, "", false},
+    {"{\"a\":-0.5e+10,\"b\":[0,1E5,2e-3,-0,1e999],\"c\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"}", 0,
+     JSON_FAULT_NONE, "", false},
     {"\"s\"", 0, JSON_FAULT_NOT_OBJECT, "", false},
     /* bad strings, named by their member */
     {"{\"custom_id\":\"a\xff\"}", 0, JSON_FAULT_UTF8, "custom_id", false},
-    {"{\"a\":\"\xc0\xaf\"}", 0, JSON_FAULT_UTF8, "a", false},           /* overlong */
-    {"{\"a\":\"\xe0\x80\xaf\"}", 0, JSON_FAULT_UTF8, "a", false},       /* overlong */
-    {"{\"a\":\"\xed\xa0\x80\"}", 0, JSON_FAULT_UTF8, "a", false},       /* surrogate */
-    {"{\"a\":\"\xf4\x90\x80\x80\"}", 0, JSON_FAULT_UTF8, "a", false},   /* > U+10FFFF */
-    {"{\"a\":\"\xe2\x82\"}", 0, JSON_FAULT_UTF8, "a", false},           /* unfinished */
+    {"{\"a\":\"\xc0\xaf\"}", 0, JSON_FAULT_UTF8, "a", false},         /* overlong */
+    {"{\"a\":\"\xe0\x80\xaf\"}", 0, JSON_FAULT_UTF8, "a", false},     /* overlong */
+    {"{\"a\":\"\xed\xa0\x80\"}", 0, JSON_FAULT_UTF8, "a", false},     /* surrogate */
+    {"{\"a\":\"\xf4\x90\x80\x80\"}", 0, JSON_FAULT_UTF8, "a", false}, /* > U+10FFFF */
+    {"{\"a\":\"\xe2\x82\"}", 0, JSON_FAULT_UTF8, "a", false},         /* unfinished */
     {"{\"custom_id\":\"x\\u0000y\"}", 0, JSON_FAULT_NUL, "custom_id", false},
-    {"{\"a\":\"x\0y\"}", 11, JSON_FAULT_NUL, "a", false},               /* a raw NUL */
+    {"{\"a\":\"x\0y\"}", 11, JSON_FAULT_NUL, "a", false}, /* a raw NUL */
     {"{\"body\":{\"model\":\"m\",\"prompt\":\"a\\u0000\"}}", 0, JSON_FAULT_NUL,
      "body.prompt", false},
-    {"{\"body\":{\"prompt\":[\"ok\",[1],\"\\u0000\"]}}", 0, JSON_FAULT_NUL, "body.prompt[2]",
-     false},
+    {"{\"body\":{\"prompt\":[\"ok\",[1],\"\\u0000\"]}}", 0, JSON_FAULT_NUL,
+     "body.prompt[2]", false},
     {"{\"a\":[{\"b\":1},{\"c\":\"\xff\"}]}", 0, JSON_FAULT_UTF8, "a[1].c", false},
-    {"{\"a\":1,\"b\\\"q\":\"\\u0000\"}", 0, JSON_FAULT_NUL, "b\\\"q", false}, /* as written */
+    {"{\"a\":1,\"b\\\"q\":\"\\u0000\"}", 0, JSON_FAULT_NUL, "b\\\"q",
+     false}, /* as written */
     /* bad member names: the object is named */
     {"{\"metadata\":{\"k\\u0000\":\"v\"}}", 0, JSON_FAULT_NUL, "metadata", true},
     {"{\"metadata\":{\"ok\":\"v\",\"\xff\":\"v\"}}", 0, JSON_FAULT_UTF8, "metadata", true},

@@ -1,0 +1,34 @@
+/*
+ * fuzz_opt.c - the served model of the completions targets (fuzz_opt.h).
+ */
+#include "fuzz_opt.h"
+
+#include "tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifndef FUZZ_OPT_TOKENIZER
+#error "FUZZ_OPT_TOKENIZER: the folder with OPT's vocab.json and merges.txt"
+#endif
+
+const struct api_model *fuzz_opt_model(void)
+{
+    static struct api_model m;
+    static struct tokenizer *tok;
+    if (tok) return &m;
+    if (tokenizer_load(&tok, FUZZ_OPT_TOKENIZER "/vocab.json",
+                       FUZZ_OPT_TOKENIZER "/merges.txt")) {
+        fprintf(stderr, "fuzz: cannot load the tokenizer in %s\n", FUZZ_OPT_TOKENIZER);
+        abort();
+    }
+    m.id = "opt-fuzz";
+    m.max_model_len = 2048;
+    m.vocab_size = FUZZ_OPT_VOCAB;
+    m.tok = tok;
+    kv_budget_spec_default(&m.kv_default);
+    m.max_prompts = 8;
+    m.max_n = 8;
+    m.max_seqs = 32;
+    return &m;
+}

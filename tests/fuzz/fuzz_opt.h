@@ -1,0 +1,18 @@
+/*
+ * fuzz_opt.h - the served model the completions targets parse against: OPT's real
+ * BPE tokenizer (tests/data/opt-tokenizer), OPT's context length and vocabulary,
+ * the server's default KV spec and limits.
+ * Thread: the fuzzer's (one).
+ */
+#ifndef H2O_FUZZ_OPT_H
+#define H2O_FUZZ_OPT_H
+
+#include "cmpl.h"
+
+#define FUZZ_OPT_VOCAB 50272
+
+/* The model, loaded on the first call (aborts when the tokenizer cannot load: a
+ * fuzz run without it would explore nothing). Lives until the process ends. */
+const struct api_model *fuzz_opt_model(void);
+
+#endif
