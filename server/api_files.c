@@ -25,6 +25,7 @@
  */
 #include "api_files.h"
 
+#include "files_form.h"
 #include "jobstore.h"
 #include "multipart.h"
 #include "query.h"
@@ -43,10 +44,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* The only purpose POST /v1/files accepts: nothing here consumes anything else. */
-#define FILES_PURPOSE "batch"
-#define FILES_SUFFIX ".jsonl"
 
 /* OpenAI's list default and maximum are both 10,000. */
 #define FILES_LIST_MAX 10000
@@ -96,94 +93,6 @@ static cJSON *file_object(const struct jobstore_file *f)
 
 /* ---- POST /v1/files ---- */
 
-static bool part_equals(const struct multipart_part *p, const char *s)
-{
-    const size_t n = strlen(s);
-    return p->len == n && memcmp(p->data, s, n) == 0;
-}
-
-static bool ends_with_ci(const char *s, const char *suffix)
-{
-    const size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcasecmp(s + n - k, suffix) == 0;
-}
-
-/* The checks of an upload's fields, in the order a user would fix them: the form's
- * shape, then purpose, then the file's name, then its size. Returns the file part,
- * or NULL after answering the error. */
-static const struct multipart_part *
-upload_check(struct exch *x, const struct multipart_part *parts, int32_t n)
-{
-    const struct multipart_part *file = NULL, *purpose = NULL;
-    for (int32_t i = 0; i < n; i++) {
-        const struct multipart_part *p = &parts[i];
-        const struct multipart_part **slot = NULL;
-        if (strcmp(p->name, "file") == 0)
-            slot = &file;
-        else if (strcmp(p->name, "purpose") == 0)
-            slot = &purpose;
-        if (slot) {
-            /* Two files or two purposes: which one did the client mean? */
-            if (*slot) {
-                files_error(x, 400, p->name, NULL, "The '%s' field appears more than once",
-                            p->name);
-                return NULL;
-            }
-            *slot = p;
-        } else if (strncmp(p->name, "expires_after", 13) == 0) {
-            /* Files here never expire; accepting the field silently would promise
-             * a deletion that never happens. Other unknown fields are ignored. */
-            files_error(
-                x, 400, "expires_after", NULL,
-                "expires_after is not supported: files on this server do not expire");
-            return NULL;
-        }
-    }
-    if (!file) {
-        files_error(x, 400, "file", NULL, "Missing required parameter: 'file'");
-        return NULL;
-    }
-    if (!purpose) {
-        files_error(x, 400, "purpose", NULL, "Missing required parameter: 'purpose'");
-        return NULL;
-    }
-    if (!part_equals(purpose, FILES_PURPOSE)) {
-        files_error(x, 400, "purpose", NULL,
-                    "Invalid value for 'purpose': this server accepts only '%s'",
-                    FILES_PURPOSE);
-        return NULL;
-    }
-    if (!file->filename) {
-        files_error(x, 400, "file", NULL,
-                    "The 'file' field must be a file upload (a part with a filename)");
-        return NULL;
-    }
-    if (!ends_with_ci(file->filename, FILES_SUFFIX)) {
-        files_error(x, 400, "file", NULL,
-                    "Invalid file format for the Batch API: the filename must end in '%s'",
-                    FILES_SUFFIX);
-        return NULL;
-    }
-    /* The name goes back out in JSON, which must be UTF-8. */
-    if (!json_utf8_valid(file->filename, strlen(file->filename))) {
-        files_error(x, 400, "file", NULL, "The filename is not valid UTF-8");
-        return NULL;
-    }
-    if (file->len == 0) {
-        files_error(x, 400, "file", NULL, "The file is empty");
-        return NULL;
-    }
-    const int64_t max = x->c->s->cfg->max_file_bytes;
-    if ((uint64_t)file->len > (uint64_t)max) {
-        files_error(
-            x, 413, "file", NULL,
-            "The file is %zu bytes; this server accepts files of at most %lld bytes",
-            file->len, (long long)max);
-        return NULL;
-    }
-    return file;
-}
-
 static void files_upload(struct exch *x)
 {
     const struct http_request *r = x->req;
@@ -197,10 +106,14 @@ static void files_upload(struct exch *x)
         free(why);
         return;
     }
-    const struct multipart_part *file = upload_check(x, parts, n);
-    if (file) {
+    struct api_error e = {0};
+    const struct multipart_part *file =
+        files_form_check(parts, n, x->c->s->cfg->max_file_bytes, &e);
+    if (!file) {
+        conn_error(x, &e);
+    } else {
         struct jobstore_file f = {0};
-        int err = jobstore_file_create(x->c->s->js, file->filename, FILES_PURPOSE,
+        int err = jobstore_file_create(x->c->s->js, file->filename, FILES_FORM_PURPOSE,
                                        file->data, file->len, &f);
         if (err) {
             log_error("files: upload of %zu bytes: %s", file->len, err_msg());
