@@ -3,8 +3,12 @@
  * completion a line on stdout, diagnostics (load time, per-sequence KV use, speed)
  * on stderr. Its flags are config/'s table rows of scope CFG_GENERATE: the engine's
  * (--model, --dtype, --kv-policy, ... as serve spells them, with generate's own
- * defaults: the CPU, every prompt at once) and its own (--prompt, --max-tokens,
- * sampling).
+ * defaults: the CPU, every prompt at once) and its own (--prompt, --prompt-ids,
+ * --max-tokens, sampling, --print-ids).
+ *
+ * --prompt-ids and --print-ids check any checkpoint token for token against another
+ * implementation (transformers' generate with input_ids): ids in, ids out, no
+ * tokenizer in between.
  *
  * Owns: the configuration, the prompts file's text (the prompts point into it) and
  * the model, until it returns. Thread: main (generate_run drives the backend).
@@ -16,6 +20,8 @@
 #include "model.h"
 #include "util.h"
 
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,15 +59,59 @@ static int gather_prompts(const struct cfg *c, const char **prompts, char **file
     return n;
 }
 
+/* One --prompt-ids value: a non-empty JSON array of integers (range checked once
+ * the model is loaded). Returns 0 with a new array in *ids, or -1 with the message
+ * printed. `k` numbers the flag (1-based) for the message. */
+static int parse_ids(const char *text, int k, int32_t **ids, int32_t *n)
+{
+    cJSON *a = cJSON_Parse(text);
+    int bad = !cJSON_IsArray(a) || cJSON_GetArraySize(a) == 0;
+    int32_t len = bad ? 0 : cJSON_GetArraySize(a), i = 0;
+    *ids = bad ? NULL : xcalloc((size_t)len, sizeof **ids);
+    for (const cJSON *e = bad ? NULL : a->child; e; e = e->next, i++) {
+        const double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (!cJSON_IsNumber(e) || d != floor(d) || d < 0 || d > INT32_MAX) {
+            bad = 1;
+            break;
+        }
+        (*ids)[i] = (int32_t)d;
+    }
+    cJSON_Delete(a);
+    if (bad) {
+        fprintf(stderr,
+                "h2oserve: --prompt-ids #%d: expected a non-empty JSON array of token ids "
+                "such as '[2, 133, 1370]', got '%s'\n",
+                k, text);
+        free(*ids);
+        *ids = NULL;
+        return -1;
+    }
+    *n = len;
+    return 0;
+}
+
+/* The ids of --print-ids: one JSON array, as Python prints a list. */
+static void print_ids(const int32_t *ids, int32_t n)
+{
+    fputc('[', stdout);
+    for (int32_t i = 0; i < n; i++)
+        printf(i ? ", %d" : "%d", ids[i]);
+    fputs("]\n", stdout);
+}
+
 /* The completions on stdout, the per-sequence KV lines and the speed on stderr. */
 static void report(const struct gen_result *res, int n_prompts, int32_t min_budget,
-                   double dt)
+                   bool ids, double dt)
 {
     long n_gen = 0, n_prompt_tok = 0;
     for (int i = 0; i < n_prompts; i++) {
         const struct gen_result *r = &res[i];
-        fwrite(r->text, 1, r->text_len, stdout);
-        fputc('\n', stdout);
+        if (ids) {
+            print_ids(r->tokens, r->n_tokens);
+        } else {
+            fwrite(r->text, 1, r->text_len, stdout);
+            fputc('\n', stdout);
+        }
         n_gen += r->n_tokens;
         n_prompt_tok += r->prompt_tokens;
         if (r->budget.policy == KV_POLICY_FULL)
@@ -98,13 +148,28 @@ int cli_generate(int argc, char **argv)
     struct model *m = NULL;
     struct gen_request *reqs = NULL;
     struct gen_result *res = NULL;
-    const int n_prompts = gather_prompts(&c, prompts, &file_text, &rc);
+    const int n_text = gather_prompts(&c, prompts, &file_text, &rc);
+    const int n_idp = c.generate.prompt_ids.n;
+    int32_t **ids = xcalloc((size_t)n_idp + 1, sizeof *ids);
+    int32_t *n_ids = xcalloc((size_t)n_idp + 1, sizeof *n_ids);
+    const int n_prompts = n_text < 0 ? -1 : n_text + n_idp;
+    if (n_prompts > GEN_MAX_PROMPTS) {
+        fprintf(stderr, "h2oserve: at most %d prompts\n", GEN_MAX_PROMPTS);
+        rc = 2;
+        goto done;
+    }
     if (n_prompts == 0) {
-        fprintf(stderr, "h2oserve: generate needs --prompt or --prompts-file\n");
+        fprintf(stderr,
+                "h2oserve: generate needs --prompt, --prompts-file or --prompt-ids\n");
         cfg_usage(stderr, "generate");
         rc = 2;
     }
     if (n_prompts <= 0) goto done;
+    for (int i = 0; i < n_idp; i++)
+        if (parse_ids(c.generate.prompt_ids.items[i], i + 1, &ids[i], &n_ids[i])) {
+            rc = 2;
+            goto done;
+        }
 
     /* The engine's options as serve maps them; generate sizes its own pool. */
     struct engine_opts eo;
@@ -148,23 +213,42 @@ int cli_generate(int argc, char **argv)
             goto done;
         }
     }
+    for (int i = 0; i < n_idp; i++)
+        for (int32_t k = 0; k < n_ids[i]; k++)
+            if (ids[i][k] >= m->cfg.vocab_size) {
+                fprintf(stderr,
+                        "h2oserve: --prompt-ids #%d: id %d is outside the vocabulary "
+                        "(0..%d)\n",
+                        i + 1, ids[i][k], m->cfg.vocab_size - 1);
+                rc = 2;
+                goto done;
+            }
     reqs = xcalloc((size_t)n_prompts, sizeof *reqs);
     res = xcalloc((size_t)n_prompts, sizeof *res);
     for (int i = 0; i < n_prompts; i++) {
         reqs[i] = proto;
-        reqs[i].prompt = prompts[i];
-        reqs[i].prompt_len = strlen(prompts[i]);
+        if (i < n_text) {
+            reqs[i].prompt = prompts[i];
+            reqs[i].prompt_len = strlen(prompts[i]);
+        } else {
+            reqs[i].prompt_ids = ids[i - n_text];
+            reqs[i].n_prompt_ids = n_ids[i - n_text];
+        }
     }
     double t0 = time_now();
     if (generate_run(m, &go, reqs, n_prompts, res)) {
         fprintf(stderr, "h2oserve: %s\n", err_msg());
         goto done;
     }
-    report(res, n_prompts, proto.kv.min_budget, time_now() - t0);
+    report(res, n_prompts, proto.kv.min_budget, c.generate.print_ids, time_now() - t0);
     for (int i = 0; i < n_prompts; i++)
         generate_result_free(&res[i]);
     rc = 0;
 done:
+    for (int i = 0; i < n_idp; i++)
+        free(ids[i]);
+    free(ids);
+    free(n_ids);
     free(reqs);
     free(res);
     free(file_text);

@@ -145,6 +145,8 @@ struct cfg {
     struct cfg_generate {
         struct cfg_list prompt;   /* --prompt, repeatable, at most 4096 */
         char *prompts_file;       /* one prompt per line; NULL = none */
+        struct cfg_list prompt_ids; /* --prompt-ids, repeatable: JSON arrays of ids */
+        bool print_ids;             /* ids instead of text on stdout */
         int32_t max_tokens;       /* per prompt; default 16 */
         double temperature;       /* 0 = greedy; default 1 */
         double top_p;             /* default 1 */

@@ -109,6 +109,23 @@ static const struct cfg_opt opt_table[] = {
      .metavar = "FILE",
      .flags = CFG_F_NULLABLE,
      .help = "one prompt per line (added to any --prompt; empty lines are skipped)"},
+    {.key = "prompt_ids",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_LIST,
+     FIELD(generate.prompt_ids),
+     .max = 4096,
+     .metavar = "JSON",
+     .help = "a prompt as token ids, a JSON array such as '[2, 133, 1370]', given to the "
+             "model as is (no BOS added; repeat for several; they run after the text "
+             "prompts)"},
+    {.key = "print_ids",
+     .scopes = CFG_GENERATE,
+     .group = "generate",
+     .type = CFG_T_BOOL,
+     FIELD(generate.print_ids),
+     .help = "print each completion's generated token ids as one JSON array a line "
+             "instead of its text"},
     {.key = "max_tokens",
      .scopes = CFG_GENERATE,
      .group = "generate",

@@ -97,6 +97,55 @@ if [ ! -e /dev/nvidiactl ]; then
 fi
 expect "missing prompts file" 1 "nope.txt" -- "$bin" generate --model dummy:tiny --prompts-file "$tmp/nope.txt"
 
+# --prompt-ids / --print-ids: ids in, ids out. transformers' own greedy tokens for the
+# golden model's prompts (golden.json, written by tests/data/make_golden.py) come back
+# exactly; a text prompt and its ids (as tokenize gives them) generate the same.
+golden_args=$(python3 -c '
+import json, sys
+g = json.load(open(sys.argv[1]))
+for p in g["prompts"]:
+    print("--prompt-ids", json.dumps(p["tokens"], separators=(",", ":")))
+' "$data/golden/tiny-opt/golden.json")
+python3 -c '
+import json, sys
+for p in json.load(open(sys.argv[1]))["prompts"]:
+    print(json.dumps(p["decode_tokens"]))
+' "$data/golden/tiny-opt/golden.json" >"$tmp/want_ids"
+# shellcheck disable=SC2086 # golden_args is flag/value pairs without spaces inside
+"$bin" generate --model "$data/golden/tiny-opt" $golden_args --max-tokens 20 \
+    --temperature 0 --dtype fp32 --kv-policy full --ignore-eos --print-ids \
+    >"$tmp/got_ids" 2>"$tmp/err"
+if [ -s "$tmp/want_ids" ] && cmp -s "$tmp/want_ids" "$tmp/got_ids"; then
+    ok "--prompt-ids --print-ids give transformers' greedy ids"
+else
+    not_ok "--prompt-ids --print-ids give transformers' greedy ids" \
+        "want $(head -c 300 "$tmp/want_ids")" "got $(head -c 300 "$tmp/got_ids")" \
+        "$(tail -3 "$tmp/err")"
+fi
+hello_ids=$("$bin" tokenize --model dummy:tiny --text "Hello" 2>/dev/null)
+"$bin" generate --model dummy:tiny --prompt "Hello" --max-tokens 8 --temperature 0 \
+    --dtype fp32 >"$tmp/by_text" 2>/dev/null
+"$bin" generate --model dummy:tiny --prompt-ids "$hello_ids" --max-tokens 8 --temperature 0 \
+    --dtype fp32 >"$tmp/by_ids" 2>/dev/null
+[ -s "$tmp/by_text" ] && cmp -s "$tmp/by_text" "$tmp/by_ids" \
+    && ok "a text prompt and its ids generate the same text" \
+    || not_ok "a text prompt and its ids generate the same text" "ids $hello_ids" \
+        "$(cat "$tmp/by_text")" "$(cat "$tmp/by_ids")"
+"$bin" generate --model dummy:tiny --prompt "Hello" --prompt-ids "$hello_ids" --max-tokens 8 \
+    --temperature 0 --dtype fp32 --print-ids >"$tmp/both" 2>/dev/null
+[ "$(wc -l <"$tmp/both")" -eq 2 ] && [ "$(sed -n 1p "$tmp/both")" = "$(sed -n 2p "$tmp/both")" ] \
+    && grep -Eq '^\[[0-9]+(, [0-9]+){7}\]$' "$tmp/both" \
+    && ok "--prompt and --prompt-ids together, one JSON array a line" \
+    || not_ok "--prompt and --prompt-ids together, one JSON array a line" "$(cat "$tmp/both")"
+for bad in '[]' '[2, 1.5]' '[2, -1]' '2' '[2,' '["a"]'; do
+    expect "--prompt-ids '$bad' is refused" 2 "--prompt-ids #1: expected a non-empty JSON array" -- \
+        "$bin" generate --model dummy:tiny --prompt-ids "$bad"
+done
+expect "--prompt-ids outside the vocabulary" 2 "id 512 is outside the vocabulary \(0..511\)" -- \
+    "$bin" generate --model dummy:tiny --prompt-ids '[2, 5]' --prompt-ids '[2, 512]'
+expect "generate without any prompt names --prompt-ids" 2 "--prompt-ids" -- \
+    "$bin" generate --model dummy:tiny
+
 # A golden checkpoint folder (safetensors and .bin) loads and generates.
 expect "generate golden safetensors" 0 "generated tokens" -- \
     "$bin" generate --model "$data/golden/tiny-opt" --prompt "x" --max-tokens 4 --dtype fp32
