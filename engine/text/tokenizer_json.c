@@ -79,6 +79,7 @@ struct tj_pipe {
     bool metaspace, meta_split;
     enum tokenizer_meta meta;
     int32_t tmpl_bos; /* the TemplateProcessing's one special token before $A, or -1 */
+    bool dec_bytes;   /* the decoder has ByteFallback: <0xXX> decodes to its byte */
 };
 
 /* ---- the regex dialect ---- */
@@ -286,7 +287,8 @@ static int tj_post_processor(struct tj_pipe *p, const cJSON *n, const char *path
 }
 
 /* Whether the decoder undoes what the model and pre-tokenizer do; sets strip_lead. */
-static int tj_decoder(struct tokenizer *t, const cJSON *n, const char *path)
+static int tj_decoder(struct tokenizer *t, struct tj_pipe *p, const cJSON *n,
+                      const char *path)
 {
     const char *type = tj_null(n) ? "null" : tj_type(n);
     if (t->kind == TOKENIZER_KIND_BYTE_LEVEL) {
@@ -295,7 +297,10 @@ static int tj_decoder(struct tokenizer *t, const cJSON *n, const char *path)
         return 0;
     }
     if (strcmp(type, "Metaspace") == 0) {
-        const char *scheme = tj_str(n, "prepend_scheme");
+        const char *scheme = tj_str(n, "prepend_scheme"), *rep = tj_str(n, "replacement");
+        if (!rep || strcmp(rep, TOKENIZER_JSON_META) != 0)
+            return tj_refuse(path, "decoder",
+                             "Metaspace with a replacement other than U+2581");
         t->strip_lead =
             scheme ? strcmp(scheme, "never") != 0 : tj_bool(n, "add_prefix_space", true);
         return 0;
@@ -315,7 +320,7 @@ static int tj_decoder(struct tokenizer *t, const cJSON *n, const char *path)
             ok = from && to && strcmp(from, TOKENIZER_JSON_META) == 0 &&
                  strcmp(to, " ") == 0;
         } else if (step == 1 && strcmp(dt, "ByteFallback") == 0) {
-            ok = true;
+            ok = p->dec_bytes = true;
         } else if ((step == 1 || step == 2) && strcmp(dt, "Fuse") == 0) {
             ok = true;
             step = 2;
@@ -337,7 +342,7 @@ static int tj_decoder(struct tokenizer *t, const cJSON *n, const char *path)
 
 /* Name id and give it its raw bytes and display string for the kind. */
 static void tj_set_token(struct tokenizer *t, int32_t id, const char *name, bool added,
-                         bool special, const int16_t *cp_byte)
+                         bool special, bool dec_bytes, const int16_t *cp_byte)
 {
     struct tokenizer_tok *tok = &t->toks[id];
     size_t n = strlen(name);
@@ -360,8 +365,11 @@ static void tj_set_token(struct tokenizer *t, int32_t id, const char *name, bool
         /* A character outside the byte alphabet stands for its own UTF-8, as in
          * Hugging Face's ByteLevel decoder. */
         if (!tokenizer_unmap(cp_byte, name, n, raw, &k)) memcpy(raw, name, k = n);
-    } else if (n == 6 && sscanf(name, "<0x%2X>%n", &hex, &used) == 1 && used == 6) {
-        raw[k++] = (char)hex; /* ByteFallback: <0x0A> is the byte 0x0A */
+    } else if (dec_bytes && n == 6 && sscanf(name, "<0x%2X>%n", &hex, &used) == 1 &&
+               used == 6) {
+        /* ByteFallback: <0x0A> is the byte 0x0A. Without it in the decoder (Metaspace
+         * alone) Hugging Face prints the name, and so does this. */
+        raw[k++] = (char)hex;
     } else {
         for (size_t i = 0; i < n;) { /* Replace("▁", " ") */
             if (i + 3 <= n && memcmp(name + i, TOKENIZER_JSON_META, 3) == 0) {
@@ -379,7 +387,7 @@ static void tj_set_token(struct tokenizer *t, int32_t id, const char *name, bool
 }
 
 static int tj_vocab(struct tokenizer *t, const cJSON *vocab, const cJSON *added,
-                    const char *path)
+                    bool dec_bytes, const char *path)
 {
     int16_t cp_byte[TOKENIZER_N_CP];
     uint16_t byte_cp[256];
@@ -390,7 +398,7 @@ static int tj_vocab(struct tokenizer *t, const cJSON *vocab, const cJSON *added,
         int32_t id = tj_id(item);
         if (t->toks[id].named)
             return err_set(ENG_EFORMAT, "%s: id %d is given to two tokens", path, id);
-        tj_set_token(t, id, item->string, false, false, cp_byte);
+        tj_set_token(t, id, item->string, false, false, dec_bytes, cp_byte);
         if (!tokenizer_add_name(t, id))
             return err_set(ENG_EFORMAT, "%s: token \"%.40s\" appears twice", path,
                            item->string);
@@ -407,7 +415,7 @@ static int tj_vocab(struct tokenizer *t, const cJSON *vocab, const cJSON *added,
                            "%s: added token \"%.40s\" takes id %d from \"%.40s\"", path,
                            content, id, t->pool + tok->name_off);
         bool hashed = tok->named;
-        tj_set_token(t, id, content, true, special, cp_byte);
+        tj_set_token(t, id, content, true, special, dec_bytes, cp_byte);
         if (!hashed && !tokenizer_add_name(t, id))
             return err_set(ENG_EFORMAT, "%s: added token \"%.40s\" is also another id",
                            path, content);
@@ -570,7 +578,9 @@ static int tj_build(struct tokenizer **out, const cJSON *root, const char *path)
     t->ignore_merges = tj_bool(model, "ignore_merges", false);
     t->byte_fallback = tj_bool(model, "byte_fallback", false);
     t->fuse_unk = tj_bool(model, "fuse_unk", false);
-    if ((err = tj_vocab(t, vocab, added, path))) goto fail;
+    /* The decoder first: whether <0xXX> stands for a byte depends on it. */
+    if ((err = tj_decoder(t, &p, tj_get(root, "decoder"), path))) goto fail;
+    if ((err = tj_vocab(t, vocab, added, p.dec_bytes, path))) goto fail;
     if ((err = tj_bytes(t, path))) goto fail;
     if ((err = tj_merges(t, merges, path))) goto fail;
     const char *unk = tj_str(model, "unk_token");
@@ -596,7 +606,6 @@ static int tj_build(struct tokenizer **out, const cJSON *root, const char *path)
         }
     }
     if ((err = tj_post_processor(&p, tj_get(root, "post_processor"), path))) goto fail;
-    if ((err = tj_decoder(t, tj_get(root, "decoder"), path))) goto fail;
     if (p.byte_level && (p.bl_regex || p.split) &&
         (err = tokenizer_compile(t, p.bl_regex ? NULL : p.split)))
         goto fail;

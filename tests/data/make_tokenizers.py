@@ -13,19 +13,22 @@ and records the ids `tokenizers` gives for a few thousand generated strings:
   neox    NFC, ByteLevel(use_regex=true) (the GPT-2 regex), as Pythia / GPT-NeoX
   llama2  SentencePiece-style BPE: Prepend + Replace normalizers, byte_fallback,
           fuse_unk, <0xXX> byte tokens, <s> added by TemplateProcessing
+  llama2-metaspace  the same model with the older Metaspace pre-tokenizer and decoder
+  neox-prefix       neox with ByteLevel(add_prefix_space=true)
 
 The strings are in tests/data/tokenizers/texts.jsonl (one JSON string per line, shared
 by every kind); each kind's ids.bin holds, per string, the ids of encode(text) with
 special strings as plain text (encode_special_tokens = True) and, for strings that
 contain '<', the ids with special tokens parsed (the default). Format: per record
 u16 count then count u16 ids, little endian; plain record then (if '<' in text) the
-special record. Every encode uses add_special_tokens=True (the BOS the template adds).
+special record; the two variants cover the first 600 strings only. Every encode uses add_special_tokens=True (the BOS the template adds).
 
 Run in a venv (requirements-tokenizers.txt):
   /usr/bin/python3 -m venv /tmp/tokvenv
   /tmp/tokvenv/bin/pip install -r tests/data/requirements-tokenizers.txt
   /tmp/tokvenv/bin/python tests/data/make_tokenizers.py
-The output is deterministic for a given tokenizers version.
+The trainer breaks ties in no fixed order, so a rerun may train slightly different
+(but self-consistent) folders; the committed ones are the reference.
 """
 import json
 import os
@@ -251,6 +254,29 @@ def make_llama2(lines):
     return tok, cfg, gen
 
 
+def make_llama2_metaspace(lines):
+    """The older SentencePiece files (Llama 2 before tokenizers 0.14, early Mistral): no
+    normalizer, a Metaspace pre-tokenizer and decoder instead."""
+    tok, cfg, gen = make_llama2(lines)
+    j = json.loads(tok.to_str())
+    meta = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
+            "split": False}
+    j["normalizer"] = None
+    j["pre_tokenizer"] = meta
+    j["decoder"] = meta
+    return Tokenizer.from_str(json.dumps(j)), cfg, gen
+
+
+def make_neox_prefix(lines):
+    """GPT-NeoX's pipeline with ByteLevel(add_prefix_space=true), as GPT-2-style files
+    that want a space before the first word have it."""
+    tok, cfg, gen = make_neox(lines)
+    j = json.loads(tok.to_str())
+    j["pre_tokenizer"]["add_prefix_space"] = True
+    j["decoder"]["add_prefix_space"] = True
+    return Tokenizer.from_str(json.dumps(j)), cfg, gen
+
+
 def encode(tok, text, parse_special):
     tok.encode_special_tokens = not parse_special
     return tok.encode(text, add_special_tokens=True).ids
@@ -264,13 +290,16 @@ def main():
     with open(os.path.join(OUT, "texts.jsonl"), "w", encoding="utf-8") as f:
         for s in cases:
             f.write(json.dumps(s, ensure_ascii=False) + "\n")
-    for name, make in [("llama3", make_llama3), ("qwen2", make_qwen2), ("neox", make_neox),
-                       ("llama2", make_llama2)]:
+    # The two variants cover the first 600 strings only, to keep the data small.
+    for name, make, n_cases in [("llama3", make_llama3, 2000), ("qwen2", make_qwen2, 2000),
+                                ("neox", make_neox, 2000), ("llama2", make_llama2, 2000),
+                                ("llama2-metaspace", make_llama2_metaspace, 600),
+                                ("neox-prefix", make_neox_prefix, 600)]:
         tok, cfg, gen = make(lines)
         d = os.path.join(OUT, name)
         os.makedirs(d, exist_ok=True)
         j = json.loads(tok.to_str())
-        if name in ("llama3", "neox"):
+        if name in ("llama3", "neox", "neox-prefix"):
             # The older spelling of merges, "left right" strings, which byte-level
             # tokens allow (they hold no space); the others keep [left, right] arrays.
             j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]
@@ -283,7 +312,7 @@ def main():
                 f.write("\n")
         out = bytearray()
         n_ids = 0
-        for s in cases:
+        for s in cases[:n_cases]:
             modes = [False, True] if "<" in s else [False]
             for m in modes:
                 ids = encode(tok, s, m)
@@ -293,7 +322,7 @@ def main():
             tok.encode_special_tokens = False
         with open(os.path.join(d, "ids.bin"), "wb") as f:
             f.write(out)
-        print("%s: vocab %d, %d strings, %d ids" % (name, tok.get_vocab_size(), len(cases),
+        print("%s: vocab %d, %d strings, %d ids" % (name, tok.get_vocab_size(), n_cases,
                                                    n_ids), file=sys.stderr)
 
 
