@@ -377,6 +377,31 @@ TEST(detok_over_byte_fallback)
     tokenizer_destroy(t);
 }
 
+TEST(folder_without_tokenizer_json_is_opt)
+{
+    /* vocab.json + merges.txt and no config files: OPT's tokenizer as tokenizer_load
+     * makes it, </s> = 2 the BOS and the one EOS; special strings stay text. */
+    struct tokenizer *t = NULL;
+    if (tokenizer_load_dir(&t, test_data("opt-tokenizer"))) {
+        TEST_FAIL("opt-tokenizer: %s", err_msg());
+        return;
+    }
+    EXPECT_EQ(tokenizer_bos(t), 2);
+    int32_t n;
+    const int32_t *eos = tokenizer_eos_ids(t, &n);
+    EXPECT(n == 1 && eos[0] == 2);
+    int32_t *ids, n_ids;
+    const char *text = "Hello</s> world";
+    CHECK(tokenizer_encode_flags(t, text, strlen(text),
+                                 TOKENIZER_ENCODE_BOS | TOKENIZER_ENCODE_SPECIAL, &ids,
+                                 &n_ids) == 0);
+    EXPECT(n_ids > 3 && ids[0] == 2);
+    for (int32_t i = 1; i < n_ids; i++)
+        EXPECT(ids[i] != 2);
+    free(ids);
+    tokenizer_destroy(t);
+}
+
 /* ---- the loader's refusals ---- */
 
 static char tmp_dir[64];
@@ -516,6 +541,61 @@ TEST(loader_refusals)
     EXPECT_EQ(tokenizer_load_json(&t, "/nonexistent/tokenizer.json"), ENG_EIO);
 }
 
+TEST(mutated_files_fail_cleanly)
+{
+    /* 300 copies of the llama3 and llama2 files, each with a few bytes changed or a
+     * span cut out: each loads (and then encodes) or fails with ENG_EFORMAT, never
+     * crashes (run under ASan too). */
+    static const char *const kinds[] = {"llama3/tokenizer.json", "llama2/tokenizer.json"};
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/test_tokenizer_json.%d.json", (int)getpid());
+    uint64_t r = 7;
+    int n_ok = 0, n_fail = 0;
+    for (size_t ki = 0; ki < ARRAY_LEN(kinds); ki++) {
+        char rel[64], *orig;
+        size_t len;
+        snprintf(rel, sizeof rel, "tokenizers/%s", kinds[ki]);
+        CHECK(util_read_file(test_data(rel), &orig, &len) == 0);
+        char *buf = xmalloc(len);
+        for (int iter = 0; iter < 150; iter++) {
+            memcpy(buf, orig, len);
+            size_t n = len;
+            for (int k = 1 + lcg_below(&r, 3); k > 0; k--) {
+                size_t at = (size_t)lcg_below(&r, (int32_t)n);
+                if (lcg_below(&r, 2)) {
+                    static const char junk[] = "{}[]\":,0119 -tfn\\ab";
+                    buf[at] = junk[lcg_below(&r, (int32_t)sizeof junk - 1)];
+                } else {
+                    size_t cut = MIN(n - at, (size_t)lcg_below(&r, 40));
+                    memmove(buf + at, buf + at + cut, n - at - cut);
+                    n -= cut;
+                }
+            }
+            FILE *f = fopen(path, "wb");
+            CHECK(f);
+            fwrite(buf, 1, n, f);
+            fclose(f);
+            struct tokenizer *t = NULL;
+            int err = tokenizer_load_json(&t, path);
+            if (err == 0) {
+                int32_t *ids, n_ids;
+                const char *s = "Hello, wörld 😀";
+                EXPECT_EQ(tokenizer_encode(t, s, strlen(s), true, &ids, &n_ids), 0);
+                free(ids);
+                tokenizer_destroy(t);
+                n_ok++;
+            } else {
+                if (err != ENG_EFORMAT) TEST_FAIL("%s: %d (%s)", kinds[ki], err, err_msg());
+                n_fail++;
+            }
+        }
+        free(buf);
+        free(orig);
+    }
+    unlink(path);
+    printf("# %d mutated files loaded, %d refused\n", n_ok, n_fail);
+}
+
 int main(void)
 {
     load_texts();
@@ -530,7 +610,9 @@ int main(void)
     RUN(eos_and_bos_from_the_config_files);
     RUN(token_lookups);
     RUN(detok_over_byte_fallback);
+    RUN(folder_without_tokenizer_json_is_opt);
     RUN(loader_refusals);
+    RUN(mutated_files_fail_cleanly);
     for (size_t i = 0; i < n_texts; i++)
         free(texts[i]);
     free(texts);
