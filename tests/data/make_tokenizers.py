@@ -37,7 +37,7 @@ import struct
 import sys
 import unicodedata
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers import processors, trainers
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tokenizers")
@@ -88,9 +88,15 @@ ACCENTS = ["café", "cafe\u0301", "naïve", "nai\u0308ve", "Ångström", "A\u030
            "résumé", "ﬁ", "Ω", "Å", "Ḍ̇", "ǅ", "Straße", "İstanbul", "ſ", "ΣΑΣ", "ǰ"]
 SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n", "\u00a0", "\u3000",
           "\u2003", "\u200b", "\u180e", "\u0085", "\u2028", " \t "]
-SPECIALS = ["<s>", "</s>", "<unk>", "<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>",
+SPECIALS = ["<|sep|>", "<s>", "</s>", "<unk>", "<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>",
             "<|im_start|>", "<|im_end|>", "<|padding|>", "<|start_header_id|>",
             "<|reserved_special_token_3|>", "<0x41>", "<|end_of_text|>"]
+# Letters with combining marks (\p{M} is neither \p{L} nor \p{N}), other number kinds
+# (\p{N}: superscripts, Roman numerals, fullwidth and Arabic-Indic digits), scripts
+# without spaces, and the case-insensitive contractions of the split regexes.
+SCRIPTS = ["नमस्ते दुनिया", "مرحبا بالعالم", "สวัสดีครับ", "각", "x²+y³", "Ⅻ", "１２３４",
+           "٣٤٥", "Ꭰ", "ǈ", "'S", "'LL", "'rE", "'ſ", "don'T", "Ça va", "ﬀ", "e\u0301\u0301",
+           "\U0001F600\u200d", "a\u034fb", "\ufeffBOM"]
 PUNCT = list(".,;:!?'\"()[]{}-_/\\@#$%^&*+=<>|~`") + ["...", "--", "'s", "'LL", "'Re",
                                                      "n't", "’s", "…", "«", "»", "—"]
 
@@ -124,7 +130,8 @@ def piece(rng):
     if r < 0.64: return rng.choice(CODE)
     if r < 0.72: return "".join(rng.choice(CJK) for _ in range(rng.randint(1, 6)))
     if r < 0.78: return rng.choice(EMOJI)
-    if r < 0.84: return rng.choice(ACCENTS)
+    if r < 0.81: return rng.choice(ACCENTS)
+    if r < 0.84: return rng.choice(SCRIPTS)
     if r < 0.90: return rng.choice(SPECIALS)
     if r < 0.95:  # any code point, skipping surrogates (tokenizers takes str -> Rust str)
         cp = rng.choice([rng.randint(0x20, 0x7FF), rng.randint(0x800, 0xD7FF),
@@ -211,6 +218,10 @@ def make_neox(lines):
                                   special_tokens=["<|endoftext|>", "<|padding|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     train(tok, trainer, lines)
+    # Pythia's added tokens also hold runs of spaces, not special and normalized, which
+    # Hugging Face matches in any text; and one not normalized, for the other path.
+    tok.add_tokens([AddedToken(" " * k, normalized=True, special=False) for k in (2, 3, 4, 8)]
+                   + [AddedToken("<|sep|>", normalized=False, special=False)])
     cfg = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
            "unk_token": "<|endoftext|>", "add_bos_token": False, "add_eos_token": False,
            "tokenizer_class": "GPTNeoXTokenizer"}
@@ -273,6 +284,9 @@ def make_neox_prefix(lines):
     tok, cfg, gen = make_neox(lines)
     j = json.loads(tok.to_str())
     j["pre_tokenizer"]["add_prefix_space"] = True
+    # Only the special tokens: the prefix space goes before every piece between added
+    # tokens, and the test's round-trip rule knows only the text's start.
+    j["added_tokens"] = [a for a in j["added_tokens"] if a["special"]]
     j["decoder"]["add_prefix_space"] = True
     return Tokenizer.from_str(json.dumps(j)), cfg, gen
 
