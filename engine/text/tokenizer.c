@@ -1,10 +1,14 @@
 /*
- * tokenizer.c - encoding and decoding with a built tokenizer (GPT-2 byte-level BPE,
- * OPT's tokenizer, or the dummy byte tokenizer), and the lookups of tokenizer.h.
- * tokenizer_load.c builds the tables this file reads.
+ * tokenizer.c - encoding and decoding with a built tokenizer (GPT-2 byte-level BPE from
+ * vocab.json or tokenizer.json, SentencePiece-style BPE from tokenizer.json, or the
+ * dummy byte tokenizer), and the lookups of tokenizer.h. tokenizer_load.c and
+ * tokenizer_json.c build the tables this file reads.
  *
- * Encoding is Hugging Face's: the regex cuts the text into words, each word's bytes
- * become byte tokens, and the merge of lowest rank is applied until none applies. The
+ * Encoding is Hugging Face's pipeline: added tokens are cut out first (leftmost, then
+ * longest); each piece between them is normalized (NFC, Prepend, Replace), cut into
+ * words (the byte-level regex, or Metaspace), and each word's symbols (its bytes in
+ * the byte-level alphabet, or its characters with <0xXX> byte fallback) are merged,
+ * the merge of lowest rank first, until none applies. The
  * merge loop keeps candidate pairs in a binary heap ordered by (rank, position), which
  * is the order GPT-2's "merge the best bigram everywhere" loop applies them in, but
  * costs O(k log k) for a word of k bytes instead of O(k^2), so a megabyte of one

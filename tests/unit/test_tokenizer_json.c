@@ -402,6 +402,39 @@ TEST(folder_without_tokenizer_json_is_opt)
     tokenizer_destroy(t);
 }
 
+TEST(encode_speed)
+{
+    /* All the strings, over and over, to a megabyte: one text with every kind of
+     * piece. SentencePiece BPE has no pre-tokenizer, so each piece between special
+     * tokens is a single word of up to a megabyte; the heap keeps that O(n log n). */
+    static const char *const kinds[] = {"llama3", "llama2"};
+    size_t len = 0, cap = (1 << 20) + 4096;
+    char *text = xmalloc(cap);
+    for (size_t i = 0; len < (1 << 20); i = (i + 1) % n_texts) {
+        size_t n = strlen(texts[i]);
+        memcpy(text + len, texts[i], n);
+        len += n;
+    }
+    for (size_t ki = 0; ki < ARRAY_LEN(kinds); ki++) {
+        struct tokenizer *t = load_kind(kinds[ki]);
+        if (!t) continue;
+        int32_t *ids, n;
+        double t0 = time_now();
+        EXPECT_EQ(tokenizer_encode(t, text, len, false, &ids, &n), 0);
+        double dt = time_now() - t0;
+        printf("# %s encode: %.2f MB in %.3f s = %.1f MB/s, %d tokens\n", kinds[ki],
+               (double)len / 1e6, dt, (double)len / 1e6 / dt, n);
+        char *back;
+        size_t back_len;
+        EXPECT_EQ(tokenizer_decode(t, ids, n, true, &back, &back_len), 0);
+        EXPECT(back_len == len && memcmp(back, text, len) == 0);
+        free(back);
+        free(ids);
+        tokenizer_destroy(t);
+    }
+    free(text);
+}
+
 /* ---- the loader's refusals ---- */
 
 static char tmp_dir[64];
@@ -610,6 +643,7 @@ int main(void)
     RUN(eos_and_bos_from_the_config_files);
     RUN(token_lookups);
     RUN(detok_over_byte_fallback);
+    RUN(encode_speed);
     RUN(folder_without_tokenizer_json_is_opt);
     RUN(loader_refusals);
     RUN(mutated_files_fail_cleanly);
