@@ -451,7 +451,7 @@ static int tokenizer_piece(struct tokenizer_enc *e, const char *s, size_t n, boo
     }
     /* Metaspace's split: each "▁" begins a word (merged with what follows it). */
     size_t w0 = 0;
-    for (size_t i = 3; i + 3 <= n; i++)
+    for (size_t i = 1; i + 3 <= n; i++)
         if (memcmp(u + i, TOKENIZER_META_CH, 3) == 0) {
             tokenizer_sp_word(t, u + w0, i - w0, &e->w, &e->out);
             w0 = i;

@@ -107,7 +107,9 @@ struct tokenizer {
     bool added_first[256]; /* whether some added token starts with this byte */
 };
 
-/* ---- shared by the builders (tokenizer_load.c, tokenizer_json.c) ---- */
+/* ---- shared by the builders (tokenizer_load.c, tokenizer_json.c) ----
+ * Each writes a tokenizer that is not shared yet, so each runs on the builder's thread
+ * only; the tokenizer owns whatever they add (freed by tokenizer_destroy). */
 
 /* Ids are kept below this so that id + 1 and pair keys never overflow. */
 #define TOKENIZER_MAX_ID (1 << 24)

@@ -13,7 +13,10 @@ and records the ids `tokenizers` gives for a few thousand generated strings:
   neox    NFC, ByteLevel(use_regex=true) (the GPT-2 regex), as Pythia / GPT-NeoX
   llama2  SentencePiece-style BPE: Prepend + Replace normalizers, byte_fallback,
           fuse_unk, <0xXX> byte tokens, <s> added by TemplateProcessing
-  llama2-metaspace  the same model with the older Metaspace pre-tokenizer and decoder
+  llama2-metaspace  the same model with a Metaspace pre-tokenizer and decoder
+                    (prepend_scheme first, no split: Mistral's newer files)
+  llama2-metaspace-old  Metaspace as files before tokenizers 0.14 wrote it
+                    (add_prefix_space, split at every "▁")
   neox-prefix       neox with ByteLevel(add_prefix_space=true)
 
 The strings are in tests/data/tokenizers/texts.jsonl (one JSON string per line, shared
@@ -21,7 +24,7 @@ by every kind); each kind's ids.bin holds, per string, the ids of encode(text) w
 special strings as plain text (encode_special_tokens = True) and, for strings that
 contain '<', the ids with special tokens parsed (the default). Format: per record
 u16 count then count u16 ids, little endian; plain record then (if '<' in text) the
-special record; the two variants cover the first 600 strings only. Every encode uses add_special_tokens=True (the BOS the template adds).
+special record; the variants cover the first 600 (400) strings only. Every encode uses add_special_tokens=True (the BOS the template adds).
 
 Run in a venv (requirements-tokenizers.txt):
   /usr/bin/python3 -m venv /tmp/tokvenv
@@ -278,6 +281,18 @@ def make_llama2_metaspace(lines):
     return Tokenizer.from_str(json.dumps(j)), cfg, gen
 
 
+def make_llama2_metaspace_old(lines):
+    """Files written before tokenizers 0.14: Metaspace with add_prefix_space instead of
+    prepend_scheme, and no split field (so every "▁" starts a word)."""
+    tok, cfg, gen = make_llama2(lines)
+    j = json.loads(tok.to_str())
+    meta = {"type": "Metaspace", "replacement": "▁", "add_prefix_space": True}
+    j["normalizer"] = None
+    j["pre_tokenizer"] = meta
+    j["decoder"] = dict(meta)
+    return Tokenizer.from_str(json.dumps(j)), cfg, gen, j
+
+
 def make_neox_prefix(lines):
     """GPT-NeoX's pipeline with ByteLevel(add_prefix_space=true), as GPT-2-style files
     that want a space before the first word have it."""
@@ -304,15 +319,18 @@ def main():
     with open(os.path.join(OUT, "texts.jsonl"), "w", encoding="utf-8") as f:
         for s in cases:
             f.write(json.dumps(s, ensure_ascii=False) + "\n")
-    # The two variants cover the first 600 strings only, to keep the data small.
+    # The variants cover the first strings only, to keep the data small.
     for name, make, n_cases in [("llama3", make_llama3, 2000), ("qwen2", make_qwen2, 2000),
                                 ("neox", make_neox, 2000), ("llama2", make_llama2, 2000),
                                 ("llama2-metaspace", make_llama2_metaspace, 600),
+                                ("llama2-metaspace-old", make_llama2_metaspace_old, 400),
                                 ("neox-prefix", make_neox_prefix, 600)]:
-        tok, cfg, gen = make(lines)
+        made = make(lines)
+        tok, cfg, gen = made[:3]
         d = os.path.join(OUT, name)
         os.makedirs(d, exist_ok=True)
-        j = json.loads(tok.to_str())
+        # A file in an old form is written as it was given; to_str would rewrite it.
+        j = made[3] if len(made) > 3 else json.loads(tok.to_str())
         if name in ("llama3", "neox", "neox-prefix"):
             # The older spelling of merges, "left right" strings, which byte-level
             # tokens allow (they hold no space); the others keep [left, right] arrays.

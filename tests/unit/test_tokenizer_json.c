@@ -191,6 +191,11 @@ TEST(llama2_metaspace_matches_hugging_face)
     EXPECT_EQ(check_kind("llama2-metaspace", false, RT_META), 600);
 }
 
+TEST(llama2_metaspace_old_matches_hugging_face)
+{
+    EXPECT_EQ(check_kind("llama2-metaspace-old", false, RT_META), 400);
+}
+
 TEST(neox_prefix_space_matches_hugging_face)
 {
     EXPECT_EQ(check_kind("neox-prefix", true, RT_PREFIX), 600);
@@ -202,10 +207,11 @@ TEST(invalid_utf8_round_trips)
      * bytes that start nothing, a truncated sequence at the end), so NFC leaves the text
      * alone and decode must give back exactly the bytes (as each kind's decoder changes
      * plain text). Hugging Face cannot see such text. */
-    static const char *const kinds[] = {"llama3",           "qwen2",      "neox", "llama2",
-                                        "llama2-metaspace", "neox-prefix"};
-    static const enum rt rts[] = {RT_EXACT, RT_EXACT, RT_EXACT,
-                                  RT_EXACT, RT_META,  RT_PREFIX};
+    static const char *const kinds[] = {
+        "llama3",     "qwen2", "neox", "llama2", "llama2-metaspace", "llama2-metaspace-old",
+        "neox-prefix"};
+    static const enum rt rts[] = {RT_EXACT, RT_EXACT, RT_EXACT, RT_EXACT,
+                                  RT_META,  RT_META,  RT_PREFIX};
     uint64_t r = 19;
     for (size_t ki = 0; ki < ARRAY_LEN(kinds); ki++) {
         struct tokenizer *t = load_kind(kinds[ki]);
@@ -508,6 +514,28 @@ TEST(loader_refusals)
         tokenizer_destroy(t);
     }
 
+    /* Metaspace's split makes every "▁" start a word, wherever it is: "a b" is "a" and
+     * "▁b", though the merge "a" + "▁" ranks first. */
+    write_tmp(
+        "tokenizer.json",
+        "{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\xE2\x96\x81\","
+        "\"prepend_scheme\":\"never\",\"split\":true},\"decoder\":{\"type\":"
+        "\"Metaspace\",\"replacement\":\"\xE2\x96\x81\",\"prepend_scheme\":\"never\"},"
+        "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"\xE2\x96\x81\":2,"
+        "\"a\xE2\x96\x81\":3,\"\xE2\x96\x81\x62\":4},\"merges\":[[\"a\",\"\xE2\x96\x81\"],"
+        "[\"\xE2\x96\x81\",\"b\"]]}}");
+    t = NULL;
+    if (tokenizer_load_dir(&t, tmp_dir)) TEST_FAIL("metaspace: %s", err_msg());
+    if (t) {
+        int32_t *ids, n_ids;
+        CHECK(tokenizer_encode(t, "a b", 3, true, &ids, &n_ids) == 0);
+        EXPECT_EQ(n_ids, 2);
+        EXPECT_EQ(ids[0], 0);
+        EXPECT_EQ(ids[n_ids - 1], 4);
+        free(ids);
+        tokenizer_destroy(t);
+    }
+
     write_tmp("tokenizer.json", "{\"model\": {\"type\": \"BPE\", ");
     expect_refused(ENG_EFORMAT, "not valid JSON");
     write_tmp("tokenizer.json", "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}");
@@ -638,6 +666,7 @@ int main(void)
     RUN(neox_matches_hugging_face);
     RUN(llama2_matches_hugging_face);
     RUN(llama2_metaspace_matches_hugging_face);
+    RUN(llama2_metaspace_old_matches_hugging_face);
     RUN(neox_prefix_space_matches_hugging_face);
     RUN(invalid_utf8_round_trips);
     RUN(eos_and_bos_from_the_config_files);
