@@ -13,8 +13,8 @@ and records the ids `tokenizers` gives for a few thousand generated strings:
   neox    NFC, ByteLevel(use_regex=true) (the GPT-2 regex), as Pythia / GPT-NeoX
   llama2  SentencePiece-style BPE: Prepend + Replace normalizers, byte_fallback,
           fuse_unk, <0xXX> byte tokens, <s> added by TemplateProcessing
-  llama2-metaspace  the same model with a Metaspace pre-tokenizer and decoder
-                    (prepend_scheme first, no split: Mistral's newer files)
+  llama2-metaspace  the same model with a Metaspace pre-tokenizer (prepend_scheme
+                    first, no split) and no normalizer: Mistral's newer files
   llama2-metaspace-old  Metaspace as files before tokenizers 0.14 wrote it
                     (add_prefix_space, split at every "▁")
   neox-prefix       neox with ByteLevel(add_prefix_space=true)
@@ -269,21 +269,21 @@ def make_llama2(lines):
 
 
 def make_llama2_metaspace(lines):
-    """The older SentencePiece files (Llama 2 before tokenizers 0.14, early Mistral): no
-    normalizer, a Metaspace pre-tokenizer and decoder instead."""
+    """Newer SentencePiece files (transformers' LlamaConverter with legacy=False, as
+    Mistral's newer files are): no normalizer, a Metaspace pre-tokenizer that prepends
+    before the first piece only and does not split; llama2's decoder."""
     tok, cfg, gen = make_llama2(lines)
     j = json.loads(tok.to_str())
-    meta = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
-            "split": False}
     j["normalizer"] = None
-    j["pre_tokenizer"] = meta
-    j["decoder"] = meta
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
+                          "split": False}
     return Tokenizer.from_str(json.dumps(j)), cfg, gen
 
 
 def make_llama2_metaspace_old(lines):
     """Files written before tokenizers 0.14: Metaspace with add_prefix_space instead of
-    prepend_scheme, and no split field (so every "▁" starts a word)."""
+    prepend_scheme, and no split field (so every "▁" starts a word), as pre-tokenizer
+    and as decoder (which prints <0xXX> tokens as their names)."""
     tok, cfg, gen = make_llama2(lines)
     j = json.loads(tok.to_str())
     meta = {"type": "Metaspace", "replacement": "▁", "add_prefix_space": True}
