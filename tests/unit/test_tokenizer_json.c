@@ -407,6 +407,21 @@ TEST(folder_without_tokenizer_json_is_opt)
         EXPECT(ids[i] != 2);
     free(ids);
     tokenizer_destroy(t);
+
+    /* The built-in model's folder, with its tokenizer_config.json (bos_token and
+     * eos_token "</s>", add_bos_token): the same rules, nothing refused. */
+    t = NULL;
+    if (tokenizer_load_dir(&t, test_data("../../models/default"))) {
+        TEST_FAIL("models/default: %s", err_msg());
+        return;
+    }
+    EXPECT_EQ(tokenizer_bos(t), 2);
+    eos = tokenizer_eos_ids(t, &n);
+    EXPECT(n == 1 && eos[0] == 2);
+    CHECK(tokenizer_encode(t, "Hi", 2, true, &ids, &n_ids) == 0);
+    EXPECT(n_ids >= 2 && ids[0] == 2);
+    free(ids);
+    tokenizer_destroy(t);
 }
 
 TEST(encode_speed)
