@@ -337,7 +337,7 @@ def main():
             j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]
             tok = Tokenizer.from_str(json.dumps(j))
         with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
-            f.write(json.dumps(j, ensure_ascii=False))
+            f.write(json.dumps(j, ensure_ascii=False, separators=(",", ":")))
         for fn, obj in [("tokenizer_config.json", cfg), ("generation_config.json", gen)]:
             with open(os.path.join(d, fn), "w", encoding="utf-8") as f:
                 json.dump(obj, f, indent=1, ensure_ascii=False)
