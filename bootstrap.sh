@@ -11,7 +11,7 @@ build=${1:-build}
 shift || true
 
 pkgs=(build-essential pkg-config meson ninja-build
-      libuv1-dev libcjson-dev node-llhttp libdnnl-dev libpcre2-dev libsqlite3-dev
+      libuv1-dev libcjson-dev node-llhttp libdnnl-dev libpcre2-dev libutf8proc-dev libsqlite3-dev
       python3 python3-venv curl)
 
 missing=()

@@ -17,6 +17,7 @@
 #include "err.h"
 #include "kv_pool.h"
 #include "model.h"
+#include "tokenizer.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -63,7 +64,10 @@ static bool seq_emit(struct sched *s, struct sseq *sq, const struct sample_out *
     char *delta = NULL;
     size_t len = 0;
     bool stopped = false;
-    if (tok == s->m->cfg.eos_id && !r->ignore_eos) {
+    /* Any of the model's EOS ids ends the sequence (Llama 3 Instruct has three): the
+     * config's eos_token_id, and every one the tokenizer's files name. */
+    bool eos = tok == s->m->cfg.eos_id || (s->m->tok && tokenizer_is_eos(s->m->tok, tok));
+    if (eos && !r->ignore_eos) {
         fin = REQ_FINISH_STOP;
     } else {
         detok_push(&sq->dt, tok, &delta, &len, &stopped);

@@ -32,23 +32,13 @@
  * PCRE2's own \s also takes U+180E, which has not been a space since Unicode 6.3, and
  * would split "\u180e's" differently.
  */
-#define TOKENIZER_WS                                                                       \
-    "\\t\\n\\x{0B}\\f\\r "                                                                 \
-    "\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"                \
-    "\\x{205F}\\x{3000}"
-static const char tokenizer_pattern[] =
+const char tokenizer_pattern[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" TOKENIZER_WS "\\p{L}\\p{N}]+"
     "|[" TOKENIZER_WS "]+(?![^" TOKENIZER_WS "])|[" TOKENIZER_WS "]+";
 
 /* Vocabulary entries that stand for no text. "<|endoftext|>" is GPT-2's own. */
 static const char *const tokenizer_special_names[] = {"<s>",   "<pad>",  "</s>",
                                                       "<unk>", "<mask>", "<|endoftext|>"};
-
-/* Ids are kept below this so that id + 1 and pair keys never overflow. */
-#define TOKENIZER_MAX_ID (1 << 24)
-
-/* The byte map's code points: 256 plus the 68 bytes moved past Latin-1. */
-#define TOKENIZER_N_CP 324
 
 /* ---- the GPT-2 byte <-> code point mapping ---- */
 
@@ -57,7 +47,7 @@ static const char *const tokenizer_special_names[] = {"<s>",   "<pad>",  "</s>",
  * the printable Latin-1 bytes map to themselves, the 68 others to 256, 257, ... in
  * byte order. A space (0x20) becomes U+0120 "Ġ", a newline U+010A "Ċ".
  */
-static void tokenizer_byte_map(uint16_t byte_cp[256], int16_t cp_byte[TOKENIZER_N_CP])
+void tokenizer_byte_map(uint16_t byte_cp[256], int16_t cp_byte[TOKENIZER_N_CP])
 {
     int n = 0;
     for (int i = 0; i < TOKENIZER_N_CP; i++)
@@ -69,7 +59,7 @@ static void tokenizer_byte_map(uint16_t byte_cp[256], int16_t cp_byte[TOKENIZER_
     }
 }
 
-static size_t tokenizer_put_utf8(char *dst, uint32_t cp)
+size_t tokenizer_put_utf8(char *dst, uint32_t cp)
 {
     if (cp < 0x80) {
         dst[0] = (char)cp;
@@ -85,7 +75,7 @@ static size_t tokenizer_put_utf8(char *dst, uint32_t cp)
 /* ---- the string pool and the name hash ---- */
 
 /* Append n bytes plus a NUL and return their offset in the pool. */
-static uint32_t tokenizer_pool_add(struct tokenizer *t, const char *s, size_t n)
+uint32_t tokenizer_pool_add(struct tokenizer *t, const char *s, size_t n)
 {
     if (t->pool_len + n + 1 > t->pool_cap) {
         while (t->pool_len + n + 1 > t->pool_cap)
@@ -101,7 +91,7 @@ static uint32_t tokenizer_pool_add(struct tokenizer *t, const char *s, size_t n)
 }
 
 /* Append the display form of raw bytes: valid UTF-8 with U+FFFD for invalid runs. */
-static uint32_t tokenizer_pool_add_display(struct tokenizer *t, const char *s, size_t n)
+uint32_t tokenizer_pool_add_display(struct tokenizer *t, const char *s, size_t n)
 {
     char *tmp = xmalloc(n * 3 + 1); /* each bad byte may grow to 3 bytes of U+FFFD */
     size_t k = 0;
@@ -133,7 +123,7 @@ static uint64_t tokenizer_hash_str(const char *s, size_t n)
     return h ^ (h >> 29);
 }
 
-static uint32_t tokenizer_pow2_above(size_t n)
+uint32_t tokenizer_pow2_above(size_t n)
 {
     uint32_t cap = 16;
     while (cap < 2 * n)
@@ -142,7 +132,7 @@ static uint32_t tokenizer_pow2_above(size_t n)
 }
 
 /* The id whose vocab string is s[0..n), or -1. */
-static int32_t tokenizer_find_name(const struct tokenizer *t, const char *s, size_t n)
+int32_t tokenizer_find_name(const struct tokenizer *t, const char *s, size_t n)
 {
     uint32_t mask = t->name_cap - 1;
     for (uint32_t i = (uint32_t)tokenizer_hash_str(s, n) & mask;; i = (i + 1) & mask) {
@@ -155,7 +145,7 @@ static int32_t tokenizer_find_name(const struct tokenizer *t, const char *s, siz
 }
 
 /* Insert id under its name; returns false when the name is already there. */
-static bool tokenizer_add_name(struct tokenizer *t, int32_t id)
+bool tokenizer_add_name(struct tokenizer *t, int32_t id)
 {
     const struct tokenizer_tok *tok = &t->toks[id];
     const char *s = t->pool + tok->name_off;
@@ -170,7 +160,7 @@ static bool tokenizer_add_name(struct tokenizer *t, int32_t id)
 
 /* ---- building ---- */
 
-static struct tokenizer *tokenizer_alloc(int32_t vocab_size)
+struct tokenizer *tokenizer_alloc(int32_t vocab_size)
 {
     struct tokenizer *t = xcalloc(1, sizeof *t);
     t->vocab_size = vocab_size;
@@ -180,6 +170,10 @@ static struct tokenizer *tokenizer_alloc(int32_t vocab_size)
     tokenizer_pool_add(t, "", 0); /* offset 0 is the empty string for unnamed ids */
     for (int32_t i = 0; i < vocab_size; i++)
         t->toks[i].split_left = t->toks[i].split_right = -1;
+    for (int b = 0; b < 256; b++)
+        t->byte_tok[b] = -1;
+    tokenizer_byte_map(t->byte_cp, (int16_t[TOKENIZER_N_CP]){0});
+    t->bos = t->eos = t->unk = -1;
     t->name_cap = tokenizer_pow2_above((size_t)vocab_size);
     t->name_slots = xcalloc(t->name_cap, sizeof *t->name_slots);
     return t;
@@ -196,8 +190,8 @@ static bool tokenizer_special_name(const char *s)
  * Map a byte-level name back to raw bytes (raw has room for n bytes). Returns false
  * when a character lies outside the byte alphabet.
  */
-static bool tokenizer_unmap(const int16_t cp_byte[TOKENIZER_N_CP], const char *name,
-                            size_t n, char *raw, size_t *n_raw)
+bool tokenizer_unmap(const int16_t cp_byte[TOKENIZER_N_CP], const char *name, size_t n,
+                     char *raw, size_t *n_raw)
 {
     size_t k = 0;
     for (size_t i = 0; i < n;) {
@@ -303,6 +297,20 @@ fail:
     return err;
 }
 
+void tokenizer_set_eos(struct tokenizer *t, const int32_t *ids, int32_t n)
+{
+    free(t->eos_ids);
+    t->eos_ids = xmalloc((size_t)MAX(n, 1) * sizeof *t->eos_ids);
+    t->n_eos = 0;
+    for (int32_t i = 0; i < n; i++) {
+        bool dup = false;
+        for (int32_t j = 0; j < t->n_eos; j++)
+            dup |= t->eos_ids[j] == ids[i];
+        if (!dup && ids[i] >= 0) t->eos_ids[t->n_eos++] = ids[i];
+    }
+    t->eos = t->n_eos ? t->eos_ids[0] : -1;
+}
+
 /* Find the single-byte token of every byte, and BOS/EOS. */
 static int tokenizer_find_basics(struct tokenizer *t, const char *path)
 {
@@ -323,7 +331,32 @@ static int tokenizer_find_basics(struct tokenizer *t, const char *path)
     if (eos < 0) eos = tokenizer_find_name(t, "<|endoftext|>", 13);
     if (eos < 0) return err_set(ENG_EFORMAT, "%s: no \"</s>\" token", path);
     t->bos = t->eos = eos;
+    tokenizer_set_eos(t, &eos, 1);
     return 0;
+}
+
+void tokenizer_merges_init(struct tokenizer *t, size_t n)
+{
+    t->merge_cap = tokenizer_pow2_above(n);
+    t->merges = xmalloc(t->merge_cap * sizeof *t->merges);
+    for (uint32_t i = 0; i < t->merge_cap; i++)
+        t->merges[i].key = TOKENIZER_NO_KEY;
+}
+
+void tokenizer_add_merge(struct tokenizer *t, int32_t a, int32_t b, int32_t ab,
+                         int32_t rank)
+{
+    uint64_t key = tokenizer_merge_key(a, b);
+    uint32_t mask = t->merge_cap - 1;
+    uint32_t i = (uint32_t)tokenizer_hash_u64(key) & mask;
+    while (t->merges[i].key != TOKENIZER_NO_KEY && t->merges[i].key != key)
+        i = (i + 1) & mask;
+    if (t->merges[i].key != TOKENIZER_NO_KEY) return; /* a repeated merge keeps its rank */
+    t->merges[i] = (struct tokenizer_merge){key, rank, ab};
+    if (t->toks[ab].split_left < 0) {
+        t->toks[ab].split_left = a;
+        t->toks[ab].split_right = b;
+    }
 }
 
 static int tokenizer_read_merges(struct tokenizer *t, const char *path)
@@ -335,10 +368,7 @@ static int tokenizer_read_merges(struct tokenizer *t, const char *path)
     size_t n_lines = 1;
     for (size_t i = 0; i < len; i++)
         n_lines += buf[i] == '\n';
-    t->merge_cap = tokenizer_pow2_above(n_lines);
-    t->merges = xmalloc(t->merge_cap * sizeof *t->merges);
-    for (uint32_t i = 0; i < t->merge_cap; i++)
-        t->merges[i].key = TOKENIZER_NO_KEY;
+    tokenizer_merges_init(t, n_lines);
 
     char *joined = NULL;
     size_t joined_cap = 0;
@@ -378,19 +408,7 @@ static int tokenizer_read_merges(struct tokenizer *t, const char *path)
                           line_no, (int)MIN(what_len, 80), what);
             goto out;
         }
-        uint64_t key = tokenizer_merge_key(a, b);
-        uint32_t mask = t->merge_cap - 1;
-        uint32_t i = (uint32_t)tokenizer_hash_u64(key) & mask;
-        while (t->merges[i].key != TOKENIZER_NO_KEY && t->merges[i].key != key)
-            i = (i + 1) & mask;
-        if (t->merges[i].key ==
-            TOKENIZER_NO_KEY) { /* a repeated merge keeps its first rank */
-            t->merges[i] = (struct tokenizer_merge){key, rank, ab};
-            if (t->toks[ab].split_left < 0) {
-                t->toks[ab].split_left = a;
-                t->toks[ab].split_right = b;
-            }
-        }
+        tokenizer_add_merge(t, a, b, ab, rank);
         rank++;
         line = next;
     }
@@ -400,20 +418,22 @@ out:
     return err;
 }
 
-static int tokenizer_compile(struct tokenizer *t)
+int tokenizer_compile(struct tokenizer *t, const char *pattern)
 {
     int code;
     PCRE2_SIZE where;
+    if (!pattern) pattern = tokenizer_pattern;
     /* MATCH_INVALID_UTF makes invalid bytes unmatchable instead of an error; encode
      * turns each run of them into a word of its own. */
     t->re =
-        pcre2_compile((PCRE2_SPTR)tokenizer_pattern, PCRE2_ZERO_TERMINATED,
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &where, NULL);
     if (!t->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
-        return err_set(ENG_EUNSUPPORTED, "tokenizer: PCRE2 rejects the GPT-2 pattern: %s",
-                       (const char *)msg);
+        return err_set(ENG_EUNSUPPORTED,
+                       "tokenizer: PCRE2 rejects the pre-tokenizer pattern at %zu: %s",
+                       (size_t)where, (const char *)msg);
     }
     /* Without JIT (unsupported CPU or build) the interpreter gives the same words. */
     pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE);
@@ -430,8 +450,9 @@ int tokenizer_load(struct tokenizer **out, const char *vocab_json_path,
     if (err) goto fail;
     err = tokenizer_read_merges(t, merges_txt_path);
     if (err) goto fail;
-    err = tokenizer_compile(t);
+    err = tokenizer_compile(t, NULL);
     if (err) goto fail;
+    t->add_bos = t->split_specials = true;
     *out = t;
     return 0;
 fail:
@@ -474,7 +495,9 @@ struct tokenizer *tokenizer_create_bytes(int32_t vocab_size)
         tok->n_bytes = n;
         tok->str_off = tokenizer_pool_add_display(t, word, (size_t)n);
     }
-    t->bos = t->eos = 2;
+    t->bos = 2;
+    tokenizer_set_eos(t, &(int32_t){2}, 1);
+    t->add_bos = t->split_specials = true;
     return t;
 }
 
@@ -482,6 +505,13 @@ void tokenizer_destroy(struct tokenizer *t)
 {
     if (!t) return;
     pcre2_code_free(t->re);
+    for (int32_t i = 0; i < t->n_norm; i++) {
+        free(t->norm[i].a);
+        free(t->norm[i].b);
+    }
+    free(t->norm);
+    free(t->added);
+    free(t->eos_ids);
     free(t->merges);
     free(t->name_slots);
     free(t->pool);

@@ -11,10 +11,14 @@
  * a step with interactive prompt work carries no batch sequence, yet batch
  * sequences are never starved by a stream of interactive prompts (at most 4 steps
  * in a row sit out); batch prompt tokens per step stay within batch_prompt_tokens;
- * and sampling on the "device" (the logits left on the backend) gives the host
- * sampler's tokens and logprobs bit for bit.
+ * sampling on the "device" (the logits left on the backend) gives the host
+ * sampler's tokens and logprobs bit for bit; and every EOS id of the tokenizer ends a
+ * sequence.
  */
 #include "sched_harness.h"
+
+#include "tokenizer.h"
+#include "tokenizer_impl.h" /* tokenizer_set_eos: the EOS set of a Llama 3 folder */
 
 /* ---- Interactive prompts before batch work, once admitted too. ---- */
 
@@ -255,11 +259,78 @@ TEST(sampling_on_the_device_matches_the_host)
     }
 }
 
+/* ---- Every EOS id ends a sequence. ---- */
+
+struct eos_seen {
+    struct harness *h;
+    int32_t n_tok, last_tok;
+    enum req_finish fin;
+};
+
+static void eos_event(void *arg, struct req_event *ev)
+{
+    struct eos_seen *e = arg;
+    if (ev->token >= 0) {
+        e->n_tok++;
+        e->last_tok = ev->token;
+        e->h->o.n_token_events++; /* what h_step's stats check counts */
+    }
+    if (ev->finish != REQ_FINISH_NONE) e->fin = ev->finish;
+    req_event_free(ev);
+}
+
+/*
+ * A tokenizer with several EOS ids (Llama 3 Instruct: <|end_of_text|>, <|eom_id|>,
+ * <|eot_id|>) ends a sequence at any of them, not only at the config's eos_token_id:
+ * a logit bias makes token 300 or 301 the greedy choice; with the EOS set {2, 300}
+ * the first makes one token and stops, the second runs to max_tokens, and ignore_eos
+ * still runs to max_tokens.
+ */
+TEST(any_eos_id_of_the_tokenizer_stops)
+{
+    struct harness h;
+    if (!h_open(&h, 64, 4, 64, 8)) return;
+    struct eos_seen e = {.h = &h};
+    sched_destroy(h.s);
+    h.s = sched_create(h.m, &h.pool, &h.so, eos_event, &e);
+    CHECK(h.s);
+    tokenizer_set_eos(h.m->tok, (const int32_t[]){2, 300}, 2);
+    EXPECT(tokenizer_is_eos(h.m->tok, 300) && h.m->cfg.eos_id != 300);
+    static const struct {
+        int32_t forced;
+        bool ignore_eos;
+        int32_t n_tok;
+        enum req_finish fin;
+    } cases[] = {{300, false, 1, REQ_FINISH_STOP},
+                 {301, false, 5, REQ_FINISH_LENGTH},
+                 {300, true, 5, REQ_FINISH_LENGTH}};
+    for (size_t c = 0; c < ARRAY_LEN(cases); c++) {
+        struct req *r = mkreq(c + 1, 6, 5, 1, REQ_PRIO_INTERACTIVE, spec_full(), c);
+        r->ignore_eos = cases[c].ignore_eos;
+        r->bias_ids = xmalloc(sizeof(int32_t));
+        r->bias_vals = xmalloc(sizeof(float));
+        r->bias_ids[0] = cases[c].forced;
+        r->bias_vals[0] = 100.0f;
+        r->sp.bias_ids = r->bias_ids;
+        r->sp.bias_vals = r->bias_vals;
+        r->sp.n_bias = 1;
+        e.n_tok = 0;
+        e.fin = REQ_FINISH_NONE;
+        sched_add(h.s, r);
+        h_run_idle(&h, 100);
+        EXPECT_EQ(e.n_tok, cases[c].n_tok);
+        EXPECT_EQ(e.last_tok, cases[c].forced);
+        EXPECT_EQ(e.fin, cases[c].fin);
+    }
+    h_close(&h);
+}
+
 int main(void)
 {
     RUN(interactive_prompt_steps_carry_no_batch);
     RUN(batch_not_starved_by_interactive_prompts);
     RUN(batch_prompt_tokens_per_step);
     RUN(sampling_on_the_device_matches_the_host);
+    RUN(any_eos_id_of_the_tokenizer_stops);
     return test_done();
 }

@@ -42,7 +42,7 @@ mirror=$(sed -n 's/^URIs: *\([^ ]*debian\)\/*$/\1/p' /etc/apt/sources.list.d/*.s
 image_pkgs=(gcc g++ python3 python3-pip ninja-build ca-certificates)
 # What it must not have: deps.sh is to bring these.
 absent=(pkg-config pkgconf pkgconf-bin meson libdnnl-dev libdnnl2 libuv1-dev libuv1
-        libcjson-dev libcjson1 node-llhttp libpcre2-dev libsqlite3-dev ocl-icd-libopencl1)
+        libcjson-dev libcjson1 node-llhttp libpcre2-dev libutf8proc-dev libsqlite3-dev ocl-icd-libopencl1)
 
 if [ "${H2O_CHROOT_REUSE:-0}" = 1 ] && [ -x "$dir/usr/bin/gcc" ]; then
     say "reusing $dir"

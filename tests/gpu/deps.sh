@@ -375,10 +375,11 @@ _h2o_deps_main() {
 
     # 5. The libraries, as the build will use them.
     if command -v pkg-config >/dev/null; then
-        for n in libuv libcjson libpcre2-8 sqlite3; do
+        for n in libuv libcjson libpcre2-8 libutf8proc sqlite3; do
             pkg-config --exists "$n" || missing+=("$n (pkg-config $n; Debian: $(
                 case $n in libuv) echo libuv1-dev ;; libcjson) echo libcjson-dev ;;
-                           libpcre2-8) echo libpcre2-dev ;; sqlite3) echo libsqlite3-dev ;; esac))")
+                           libpcre2-8) echo libpcre2-dev ;; libutf8proc) echo libutf8proc-dev ;;
+                           sqlite3) echo libsqlite3-dev ;; esac))")
         done
     else
         missing+=("pkg-config (tests/gpu/prepare.sh carries pkgconf; without it libuv, libcjson, libpcre2-8 and sqlite3 are not looked for)")

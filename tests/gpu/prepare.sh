@@ -36,7 +36,8 @@ meson_version=1.12.1
 # ninja-build (135 KB; the image has pip's ninja, and deps.sh uses this one only where
 # no ninja is on PATH).
 roots=(libdnnl-dev libdnnl2 libuv1-dev libuv1 libcjson-dev libcjson1 node-llhttp
-       libpcre2-dev libpcre2-8-0 libsqlite3-dev libsqlite3-0 pkgconf-bin libpkgconf3
+       libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libsqlite3-dev libsqlite3-0
+       pkgconf-bin libpkgconf3
        ninja-build)
 # Not carried on purpose, though a root depends on them:
 #   libpcre2-16-0, libpcre2-32-0, libpcre2-posix3: the build links libpcre2-8 alone
