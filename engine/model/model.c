@@ -49,17 +49,29 @@ static int file_exists(const char *dir, const char *name)
     return ok;
 }
 
+/* The folder's tokenizer (tokenizer.json, else vocab.json + merges.txt, with the
+ * config files beside them: tokenizer_load_dir), or for a folder with none of those
+ * files and for dummy models the byte tokenizer, with a warning for a folder. */
 static int load_tokenizer(struct tokenizer **out, const struct opt_config *cfg,
                           const char *dir)
 {
-    if (dir && file_exists(dir, "vocab.json") && file_exists(dir, "merges.txt")) {
-        char *v = util_path_join(dir, "vocab.json"), *mg = util_path_join(dir, "merges.txt");
-        int err = tokenizer_load(out, v, mg);
-        free(v);
-        free(mg);
-        return err;
+    if (dir) {
+        int err = tokenizer_load_dir(out, dir);
+        /* Every id the tokenizer makes must have an embedding row (a model may have
+         * more rows than tokens, padded for speed, never fewer). */
+        if (!err && tokenizer_vocab_size(*out) > cfg->vocab_size) {
+            err = err_set(ENG_EFORMAT,
+                          "%s: the tokenizer has %d tokens but config.json's vocab_size "
+                          "is %d",
+                          dir, tokenizer_vocab_size(*out), cfg->vocab_size);
+            tokenizer_destroy(*out);
+            *out = NULL;
+        }
+        if (err != ENG_ENOTFOUND) return err;
+        log_warn("%s has no tokenizer.json or vocab.json + merges.txt: using a byte-level "
+                 "tokenizer",
+                 dir);
     }
-    if (dir) log_warn("%s has no vocab.json + merges.txt: using a byte-level tokenizer", dir);
     *out = tokenizer_create_bytes(cfg->vocab_size);
     if (!*out)
         return err_set(ENG_EFORMAT, "%s: vocab_size %d is too small for the byte-level "

@@ -146,6 +146,27 @@ expect "--prompt-ids outside the vocabulary" 2 "id 512 is outside the vocabulary
 expect "generate without any prompt names --prompt-ids" 2 "--prompt-ids" -- \
     "$bin" generate --model dummy:tiny
 
+# A model folder with tokenizer.json (here the Llama-3-style tiny tokenizer of
+# tests/data/tokenizers, beside a config.json) is tokenized with it: its own BOS
+# <|begin_of_text|> (1500) first, and the ids decode back to the text. A tokenizer
+# with more tokens than the model's vocab_size (embedding rows) fails the load.
+mkdir -p "$tmp/tokjson"
+cp "$data"/tokenizers/llama3/tokenizer.json "$data"/tokenizers/llama3/tokenizer_config.json \
+    "$data"/tokenizers/llama3/generation_config.json "$tmp/tokjson/"
+sed 's/"vocab_size": *1024/"vocab_size": 1536/' "$data/golden/tiny-opt/config.json" \
+    >"$tmp/tokjson/config.json"
+tj_ids=$("$bin" tokenize --model "$tmp/tokjson" --text "Hello world" 2>"$tmp/err")
+tj_text=$("$bin" tokenize --model "$tmp/tokjson" --decode "$tj_ids" 2>/dev/null)
+case "$tj_ids" in
+"[1500, "*) [ "$tj_text" = "Hello world" ] && ok "a tokenizer.json folder tokenizes with it" \
+    || not_ok "a tokenizer.json folder tokenizes with it" "decoded '$tj_text'" ;;
+*) not_ok "a tokenizer.json folder tokenizes with it" "ids $tj_ids" "$(cat "$tmp/err")" ;;
+esac
+cp "$data/golden/tiny-opt/config.json" "$tmp/tokjson/config.json"
+expect "a tokenizer larger than the embedding fails the load" 1 \
+    "the tokenizer has 1510 tokens but config.json's vocab_size is 1024" -- \
+    "$bin" tokenize --model "$tmp/tokjson" --text "Hello"
+
 # A golden checkpoint folder (safetensors and .bin) loads and generates.
 expect "generate golden safetensors" 0 "generated tokens" -- \
     "$bin" generate --model "$data/golden/tiny-opt" --prompt "x" --max-tokens 4 --dtype fp32
