@@ -18,6 +18,7 @@
 #include "err.h"
 #include "generate.h"
 #include "model.h"
+#include "tokenizer.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -212,6 +213,23 @@ int cli_generate(int argc, char **argv)
             rc = 2;
             goto done;
         }
+    }
+    if (!tokenizer_has_text(m->tok) && (n_text > 0 || !c.generate.print_ids)) {
+        fprintf(stderr,
+                "h2oserve: %s has no tokenizer (no tokenizer.json or vocab.json + "
+                "merges.txt): give prompts with --prompt-ids and print completions with "
+                "--print-ids\n",
+                c.model);
+        rc = 2;
+        goto done;
+    }
+    if (!tokenizer_has_text(m->tok) && c.generate.stop.n > 0) {
+        fprintf(stderr,
+                "h2oserve: %s has no tokenizer, so its completions have no text for --stop "
+                "to match\n",
+                c.model);
+        rc = 2;
+        goto done;
     }
     for (int i = 0; i < n_idp; i++)
         for (int32_t k = 0; k < n_ids[i]; k++)

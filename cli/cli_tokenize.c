@@ -63,6 +63,14 @@ static int tokenize_run(const struct cfg *c)
         return 1;
     }
     int rc = 0;
+    if (!tokenizer_has_text(tok)) {
+        fprintf(stderr,
+                "h2oserve: %s has no tokenizer (no tokenizer.json or vocab.json + "
+                "merges.txt): nothing to encode or decode with\n",
+                c->model);
+        tokenizer_destroy(tok);
+        return 1;
+    }
     if (text) {
         int32_t *ids = NULL, n = 0;
         err = tokenizer_encode(tok, text, strlen(text), c->tokenize.bos, &ids, &n);

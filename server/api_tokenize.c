@@ -170,6 +170,14 @@ char *api_tokenize(const char *body, size_t len, const struct api_model *m, size
         API_BAD_VALUE(err, "prompt", "You must provide a prompt parameter.");
         goto done;
     }
+    if (!tokenizer_has_text(m->tok)) {
+        API_BAD_VALUE(
+            err, "prompt",
+            "The model '%s' has no tokenizer (its folder has no tokenizer.json or "
+            "vocab.json + merges.txt).",
+            m->id);
+        goto done;
+    }
     /* The body has no raw NUL and no \u0000, so the C string is all of the prompt. */
     if (tokenizer_encode(m->tok, prompt->valuestring, strlen(prompt->valuestring),
                          add_special, &ids, &n)) {
@@ -228,6 +236,14 @@ char *api_tokenize_detokenize(const char *body, size_t len, const struct api_mod
     if (json_model_check(json_field(root, "model"), m->id, err)) goto done;
     if (!tokens) {
         API_BAD_VALUE(err, "tokens", "You must provide a tokens parameter.");
+        goto done;
+    }
+    if (!tokenizer_has_text(m->tok)) {
+        API_BAD_VALUE(
+            err, "tokens",
+            "The model '%s' has no tokenizer (its folder has no tokenizer.json or "
+            "vocab.json + merges.txt): its tokens have no text.",
+            m->id);
         goto done;
     }
     if (read_ids(tokens, m, &ids, &n, err)) goto done;

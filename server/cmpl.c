@@ -388,9 +388,21 @@ static int parse_prompt(const cJSON *item, const struct api_model *m, struct cmp
     for (int32_t i = 0; i < p->n_prompts; i++) {
         struct cmpl_prompt *pr = &p->prompts[i];
         if (!pr->text) continue;
+        if (!tokenizer_has_text(m->tok))
+            return API_BAD_VALUE(err, "prompt",
+                                 "The model '%s' has no tokenizer (its folder has no "
+                                 "tokenizer.json or vocab.json + merges.txt): give the "
+                                 "prompt as token ids.",
+                                 m->id);
         if (tokenizer_encode(m->tok, pr->text, pr->text_len, true, &pr->ids, &pr->n_ids))
             return api_error_set(err, 500, API_ERR_SERVER, NULL, NULL,
                                  "tokenizing the prompt failed");
+        /* A tokenizer that adds no BOS (Qwen2) turns "" into no tokens at all, and
+         * the model needs at least one to predict from. */
+        if (pr->n_ids == 0)
+            return API_BAD_VALUE(err, "prompt",
+                                 "The prompt is empty: this model adds no BOS token, so "
+                                 "\"\" has no tokens to start from.");
     }
     return 0;
 }
@@ -536,6 +548,15 @@ static int parse_root(const cJSON *root, const struct api_model *m, struct cmpl_
     if (json_model_check(f[F_MODEL], m->id, err)) goto done;
     p->model = xstrdup(model);
     if (parse_prompt(f[F_PROMPT], m, p, err)) goto done;
+    /* Without a tokenizer the engine sees no text, so a stop string could never
+     * match: refused rather than silently ignored. */
+    if (p->n_stops > 0 && !tokenizer_has_text(m->tok)) {
+        API_BAD_VALUE(err, "stop",
+                      "The model '%s' has no tokenizer, so its completions have no text "
+                      "for a stop string to match.",
+                      m->id);
+        goto done;
+    }
     const int64_t seqs = (int64_t)p->n_prompts * cmpl_params_seqs(p);
     if (m->max_seqs > 0 && seqs > m->max_seqs) {
         API_BAD_VALUE(err, "n",

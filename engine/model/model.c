@@ -50,8 +50,9 @@ static int file_exists(const char *dir, const char *name)
 }
 
 /* The folder's tokenizer (tokenizer.json, else vocab.json + merges.txt, with the
- * config files beside them: tokenizer_load_dir), or for a folder with none of those
- * files and for dummy models the byte tokenizer, with a warning for a folder. */
+ * config files beside them: tokenizer_load_dir); for a folder with none of those
+ * files, the id-only tokenizer (a warning says so: text prompts are refused and
+ * completions have no text), and for dummy models the byte tokenizer. */
 static int load_tokenizer(struct tokenizer **out, const struct opt_config *cfg,
                           const char *dir)
 {
@@ -68,9 +69,12 @@ static int load_tokenizer(struct tokenizer **out, const struct opt_config *cfg,
             *out = NULL;
         }
         if (err != ENG_ENOTFOUND) return err;
-        log_warn("%s has no tokenizer.json or vocab.json + merges.txt: using a byte-level "
-                 "tokenizer",
+        log_warn("%s has no tokenizer.json or vocab.json + merges.txt: token ids only "
+                 "(text prompts are refused; completions have no text)",
                  dir);
+        *out = tokenizer_create_none(cfg->vocab_size, cfg->bos_id, cfg->eos_id);
+        CHECK(*out); /* config.json's vocab_size is checked >= 1 */
+        return 0;
     }
     *out = tokenizer_create_bytes(cfg->vocab_size);
     if (!*out)

@@ -479,6 +479,10 @@ int tokenizer_encode_flags(const struct tokenizer *t, const char *text, size_t l
                            unsigned flags, int32_t **ids, int32_t *n_ids)
 {
     if (!text && len) return err_set(ENG_EINVAL, "tokenizer_encode: NULL text");
+    if (t->kind == TOKENIZER_KIND_NONE)
+        return err_set(ENG_EINVAL, "the model has no tokenizer (its folder has no "
+                                   "tokenizer.json or vocab.json + merges.txt): give token "
+                                   "ids instead of text");
     if (len >= INT32_MAX / 4)
         return err_set(ENG_EINVAL, "tokenizer_encode: text of %zu bytes is too long", len);
     struct tokenizer_enc e = {.t = t, .out = {xmalloc(64 * sizeof(int32_t)), 0, 64}};

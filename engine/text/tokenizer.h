@@ -66,6 +66,21 @@ int tokenizer_load_json(struct tokenizer **out, const char *path);
  */
 struct tokenizer *tokenizer_create_bytes(int32_t vocab_size);
 
+/*
+ * The tokenizer of a model folder that has no tokenizer files, for id-only use (what
+ * vLLM calls skip_tokenizer_init): every id in 0..vocab_size-1 is valid and stands
+ * for no text, and encoding any text fails with ENG_EINVAL saying the model has no
+ * tokenizer. bos and eos are config.json's (-1: none); tokenizer_has_text says
+ * false, so what needs text can say so before it tries.
+ * Returns a new tokenizer (caller destroys), or NULL when vocab_size < 1.
+ * Thread: any.
+ */
+struct tokenizer *tokenizer_create_none(int32_t vocab_size, int32_t bos, int32_t eos);
+
+/* Whether t turns text into ids and back: false only for tokenizer_create_none's.
+ * Thread: any. */
+bool tokenizer_has_text(const struct tokenizer *t);
+
 /* Free a tokenizer; NULL is a no-op. Thread: any, once nothing else uses it. */
 void tokenizer_destroy(struct tokenizer *t);
 

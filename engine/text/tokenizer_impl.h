@@ -47,6 +47,8 @@ enum tokenizer_kind {
     /* SentencePiece-style BPE (Llama 2, Mistral): a word's characters are the symbols,
      * U+2581 stands for a space, <0xXX> tokens for bytes no character token covers. */
     TOKENIZER_KIND_SENTENCEPIECE,
+    /* No tokenizer files (tokenizer_create_none): ids only, no text either way. */
+    TOKENIZER_KIND_NONE,
 };
 
 /* One step of a normalizer, applied in order to each piece between added tokens. */

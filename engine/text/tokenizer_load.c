@@ -501,6 +501,23 @@ struct tokenizer *tokenizer_create_bytes(int32_t vocab_size)
     return t;
 }
 
+struct tokenizer *tokenizer_create_none(int32_t vocab_size, int32_t bos, int32_t eos)
+{
+    if (vocab_size < 1 || vocab_size > TOKENIZER_MAX_ID) return NULL;
+    struct tokenizer *t = tokenizer_alloc(vocab_size);
+    t->kind = TOKENIZER_KIND_NONE;
+    t->bos = bos >= 0 && bos < vocab_size ? bos : -1;
+    if (eos >= 0 && eos < vocab_size) tokenizer_set_eos(t, &eos, 1);
+    /* Ids given by the caller are the prompt as is: nothing is added to them. */
+    t->add_bos = false;
+    return t;
+}
+
+bool tokenizer_has_text(const struct tokenizer *t)
+{
+    return t->kind != TOKENIZER_KIND_NONE;
+}
+
 void tokenizer_destroy(struct tokenizer *t)
 {
     if (!t) return;

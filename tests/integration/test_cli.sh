@@ -167,11 +167,25 @@ expect "a tokenizer larger than the embedding fails the load" 1 \
     "the tokenizer has 1510 tokens but config.json's vocab_size is 1024" -- \
     "$bin" tokenize --model "$tmp/tokjson" --text "Hello"
 
-# A golden checkpoint folder (safetensors and .bin) loads and generates.
+# A golden checkpoint folder (safetensors and .bin) loads and generates. It has no
+# tokenizer files, so it is for token ids only: text prompts, text output and stop
+# strings are refused with a message that says why and what to use.
 expect "generate golden safetensors" 0 "generated tokens" -- \
-    "$bin" generate --model "$data/golden/tiny-opt" --prompt "x" --max-tokens 4 --dtype fp32
+    "$bin" generate --model "$data/golden/tiny-opt" --prompt-ids '[2, 5]' --max-tokens 4 \
+    --dtype fp32 --print-ids
 expect "generate golden .bin" 0 "generated tokens" -- \
-    "$bin" generate --model "$data/golden/tiny-opt-350m-bin" --prompt "x" --max-tokens 4
+    "$bin" generate --model "$data/golden/tiny-opt-350m-bin" --prompt-ids '[2, 5]' \
+    --max-tokens 4 --print-ids
+expect "no tokenizer: a text prompt is refused" 2 "has no tokenizer.*--prompt-ids.*--print-ids" -- \
+    "$bin" generate --model "$data/golden/tiny-opt" --prompt "x" --max-tokens 4
+expect "no tokenizer: text output is refused" 2 "has no tokenizer.*--print-ids" -- \
+    "$bin" generate --model "$data/golden/tiny-opt" --prompt-ids '[2, 5]' --max-tokens 4
+expect "no tokenizer: --stop is refused" 2 "no text for --stop" -- \
+    "$bin" generate --model "$data/golden/tiny-opt" --prompt-ids '[2, 5]' --print-ids --stop x
+expect "no tokenizer: tokenize says so" 1 "has no tokenizer" -- \
+    "$bin" tokenize --model "$data/golden/tiny-opt" --text "x"
+grep -q "token ids only" "$tmp/err" && ok "no tokenizer: the load warns" \
+    || not_ok "no tokenizer: the load warns" "$(cat "$tmp/err")"
 
 # tokenize: the byte tokenizer of the dummy models, and --decode back.
 out=$("$bin" tokenize --model dummy:tiny --text "Hi" 2>/dev/null)
@@ -223,7 +237,8 @@ expect "bad dtype" 2 "--dtype" -- "$bin" generate --model dummy:tiny --prompt x 
 expect "no prompt" 2 "--prompt" -- "$bin" generate --model dummy:tiny
 expect "unknown command" 2 "unknown command" -- "$bin" frobnicate
 expect "context exceeded" 1 "context length" -- \
-    "$bin" generate --model "$data/golden/tiny-opt" --prompt x --max-tokens 500
+    "$bin" generate --model "$data/golden/tiny-opt" --prompt-ids '[2]' --max-tokens 500 \
+    --print-ids
 
 # serve --help lists every flag with its default; bad serve flags are usage errors.
 "$bin" serve --help >"$tmp/help" 2>&1
@@ -298,7 +313,9 @@ echo "too short" >"$tmp/short.txt"
 expect "bench quality text too short" 1 "fewer than one segment" -- \
     "$bin" bench quality --model dummy:tiny --text "$tmp/short.txt"
 expect "bench quality longer than the positions" 1 "positions" -- \
-    "$bin" bench quality --model "$data/golden/tiny-opt" --text "$tmp/text.txt" --prompt-len 100 --gen-len 100
+    "$bin" bench quality --model dummy:tiny --text "$tmp/text.txt" --prompt-len 2000 --gen-len 100
+expect "bench quality without a tokenizer" 1 "has no tokenizer" -- \
+    "$bin" bench quality --model "$data/golden/tiny-opt" --text "$tmp/text.txt"
 expect "bench quality plot without sweep" 2 "--plot" -- \
     "$bin" bench quality --text "$tmp/text.txt" --plot "$tmp/x.png"
 # --plot without gnuplot says so before the run, not after it (an empty PATH: no

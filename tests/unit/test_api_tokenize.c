@@ -220,6 +220,27 @@ static bool round_trip(const struct api_model *m, const char *text)
     return ok;
 }
 
+TEST(no_tokenizer_is_a_400_both_ways)
+{
+    struct tokenizer *none = tokenizer_create_none(512, 2, 2);
+    struct api_model m;
+    model_init(&m, none);
+    static const char *const bodies[2] = {"{\"prompt\":\"hi\"}", "{\"tokens\":[2,5]}"};
+    for (int k = 0; k < 2; k++) {
+        struct api_error e = {0};
+        size_t len = 0;
+        char *out =
+            k == 0 ? api_tokenize(bodies[k], strlen(bodies[k]), &m, &len, &e)
+                   : api_tokenize_detokenize(bodies[k], strlen(bodies[k]), &m, &len, &e);
+        EXPECT(out == NULL);
+        EXPECT_EQ(e.status, 400);
+        EXPECT(e.message && strstr(e.message, "has no tokenizer") != NULL);
+        free(out);
+        api_error_clear(&e);
+    }
+    tokenizer_destroy(none);
+}
+
 TEST(detokenize_round_trips)
 {
     struct api_model m;
@@ -312,6 +333,7 @@ int main(void)
     RUN(tokenize_fields_and_defaults);
     RUN(tokenize_token_strs_spell_the_vocabulary);
     RUN(bad_bodies_name_their_param);
+    RUN(no_tokenizer_is_a_400_both_ways);
     RUN(detokenize_round_trips);
     RUN(detokenize_specials_padding_and_bytes);
     RUN(millions_of_ids);

@@ -424,6 +424,51 @@ TEST(parse_limits_from_the_model)
     api_error_clear(&e);
 }
 
+TEST(a_model_without_a_tokenizer_takes_token_ids_only)
+{
+    /* A folder with no tokenizer files (tokenizer_create_none): token prompts work,
+     * text prompts and stop strings are a 400 that says why, not a 500 or a
+     * silently ignored stop. */
+    struct tokenizer *none = tokenizer_create_none(512, 2, 2);
+    struct api_model m;
+    model_init(&m, none);
+    struct cmpl_params p;
+    struct api_error e = {0};
+    EXPECT_EQ(parse_m(&m, "{" M ",'prompt':[2,40,41],'max_tokens':3}", &p, &e), 0);
+    EXPECT_EQ(p.prompts[0].n_ids, 3);
+    cmpl_params_free(&p);
+    EXPECT_EQ(parse_m(&m, "{" M ",'prompt':'hello'}", &p, &e), -1);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_STR(e.param, "prompt");
+    EXPECT(e.message && strstr(e.message, "has no tokenizer") != NULL);
+    api_error_clear(&e);
+    EXPECT_EQ(parse_m(&m, "{" M ",'prompt':[2,40],'stop':'x'}", &p, &e), -1);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_STR(e.param, "stop");
+    api_error_clear(&e);
+    tokenizer_destroy(none);
+}
+
+TEST(an_empty_prompt_without_bos_is_refused)
+{
+    /* Qwen2's tokenizer adds no BOS: "" would be a prompt of no tokens. */
+    struct tokenizer *qwen;
+    EXPECT_EQ(tokenizer_load_dir(&qwen, test_data("tokenizers/qwen2")), 0);
+    struct api_model m;
+    model_init(&m, qwen);
+    struct cmpl_params p;
+    struct api_error e = {0};
+    EXPECT_EQ(parse_m(&m, "{" M ",'prompt':['hi','']}", &p, &e), -1);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_STR(e.param, "prompt");
+    EXPECT(e.message && strstr(e.message, "empty") != NULL);
+    api_error_clear(&e);
+    EXPECT_EQ(parse_m(&m, "{" M ",'prompt':'hi'}", &p, &e), 0);
+    EXPECT(p.prompts[0].n_ids >= 1 && p.prompts[0].ids[0] != tokenizer_bos(qwen));
+    cmpl_params_free(&p);
+    tokenizer_destroy(qwen);
+}
+
 TEST(error_body_has_all_four_keys)
 {
     struct api_error e = {0};
@@ -611,6 +656,8 @@ int main(void)
     RUN(parse_defaults_and_fields);
     RUN(parse_invalid_table);
     RUN(parse_limits_from_the_model);
+    RUN(a_model_without_a_tokenizer_takes_token_ids_only);
+    RUN(an_empty_prompt_without_bos_is_refused);
     RUN(error_body_has_all_four_keys);
     RUN(parse_survives_garbage);
     RUN(make_req_copies_everything);
