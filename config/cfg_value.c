@@ -148,9 +148,9 @@ int cfg_enum_parse(const struct cfg_opt *o, const char *s, const char *who, int6
     /* An alias is normalised here, so the struct only ever holds canonical values. */
     for (const struct cfg_enum_alias *a = o->value_aliases; a && a->name; a++)
         if (strcmp(a->name, s) == 0) return *out = a->value, 0;
-    /* Two spellings of the choices: prose for the reader ("cpu, cuda or auto"), and
-     * the form --help shows ("cpu|cuda|auto", then any alias values). */
-    char prose[256] = "", all[256] = "";
+    /* The choices in prose ("cpu, cuda or auto"), then any aliases ("(or float32,
+     * half)"): once, as a reader wants them. */
+    char prose[256] = "";
     int n = 0;
     while (o->values[n])
         n++;
@@ -161,15 +161,14 @@ int cfg_enum_parse(const struct cfg_opt *o, const char *s, const char *who, int6
                              : ", ",
                 sizeof prose - strlen(prose) - 1);
         strncat(prose, o->values[i], sizeof prose - strlen(prose) - 1);
-        if (i) strncat(all, "|", sizeof all - strlen(all) - 1);
-        strncat(all, o->values[i], sizeof all - strlen(all) - 1);
     }
     for (const struct cfg_enum_alias *a = o->value_aliases; a && a->name; a++) {
-        strncat(all, a == o->value_aliases ? " (or " : ", ", sizeof all - strlen(all) - 1);
-        strncat(all, a->name, sizeof all - strlen(all) - 1);
-        if (!a[1].name) strncat(all, ")", sizeof all - strlen(all) - 1);
+        strncat(prose, a == o->value_aliases ? " (or " : ", ",
+                sizeof prose - strlen(prose) - 1);
+        strncat(prose, a->name, sizeof prose - strlen(prose) - 1);
+        if (!a[1].name) strncat(prose, ")", sizeof prose - strlen(prose) - 1);
     }
-    return err_set(ENG_EINVAL, "%s wants %s, got '%.64s'; one of %s", who, prose, s, all);
+    return err_set(ENG_EINVAL, "%s wants %s, got '%.64s'", who, prose, s);
 }
 
 int cfg_opt_set(struct cfg *c, const struct cfg_opt *o, const struct cfg_val *v,
