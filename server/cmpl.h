@@ -89,6 +89,8 @@ struct cmpl_params {
     bool ignore_eos;   /* extension */
     struct kv_spec kv; /* kv_cache and kv_min_budget (extensions), else the
                           server's default */
+    bool chat;         /* answer in the chat shape (POST /v1/chat/completions:
+                          chat.completion objects); set by the chat parser */
 };
 
 /*

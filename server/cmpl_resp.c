@@ -1,7 +1,8 @@
 /*
  * cmpl_resp.c - assembling a /v1/completions response from engine events: the
  * non-streaming body, the SSE chunks, usage, best_of selection, echo and the logprobs
- * object (see cmpl_resp.h).
+ * object (see cmpl_resp.h). A chat request (cmpl_params.chat) gets the same
+ * assembly in the chat shape, whose JSON pieces are cmpl_resp_chat.c's.
  *
  * Owns: per sequence, its text (non-streaming) and its logprob entries (all of them
  * when not streaming; in a stream only those not sent yet); per prompt, the echo (the
@@ -27,6 +28,7 @@
  * Thread: whichever thread owns the response.
  */
 #include "cmpl_resp.h"
+#include "cmpl_resp_impl.h"
 
 #include "err.h"
 #include "tokenizer.h"
@@ -35,16 +37,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* One generated token as logprobs reports it. */
-struct lp_entry {
-    int32_t token;
-    float logprob;
-    int32_t n_top;
-    int32_t top_ids[CMPL_MAX_LOGPROBS];
-    float top_logprobs[CMPL_MAX_LOGPROBS];
-    int64_t offset; /* characters of generated text before this token's text */
-};
 
 struct cmpl_seq {
     char *text; /* generated text so far (non-streaming), NUL-terminated */
@@ -219,12 +211,17 @@ const char *cmpl_resp_finish_reason(enum req_finish f)
 }
 
 /* {"id","object","created","model","choices":[]} (+ "usage":null in a stream that
- * promised usage); returns the object and its choices array in *choices. */
-static cJSON *completion_object(const struct cmpl_resp *r, cJSON **choices)
+ * promised usage); returns the object and its choices array in *choices. A chat
+ * response is a chat.completion, each of its stream's pieces (chunk) a
+ * chat.completion.chunk; a completion is a text_completion either way. */
+static cJSON *completion_object(const struct cmpl_resp *r, bool chunk, cJSON **choices)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", r->id);
-    cJSON_AddStringToObject(o, "object", "text_completion");
+    cJSON_AddStringToObject(o, "object",
+                            !r->p->chat ? "text_completion"
+                            : chunk     ? "chat.completion.chunk"
+                                        : "chat.completion");
     cJSON_AddNumberToObject(o, "created", (double)r->created);
     cJSON_AddStringToObject(o, "model", r->p->model ? r->p->model : "");
     cJSON_AddItemToObject(o, "system_fingerprint", r->fingerprint
@@ -375,13 +372,18 @@ static char *stream_chunk(struct cmpl_resp *r, int32_t pi, int32_t j, const char
     }
     cJSON *lp = NULL;
     if (p->logprobs >= 0) {
-        lp = logprobs_object(r, pi, echo_now, s->lp, s->n_lp, e ? e->n_chars : 0);
+        lp = p->chat ? cmpl_resp_chat_logprobs(r->tok, s->lp, s->n_lp)
+                     : logprobs_object(r, pi, echo_now, s->lp, s->n_lp, e ? e->n_chars : 0);
         s->n_lp = 0; /* sent */
     }
     cJSON *choices;
-    cJSON *o = completion_object(r, &choices);
+    cJSON *o = completion_object(r, true, &choices);
+    const int64_t index = (int64_t)pi * p->n + j;
     cJSON_AddItemToArray(
-        choices, choice_object(text ? text : delta, (int64_t)pi * p->n + j, lp, s->finish));
+        choices, p->chat ? cmpl_resp_chat_choice(delta, index, lp, s->finish,
+                                                 s->started ? CMPL_CHAT_DELTA
+                                                            : CMPL_CHAT_FIRST_DELTA)
+                         : choice_object(text ? text : delta, index, lp, s->finish));
     if (p->include_usage) cJSON_AddNullToObject(o, "usage");
     s->started = true;
     char *out = json_sse(o, len);
@@ -453,7 +455,9 @@ char *cmpl_resp_event(struct cmpl_resp *r, int32_t prompt_index, const struct re
         json_utf8_append(&s->text, &s->len, &s->cap, t, tl, &s->n_chars);
         return NULL;
     }
-    if (tl == 0 && ev->finish == REQ_FINISH_NONE && !(p->echo && !s->started)) return NULL;
+    /* A chat choice's first chunk carries the role, so it goes out at once. */
+    if (tl == 0 && ev->finish == REQ_FINISH_NONE && !((p->echo || p->chat) && !s->started))
+        return NULL;
     char *delta = NULL;
     size_t dlen = 0, dcap = 0;
     json_utf8_append(&delta, &dlen, &dcap, t, tl, &s->n_chars);
@@ -494,7 +498,7 @@ char *cmpl_resp_body(struct cmpl_resp *r, size_t *len)
 {
     const struct cmpl_params *p = r->p;
     cJSON *choices;
-    cJSON *o = completion_object(r, &choices);
+    cJSON *o = completion_object(r, false, &choices);
     int32_t *order = xmalloc((size_t)r->n_gen * sizeof *order);
     for (int32_t pi = 0; pi < p->n_prompts; pi++) {
         const struct cmpl_seq *base = &r->seqs[(int64_t)pi * r->n_gen];
@@ -523,12 +527,16 @@ char *cmpl_resp_body(struct cmpl_resp *r, size_t *len)
                 memcpy(text, e->text, e->len);
                 memcpy(text + e->len, gen, s->len + 1);
             }
-            cJSON *lp = p->logprobs >= 0 ? logprobs_object(r, pi, p->echo, s->lp, s->n_lp,
-                                                           e ? e->n_chars : 0)
-                                         : NULL;
+            const int64_t index = (int64_t)pi * p->n + j;
+            cJSON *lp = NULL;
+            if (p->logprobs >= 0)
+                lp = p->chat ? cmpl_resp_chat_logprobs(r->tok, s->lp, s->n_lp)
+                             : logprobs_object(r, pi, p->echo, s->lp, s->n_lp,
+                                               e ? e->n_chars : 0);
             cJSON_AddItemToArray(
-                choices,
-                choice_object(text ? text : gen, (int64_t)pi * p->n + j, lp, s->finish));
+                choices, p->chat ? cmpl_resp_chat_choice(gen, index, lp, s->finish,
+                                                         CMPL_CHAT_MESSAGE)
+                                 : choice_object(text ? text : gen, index, lp, s->finish));
             free(text);
         }
     }
@@ -556,7 +564,7 @@ char *cmpl_resp_stream_tail(struct cmpl_resp *r, size_t *len)
      * describe a response that never completed, so it is left out. */
     if (r->p->include_usage && !r->err.status) {
         cJSON *choices;
-        cJSON *o = completion_object(r, &choices);
+        cJSON *o = completion_object(r, true, &choices);
         cJSON_AddItemToObject(o, "usage", usage_object(r));
         head = json_sse(o, &hl);
         cJSON_Delete(o);
