@@ -20,6 +20,8 @@
  */
 #include "chat.h"
 
+#include "api_tokenize.h"
+#include "api_tokenize.h"
 #include "json.h"
 #include "tokenizer.h"
 
@@ -263,12 +265,7 @@ int chat_parse_json(const cJSON *root, const struct chat_model *cm, struct cmpl_
     const struct api_model *m = cm->m;
     memset(out, 0, sizeof *out);
     if (json_model_check(json_field(root, "model"), m->id, err)) return -1;
-    if (!cm->render)
-        return api_error_set(
-            err, 400, API_ERR_INVALID, NULL, NULL,
-            "The model `%.*s` has no chat template, so it cannot serve chat "
-            "requests. Use /v1/completions with a text prompt instead.",
-            json_clip_len(m->id, 256), m->id);
+    if (!cm->render) return api_tokenize_no_chat_template(err, m->id);
     if (!tokenizer_has_text(m->tok))
         return api_error_set(err, 400, API_ERR_INVALID, NULL, NULL,
                              "The model `%.*s` has no tokenizer, so it cannot serve chat "

@@ -15,6 +15,8 @@
  */
 #include "cmpl_route.h"
 
+#include "chat.h"
+
 #include "cmpl_resp.h"
 #include "reply.h"
 #include "srv.h"
@@ -156,7 +158,9 @@ static void job_event(void *ctx, struct req_event *ev)
     if (cmpl_resp_done(j->resp) || cmpl_resp_error(j->resp)) completion_done(j);
 }
 
-void cmpl_route(struct exch *x)
+/* Both endpoints: one path from the parsed params on, so admission, streaming and
+ * cancellation are the same for a chat request. */
+static void route(struct exch *x, bool chat)
 {
     struct srv *s = x->c->s;
     struct engine *eng = s->bridge.eng;
@@ -170,8 +174,9 @@ void cmpl_route(struct exch *x)
     x->ctx = j; /* from here on the exchange frees the job, answered or not */
     x->dispose = job_dispose;
     struct api_error e = {0};
-    if (cmpl_parse(x->req->body ? x->req->body : "", x->req->body_len, &s->model, &j->params,
-                   &e)) {
+    const char *body = x->req->body ? x->req->body : "";
+    if (chat ? chat_parse(body, x->req->body_len, &s->chat, &j->params, &e)
+             : cmpl_parse(body, x->req->body_len, &s->model, &j->params, &e)) {
         conn_error(x, &e);
         return;
     }
@@ -191,7 +196,8 @@ void cmpl_route(struct exch *x)
         conn_error(x, &e); /* with Retry-After: 1 */
         return;
     }
-    snprintf(j->id, sizeof j->id, "cmpl-%016llx", (unsigned long long)random_seed(s));
+    snprintf(j->id, sizeof j->id, "%s-%016llx", chat ? "chatcmpl" : "cmpl",
+             (unsigned long long)random_seed(s));
     j->resp = cmpl_resp_create(&j->params, s->tok, j->id, (int64_t)time(NULL));
     cmpl_resp_set_fingerprint(j->resp, s->fingerprint);
     j->n_prompts = j->params.n_prompts;
@@ -203,4 +209,14 @@ void cmpl_route(struct exch *x)
                                       seed + (uint64_t)i * 1000003u);
         bridge_submit(&s->bridge, r, job_event, j);
     }
+}
+
+void cmpl_route(struct exch *x)
+{
+    route(x, false);
+}
+
+void cmpl_route_chat(struct exch *x)
+{
+    route(x, true);
 }

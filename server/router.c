@@ -12,7 +12,6 @@
 
 #include "api_admin.h"
 #include "api_batches.h"
-#include "api_chat.h"
 #include "api_files.h"
 #include "api_vllm.h"
 #include "cmpl_route.h"
@@ -121,7 +120,10 @@ void router_dispatch(struct exch *x)
         return;
     }
     if (strcmp(p, "/v1/chat/completions") == 0) {
-        api_chat_route(x);
+        if (!post)
+            reply_error(x, 405, NULL, "Method %s not allowed here", r->method);
+        else
+            cmpl_route_chat(x);
         return;
     }
     if (strcmp(p, "/v1/completions") == 0) {

@@ -13,6 +13,7 @@
 #ifndef H2O_SRV_H
 #define H2O_SRV_H
 
+#include "chat.h"
 #include "cmpl.h"
 #include "bridge.h"
 #include "cfg.h"
@@ -38,6 +39,8 @@ struct srv {
     int32_t max_model_len;     /* the context length: cfg's max_model_len, else mcfg's */
     struct api_model model;    /* the served model as the request parsers see it
                                   (pointers into this struct), made once at start */
+    struct chat_model chat;    /* the same for chat requests: model, and the chat
+                                  template's render (NULL: the model has none) */
     char *model_id;
     char *metrics_label;       /* model_name="..." for /metrics, made on first use */
     struct conn *conns;

@@ -219,6 +219,7 @@ static void set_model(struct srv *s)
     m->max_prompts = s->cfg->max_prompts_per_request;
     m->max_n = s->cfg->max_n;
     m->max_seqs = s->cfg->max_queue; /* prompts x max(n, best_of) in one request */
+    s->chat = (struct chat_model){.m = m};
 }
 
 int srv_run(const struct cfg *cfg)
