@@ -1,7 +1,7 @@
 /*
  * router.c - what each request gets: authentication, CORS preflights, and the
  * route to its handler (api_admin.c, api_vllm.c, api_files.c, api_batches.c,
- * api_chat.c, cmpl_route.c).
+ * cmpl_route.c for completions and chat).
  *
  * Owns: nothing beyond one request. The order of the checks is the contract:
  * OPTIONS (with CORS on), then the paths that need no API key (/health, /metrics,
