@@ -51,7 +51,8 @@ void batch_check_file(struct batch_check *c)
         if (batch_line_blank(text, (size_t)n)) continue; /* a trailing newline or a blank line */
         struct batch_line_error le;
         char *cid = NULL;
-        cJSON *body = batch_line_parse(text, (size_t)n, c->endpoint, c->model, &cid, &le);
+        cJSON *body =
+            batch_line_parse(text, (size_t)n, c->endpoint, c->model, &cid, NULL, &le);
         if (cid && *cid && !batch_line_idset_add(&ids, cid)) {
             check_error(c, line, "duplicate_custom_id", "custom_id",
                         "custom_id is used by an earlier line");

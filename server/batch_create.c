@@ -3,6 +3,7 @@
  */
 #include "batch_create.h"
 
+#include "batch_line.h"
 #include "json.h"
 
 #include "util.h"

@@ -20,7 +20,7 @@
 /* A checked request. Every string is a heap copy, valid UTF-8 without NUL. */
 struct batch_create {
     char *input_file_id; /* non-empty */
-    char *endpoint;      /* "/v1/completions", the only endpoint batched */
+    char *endpoint;      /* "/v1/completions" or "/v1/chat/completions" */
     char *metadata;      /* the metadata object as compact JSON, or NULL when absent
                             or null */
 };
@@ -28,7 +28,8 @@ struct batch_create {
 /*
  * Check a POST /v1/batches body (len bytes, need not be NUL-terminated): one JSON
  * object (json_parse_object: UTF-8 throughout, no NUL, nothing after it) with a
- * non-empty string input_file_id, endpoint "/v1/completions", completion_window
+ * non-empty string input_file_id, endpoint "/v1/completions" or
+ * "/v1/chat/completions", completion_window
  * "24h" and an optional metadata object within OpenAI's limits (characters, not
  * bytes). A key given twice takes its last value, as in every other body. The checks
  * go in the order a user would fix them, and the first failure is the answer.

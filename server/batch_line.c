@@ -64,10 +64,18 @@ bool batch_line_blank(const char *text, size_t len)
     return true;
 }
 
-cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, const char *model,
-                        char **custom_id, struct batch_line_error *e)
+/* The endpoints a line may name. */
+static bool known_url(const char *url)
+{
+    return strcmp(url, BATCH_LINE_COMPLETIONS) == 0 || strcmp(url, BATCH_LINE_CHAT) == 0;
+}
+
+cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint,
+                        const char *model, char **custom_id, bool *chat,
+                        struct batch_line_error *e)
 {
     *custom_id = NULL;
+    if (chat) *chat = false;
     /* The parser every JSON a client sends goes through (json.h): one object and
      * nothing after it ("{..}{..}" on one line would otherwise pass as its first
      * request and silently drop the second), UTF-8 throughout, no NUL in a string. */
@@ -85,12 +93,16 @@ cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, cons
         fail(e, "missing_custom_id", "custom_id", "custom_id must be a non-empty string");
     else if (!cJSON_IsString(method) || strcmp(method->valuestring, "POST") != 0)
         fail(e, "invalid_method", "method", "method must be POST");
-    else if (!cJSON_IsString(url) || strcmp(url->valuestring, endpoint) != 0)
+    else if (endpoint && (!cJSON_IsString(url) || strcmp(url->valuestring, endpoint) != 0))
         fail(e, "invalid_url", "url", "url must be %s, the batch's endpoint", endpoint);
+    else if (!endpoint && (!cJSON_IsString(url) || !known_url(url->valuestring)))
+        fail(e, "invalid_url", "url", "url must be %s or %s", BATCH_LINE_COMPLETIONS,
+             BATCH_LINE_CHAT);
     else if (!cJSON_IsObject(body))
         fail(e, "invalid_body", "body", "body must be a JSON object");
     else
         out = cJSON_DetachItemViaPointer(j, (cJSON *)body);
+    if (out && chat) *chat = strcmp(url->valuestring, BATCH_LINE_CHAT) == 0;
     if (out && model) {
         const cJSON *m = json_field(out, "model");
         bool bad = true;

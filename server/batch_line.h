@@ -27,11 +27,17 @@ struct batch_line_error {
     char message[280];
 };
 
+/* The endpoints a Batch line may name. */
+#define BATCH_LINE_COMPLETIONS "/v1/completions"
+#define BATCH_LINE_CHAT "/v1/chat/completions"
+
 /*
  * Check one input line: one JSON object (json_parse_checked: valid UTF-8 throughout,
  * no U+0000 in any string, nothing after it) with a non-empty string custom_id,
- * method POST, url equal to `endpoint`, and an object body. A bad string is the
- * fault of the member it is in (invalid_custom_id; invalid_body with param
+ * method POST, url equal to `endpoint` (NULL: either endpoint above, as
+ * `h2oserve run-batch` and vLLM's run_batch take them line by line), and an object
+ * body. *chat (when not NULL) says whether the url is the chat endpoint. A bad string
+ * is the fault of the member it is in (invalid_custom_id; invalid_body with param
  * "body.prompt"; ...). When `model` is not NULL the body's "model" must equal it,
  * and "stream": true is refused. Returns the body (detached from the line; caller
  * owns it, cJSON_Delete), or NULL with *e filled. *custom_id is a heap copy of the
@@ -40,8 +46,9 @@ struct batch_line_error {
  * reaches an output line). Uniqueness is the caller's (batch_line_idset).
  * Owns: the caller owns the returned body and *custom_id. Thread: any.
  */
-cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint, const char *model,
-                        char **custom_id, struct batch_line_error *e);
+cJSON *batch_line_parse(const char *text, size_t len, const char *endpoint,
+                        const char *model, char **custom_id, bool *chat,
+                        struct batch_line_error *e);
 
 /* Whether a line holds nothing but whitespace (skipped: not a request). Both ways
  * in (batch_check.c, run_batch.c) skip exactly these lines. */

@@ -35,6 +35,7 @@
 
 #include "batch_check.h"
 #include "batch_line.h"
+#include "chat.h"
 #include "cmpl_resp.h"
 #include "jobstore.h"
 #include "srv.h"
@@ -337,7 +338,9 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     struct srv *s = br->s;
     struct batch_line_error le;
     char *cid = NULL;
-    cJSON *body = batch_line_parse(r->body, strlen(r->body), "/v1/completions", NULL, &cid, &le);
+    bool chat = false;
+    /* Stored lines were checked against the batch's endpoint when it was created. */
+    cJSON *body = batch_line_parse(r->body, strlen(r->body), NULL, NULL, &cid, &chat, &le);
     if (!body) { /* validated before it was stored: only a damaged store gets here */
         results_add_error(refused, r->custom_id, 0, NULL, le.code, le.message);
         free(cid);
@@ -349,7 +352,8 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     l->b = b;
     l->custom_id = xstrdup(r->custom_id);
     struct api_error e = {0};
-    int err = cmpl_parse_json(body, &s->model, &l->params, &e);
+    int err = chat ? chat_parse_json(body, &s->chat, &l->params, &e)
+                   : cmpl_parse_json(body, &s->model, &l->params, &e);
     cJSON_Delete(body);
     if (err) { /* a request the API refuses: its error body is the response */
         results_add_error(refused, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
@@ -359,7 +363,7 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
         free(l);
         return;
     }
-    jobstore_new_id("cmpl-", l->request_id, sizeof l->request_id);
+    jobstore_new_id(chat ? "chatcmpl-" : "cmpl-", l->request_id, sizeof l->request_id);
     l->resp = cmpl_resp_create(&l->params, s->tok, l->request_id, (int64_t)time(NULL));
     cmpl_resp_set_fingerprint(l->resp, s->fingerprint);
     l->n_prompts = l->params.n_prompts;

@@ -11,6 +11,7 @@
 #include "run_batch.h"
 
 #include "batch_line.h"
+#include "chat.h"
 #include "cfg.h"
 #include "cmpl_resp.h"
 #include "engine.h"
@@ -45,6 +46,7 @@ struct rb {
     struct engine_core *core;
     struct model *m;              /* core->m */
     struct api_model am;
+    struct chat_model chat;       /* am, and the chat template (none yet: NULL) */
     struct sched *s;              /* core->sched */
     struct rb_line *lines;
     int32_t n_lines, cap_lines;
@@ -98,7 +100,8 @@ static void line_start(struct rb *b, int32_t k, const char *text, size_t len,
 {
     struct rb_line *l = &b->lines[k];
     struct batch_line_error le;
-    cJSON *body = batch_line_parse(text, len, "/v1/completions", NULL, &l->custom_id, &le);
+    bool chat = false;
+    cJSON *body = batch_line_parse(text, len, NULL, NULL, &l->custom_id, &chat, &le);
     /* A used custom_id is the line's fault whatever else is wrong with it. */
     if (l->custom_id && *l->custom_id && !batch_line_idset_add(ids, l->custom_id)) {
         cJSON_Delete(body);
@@ -112,7 +115,8 @@ static void line_start(struct rb *b, int32_t k, const char *text, size_t len,
     /* The body as batch_line_parse checked it, through the API's own validation. */
     struct api_error e = {0};
     l->params = xcalloc(1, sizeof *l->params);
-    int err = cmpl_parse_json(body, &b->am, l->params, &e);
+    int err = chat ? chat_parse_json(body, &b->chat, l->params, &e)
+                   : cmpl_parse_json(body, &b->am, l->params, &e);
     cJSON_Delete(body);
     if (!err && l->params->stream)
         api_error_set(&e, 400, API_ERR_INVALID, "stream", NULL,
@@ -125,7 +129,7 @@ static void line_start(struct rb *b, int32_t k, const char *text, size_t len,
         return;
     }
     char rid[64];
-    snprintf(rid, sizeof rid, "cmpl-batch-%06d", k);
+    snprintf(rid, sizeof rid, "%s-batch-%06d", chat ? "chatcmpl" : "cmpl", k);
     l->resp = cmpl_resp_create(l->params, b->m->tok, rid, (int64_t)time(NULL));
     cmpl_resp_set_fingerprint(l->resp, b->fingerprint);
     l->n_prompts = l->params->n_prompts;
@@ -160,7 +164,8 @@ static void line_finish(struct rb *b, int32_t k)
         cJSON *bj = cJSON_ParseWithLength(body, len);
         free(body);
         char rid[64];
-        snprintf(rid, sizeof rid, "cmpl-batch-%06d", k);
+        snprintf(rid, sizeof rid, "%s-batch-%06d", l->params->chat ? "chatcmpl" : "cmpl",
+                 k);
         l->out = output_line(l->custom_id, 200, rid, bj, NULL, NULL, (uint64_t)k);
         b->n_ok++;
         b->n_done++;
@@ -280,6 +285,7 @@ int run_batch_run(struct cfg c)
     b.am.kv_default = eo.kv_default;
     b.am.max_prompts = c.max_prompts_per_request;
     b.am.max_n = c.max_n;
+    b.chat = (struct chat_model){.m = &b.am};
     b.out = fopen(out_path, "w");
     if (!b.out) {
         fprintf(stderr, "h2oserve: cannot write %s\n", out_path);

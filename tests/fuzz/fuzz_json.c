@@ -71,7 +71,8 @@ static void check_batch_create(const char *text, size_t len)
     }
     REQUIRE(e.status == 0);
     REQUIRE(c.input_file_id && *c.input_file_id);
-    REQUIRE(strcmp(c.endpoint, "/v1/completions") == 0);
+    REQUIRE(strcmp(c.endpoint, "/v1/completions") == 0 ||
+            strcmp(c.endpoint, "/v1/chat/completions") == 0);
     if (c.metadata) fuzz_require_json(c.metadata, strlen(c.metadata));
     batch_create_free(&c);
 }

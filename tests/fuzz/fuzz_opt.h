@@ -7,6 +7,7 @@
 #ifndef H2O_FUZZ_OPT_H
 #define H2O_FUZZ_OPT_H
 
+#include "chat.h"
 #include "cmpl.h"
 
 #define FUZZ_OPT_VOCAB 50272
@@ -14,5 +15,10 @@
 /* The model, loaded on the first call (aborts when the tokenizer cannot load: a
  * fuzz run without it would explore nothing). Lives until the process ends. */
 const struct api_model *fuzz_opt_model(void);
+
+/* The same model as a chat endpoint sees it, with a stand-in template that writes
+ * "<role>\ncontent</s>" per message (so the special </s> is parsed from the text)
+ * and refuses a conversation that does not start with system or user. */
+const struct chat_model *fuzz_opt_chat(void);
 
 #endif

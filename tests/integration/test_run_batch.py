@@ -55,7 +55,7 @@ def main():
             "not json",
             line("a", good),                              # duplicate custom_id
             line("c", good, method="GET"),
-            line("d", good, url="/v1/chat/completions"),
+            line("d", good, url="/v1/embeddings"),
             line("e", dict(good, model="other")),
             line("f", dict(good, stream=True)),
             line("g", dict(good, temperature=9)),
@@ -71,6 +71,14 @@ def main():
             and outs[0]["response"]["body"]["usage"]["completion_tokens"] == 6
             and len(outs[1]["response"]["body"]["choices"]) == 4, "good lines answered 200", outs[:2])
         codes = [o["error"]["code"] if o["error"] else o["response"]["status_code"] for o in outs[2:9]]
+        # A chat line is read as chat (url per line, as vLLM's run_batch): this model
+        # has no chat template, so its response is that 400.
+        p_chat, outs_chat = run(tmp, [line("chat", {"model": MODEL, "messages": [
+            {"role": "user", "content": "hi"}]}, url="/v1/chat/completions")])
+        r_chat = outs_chat[0]["response"] if outs_chat else None
+        tap(r_chat and r_chat["status_code"] == 400
+            and "no chat template" in r_chat["body"]["error"]["message"],
+            "a chat line without a chat template answers the chat endpoint's 400", outs_chat)
         tap(codes == ["invalid_json", "duplicate_custom_id", "invalid_method", "invalid_url",
                       404, 400, 400], "bad lines answered with their errors", codes)
         tap("10 lines, 3 ok, 7 failed" in p.stderr, "summary on stderr", p.stderr[-300:])

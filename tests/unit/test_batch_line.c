@@ -81,7 +81,7 @@ TEST(lines_get_their_codes)
         struct batch_line_error e;
         memset(&e, 0, sizeof e);
         char *cid = NULL;
-        cJSON *body = batch_line_parse(c->text, len, EP, "m", &cid, &e);
+        cJSON *body = batch_line_parse(c->text, len, EP, "m", &cid, NULL, &e);
         EXPECT_EQ(body != NULL, c->code == NULL);
         if (c->code) {
             EXPECT_STR(e.code, c->code);
@@ -106,10 +106,10 @@ TEST(nul_messages_name_the_member)
     struct batch_line_error e;
     char *cid = NULL;
     const char *t = "{\"custom_id\":\"x\\u0000y\"," REQ GOOD_BODY "}";
-    EXPECT(batch_line_parse(t, strlen(t), EP, NULL, &cid, &e) == NULL);
+    EXPECT(batch_line_parse(t, strlen(t), EP, NULL, &cid, NULL, &e) == NULL);
     EXPECT_STR(e.message, "'custom_id' contains U+0000 (NUL), which is not accepted");
     t = "{\"custom_id\":\"a\"," REQ "\"body\":{\"prompt\":\"\\u0000\"}}";
-    EXPECT(batch_line_parse(t, strlen(t), EP, NULL, &cid, &e) == NULL);
+    EXPECT(batch_line_parse(t, strlen(t), EP, NULL, &cid, NULL, &e) == NULL);
     EXPECT_STR(e.message, "'body.prompt' contains U+0000 (NUL), which is not accepted");
     free(cid);
 }
@@ -124,7 +124,8 @@ TEST(ids_differing_after_a_nul_never_reach_the_set)
     for (int i = 0; i < 2; i++) {
         struct batch_line_error e;
         char *cid = NULL;
-        EXPECT(batch_line_parse(lines[i], strlen(lines[i]), EP, NULL, &cid, &e) == NULL);
+        EXPECT(batch_line_parse(lines[i], strlen(lines[i]), EP, NULL, &cid, NULL, &e) ==
+               NULL);
         EXPECT(cid == NULL);
         EXPECT_STR(e.code, "invalid_custom_id");
     }
@@ -147,7 +148,7 @@ TEST(output_lines_are_valid_json_and_utf8)
     const char *t = "{\"custom_id\":\"a\xff\"," REQ GOOD_BODY "}";
     struct batch_line_error e;
     char *cid = NULL;
-    EXPECT(batch_line_parse(t, strlen(t), EP, NULL, &cid, &e) == NULL);
+    EXPECT(batch_line_parse(t, strlen(t), EP, NULL, &cid, NULL, &e) == NULL);
     char *out = batch_line_output("batch_req_1", cid, 0, NULL, NULL, e.code, e.message);
     EXPECT(json_utf8_valid(out, strlen(out)));
     struct json_fault f;
