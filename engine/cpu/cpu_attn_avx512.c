@@ -57,7 +57,9 @@ block_logits16(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const 
                                         _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()));
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int32_t q = 0; q < NQ; q++) {
-        __mmask16 vis = valid & _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos[q]));
+        __mmask16 vis =
+            valid & _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos[q])) &
+            _mm512_cmpgt_epi32_mask(pos, _mm512_set1_epi32(cpu_attn_lo(a, qpos[q])));
         _mm512_storeu_ps(s + q * stride, _mm512_mask_blend_ps(vis, ninf, acc[q]));
     }
 }
@@ -103,7 +105,9 @@ static inline void block_logits16_x4(const struct cpu_attn_args *a, const int64_
         const __m512i pos = _mm512_loadu_si512(a->kv.pos + t[b] * 16);
         __mmask16 vis = (__mmask16)((n_valid[b] >= 16 ? 0xffffu : (1u << n_valid[b]) - 1u) &
                                     _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()) &
-                                    _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos)));
+                                    _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos)) &
+                                    _mm512_cmpgt_epi32_mask(
+                                        pos, _mm512_set1_epi32(cpu_attn_lo(a, qpos))));
         _mm512_storeu_ps(s[b], _mm512_mask_blend_ps(vis, ninf, acc[b]));
     }
 }
@@ -148,8 +152,10 @@ block_logits16_heads(const struct cpu_attn_args *a, int64_t t0, int32_t n_valid,
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int32_t k = 0; k < NH; k++) {
         const __m512i pos = _mm512_loadu_si512(a->kv.pos + (t0 + k) * 16);
-        __mmask16 vis = in_range & _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()) &
-                        _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos));
+        __mmask16 vis =
+            in_range & _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()) &
+            _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos)) &
+            _mm512_cmpgt_epi32_mask(pos, _mm512_set1_epi32(cpu_attn_lo(a, qpos)));
         _mm512_storeu_ps(s + k * stride, _mm512_mask_blend_ps(vis, ninf, acc[k]));
     }
 }

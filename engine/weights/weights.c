@@ -65,10 +65,12 @@ const char *weights_shape_str(char *buf, size_t size, int ndim, const int64_t *s
     return buf;
 }
 
-/* Hugging Face spells OPT tensors with any of these prefixes (DESIGN section 3). */
+/* Hugging Face spells OPT tensors with any of these prefixes (DESIGN section 3);
+ * Llama, Mistral and Qwen2 use "model.", GPT-NeoX "gpt_neox." (arch.h names the rest). */
 static const char *strip_prefix(const char *s, size_t *len)
 {
-    static const char *const prefixes[] = {"model.decoder.", "decoder.", "model."};
+    static const char *const prefixes[] = {"model.decoder.", "decoder.", "model.",
+                                           "gpt_neox."};
     for (size_t i = 0; i < ARRAY_LEN(prefixes); i++) {
         size_t n = strlen(prefixes[i]);
         if (*len > n && memcmp(s, prefixes[i], n) == 0) {
