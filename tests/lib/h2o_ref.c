@@ -36,9 +36,12 @@
 #define REF_POS_OFFSET 2
 
 struct ref_layer {
-    float *attn_ln_w, *attn_ln_b; // [hidden] self_attn_layer_norm
-    float *q_w, *k_w, *v_w, *o_w; // [hidden, hidden] (nn.Linear: [out, in])
-    float *q_b, *k_b, *v_b, *o_b; // [hidden]
+    float *attn_ln_w, *attn_ln_b; // [hidden] self_attn_layer_norm (RMSNorm: b NULL)
+    /* q [n_head * D, hidden], k and v [n_kv_head * D, hidden], o [hidden, n_head * D]
+     * (nn.Linear: [out, in]); the Llama family's biases are NULL where it has none */
+    float *q_w, *k_w, *v_w, *o_w;
+    float *q_b, *k_b, *v_b, *o_b;
+    float *gate_w, *up_w;         // [ffn, hidden] SwiGLU (Llama family); down is fc2_w
     float *ffn_ln_w, *ffn_ln_b;   // [hidden] the layer's final_layer_norm
     float *fc1_w, *fc1_b;         // [ffn, hidden], [ffn]
     float *fc2_w, *fc2_b;         // [hidden, ffn], [hidden]
@@ -58,9 +61,11 @@ struct h2o_ref {
 /* The dense state of one run; T = P + n_steps tokens at most. */
 struct ref_run {
     int32_t T;
-    float *k, *v; // [n_layer, T, n_head, head_dim]: every token ever seen
-    bool *kept;   // [n_layer, n_head, T]: false = evicted (or not yet seen)
-    float *score; // [n_layer, n_head, T]: accumulated attention (fp32, DESIGN 5)
+    /* Heads of the cache are KV heads (n_kv_head; == n_head for OPT): with GQA the
+     * policy is per KV head and its score sums over the query heads that share it. */
+    float *k, *v; // [n_layer, T, n_kv_head, head_dim]: every token ever seen
+    bool *kept;   // [n_layer, n_kv_head, T]: false = evicted (or not yet seen)
+    float *score; // [n_layer, n_kv_head, T]: accumulated attention (fp32, DESIGN 5)
     int32_t *pos; // [T]: pos[j] = j, for h2o_ref_select_evict
     float *p;     // [T]: scratch, one query's attention probabilities
 };
@@ -69,6 +74,12 @@ struct ref_run {
 
 static int64_t count_params(const struct opt_config *c)
 {
+    if (c->arch.family != ARCH_OPT) {
+        const int64_t h = c->hidden, q = (int64_t)c->n_head * c->head_dim;
+        const int64_t kv = (int64_t)c->n_kv_head * c->head_dim;
+        return 2 * (int64_t)c->vocab_size * h +
+               (int64_t)c->n_layer * (2 * q * h + 2 * kv * h + 3 * h * c->ffn);
+    }
     const int64_t h = c->hidden, f = c->ffn, d = c->word_embed_proj_dim;
     int64_t n = (int64_t)c->vocab_size * d + ((int64_t)c->max_pos + 2) * h;
     if (d != h) n += 2 * h * d;
@@ -124,9 +135,52 @@ static int load_layer(const struct weights *w, struct ref_layer *L, int32_t l,
     return err;
 }
 
+/* The Llama family (Llama, Mistral, Qwen2) in its checkpoints' names (arch.h). */
+static int load_layer_llama(const struct weights *w, struct ref_layer *L, int32_t l,
+                            const struct opt_config *c)
+{
+    const int64_t h = c->hidden, f = c->ffn, q = (int64_t)c->n_head * c->head_dim;
+    const int64_t kv = (int64_t)c->n_kv_head * c->head_dim;
+    const bool bias = c->arch.qkv_bias;
+    int err = read_layer_tensor(w, &L->attn_ln_w, l, "input_layernorm.weight", h, 0);
+    if (!err) err = read_layer_tensor(w, &L->q_w, l, "self_attn.q_proj.weight", q, h);
+    if (!err) err = read_layer_tensor(w, &L->k_w, l, "self_attn.k_proj.weight", kv, h);
+    if (!err) err = read_layer_tensor(w, &L->v_w, l, "self_attn.v_proj.weight", kv, h);
+    if (!err && bias) err = read_layer_tensor(w, &L->q_b, l, "self_attn.q_proj.bias", q, 0);
+    if (!err && bias)
+        err = read_layer_tensor(w, &L->k_b, l, "self_attn.k_proj.bias", kv, 0);
+    if (!err && bias)
+        err = read_layer_tensor(w, &L->v_b, l, "self_attn.v_proj.bias", kv, 0);
+    if (!err) err = read_layer_tensor(w, &L->o_w, l, "self_attn.o_proj.weight", h, q);
+    if (!err)
+        err =
+            read_layer_tensor(w, &L->ffn_ln_w, l, "post_attention_layernorm.weight", h, 0);
+    if (!err) err = read_layer_tensor(w, &L->gate_w, l, "mlp.gate_proj.weight", f, h);
+    if (!err) err = read_layer_tensor(w, &L->up_w, l, "mlp.up_proj.weight", f, h);
+    if (!err) err = read_layer_tensor(w, &L->fc2_w, l, "mlp.down_proj.weight", h, f);
+    return err;
+}
+
+static int load_weights_llama(struct h2o_ref *r, const struct weights *w)
+{
+    const struct opt_config *c = &r->cfg;
+    const int64_t h = c->hidden;
+    int err = read_tensor(w, &r->embed_tokens, "embed_tokens.weight", c->vocab_size, h);
+    if (!err) err = read_tensor(w, &r->final_ln_w, "norm.weight", h, 0);
+    if (!err && !c->tied_lm_head)
+        err = read_tensor(w, &r->lm_head, "lm_head.weight", c->vocab_size, h);
+    else if (!err)
+        r->lm_head = r->embed_tokens;
+    r->layers = xcalloc((size_t)c->n_layer, sizeof *r->layers);
+    for (int32_t l = 0; l < c->n_layer && !err; l++)
+        err = load_layer_llama(w, &r->layers[l], l, c);
+    return err;
+}
+
 static int load_weights(struct h2o_ref *r, const struct weights *w)
 {
     const struct opt_config *c = &r->cfg;
+    if (c->arch.family != ARCH_OPT) return load_weights_llama(r, w);
     const int64_t h = c->hidden, d = c->word_embed_proj_dim;
     int err = read_tensor(w, &r->embed_tokens, "embed_tokens.weight", c->vocab_size, d);
     if (!err)
@@ -158,6 +212,17 @@ int h2o_ref_create(struct h2o_ref **out, const char *name)
     const bool dummy = strncmp(name, "dummy:", 6) == 0;
     int err = dummy ? opt_config_dummy(&r->cfg, name) : opt_config_load(&r->cfg, name);
     if (err) goto fail;
+    /* Beyond OPT the reference runs the Llama family with plain rotary positions
+     * (no rope_scaling, no sliding window): GQA and RoPE are what it checks. */
+    const struct model_arch *a = &r->cfg.arch;
+    if (a->family == ARCH_GPT_NEOX || a->rope.scaling != ARCH_ROPE_NONE ||
+        a->sliding_window) {
+        err = err_set(ENG_EUNSUPPORTED,
+                      "%s: the dense reference runs OPT and the Llama "
+                      "family without rope_scaling or a window",
+                      name);
+        goto fail;
+    }
     const int64_t n_params = count_params(&r->cfg);
     if (n_params > REF_MAX_PARAMS) {
         err = err_set(ENG_EUNSUPPORTED,
@@ -185,10 +250,10 @@ void h2o_ref_destroy(struct h2o_ref *r)
     if (r->layers) {
         for (int32_t l = 0; l < r->cfg.n_layer; l++) {
             struct ref_layer *L = &r->layers[l];
-            float *all[] = {L->attn_ln_w, L->attn_ln_b, L->q_w,      L->k_w,
-                            L->v_w,       L->o_w,       L->q_b,      L->k_b,
-                            L->v_b,       L->o_b,       L->ffn_ln_w, L->ffn_ln_b,
-                            L->fc1_w,     L->fc1_b,     L->fc2_w,    L->fc2_b};
+            float *all[] = {L->attn_ln_w, L->attn_ln_b, L->q_w,   L->k_w,   L->v_w,
+                            L->o_w,       L->q_b,       L->k_b,   L->v_b,   L->o_b,
+                            L->ffn_ln_w,  L->ffn_ln_b,  L->fc1_w, L->fc1_b, L->fc2_w,
+                            L->fc2_b,     L->gate_w,    L->up_w};
             for (size_t i = 0; i < ARRAY_LEN(all); i++)
                 free(all[i]);
         }
@@ -284,23 +349,25 @@ static void layer_norm(float *y, const float *x, const float *w, const float *b,
 static size_t kv_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
                        int32_t j, int32_t h)
 {
-    // k/v: [n_layer, T, n_head, head_dim]
-    return (((size_t)l * run->T + j) * c->n_head + h) * c->head_dim;
+    // k/v: [n_layer, T, n_kv_head, head_dim]
+    return (((size_t)l * run->T + j) * c->n_kv_head + h) * c->head_dim;
 }
 
 static size_t head_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
                          int32_t h)
 {
-    // kept/score: [n_layer, n_head, T]
-    return ((size_t)l * c->n_head + h) * run->T;
+    // kept/score: [n_layer, n_kv_head, T]
+    return ((size_t)l * c->n_kv_head + h) * run->T;
 }
 
 /*
- * One query of layer l, head h at position t: softmax(q . k_j) over every token j <= t
+ * One query of layer l, KV head h at position t: softmax(q . k_j) over every token j <= t
  * that is kept (DESIGN 5: "attend over all occupied slots"; in the prompt the j <= t
  * bound is the causal mask). The probabilities go to run->p [T] (0 for tokens not
  * attended) and are added to score[j] (prefill: the column sums col[j]; decode:
  * score[j] += p(j), the new token starting with its own p). ctx [head_dim] = sum p_j v_j.
+ * With GQA every query head of the group calls this for its KV head, so the KV
+ * head's score is the sum over the query heads that share it.
  */
 static void attend(struct ref_run *run, const struct opt_config *c, int32_t l, int32_t h,
                    int32_t t, const float *q, float *ctx)
@@ -373,10 +440,18 @@ static void evict(struct ref_run *run, const struct opt_config *c, int32_t l, in
  * OPTDecoderLayer), applying the policy in every layer, and write the logits of the
  * last one into logits [vocab].
  */
+static void forward_llama(const struct h2o_ref *r, struct ref_run *run,
+                          const int32_t *tokens, int32_t n, int32_t pos0,
+                          struct h2o_ref_policy pol, float *logits);
+
 static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t *tokens,
                     int32_t n, int32_t pos0, struct h2o_ref_policy pol, float *logits)
 {
     const struct opt_config *c = &r->cfg;
+    if (c->arch.family != ARCH_OPT) {
+        forward_llama(r, run, tokens, n, pos0, pol, logits);
+        return;
+    }
     const int32_t hid = c->hidden, d = c->word_embed_proj_dim, hd = c->head_dim;
     float *x = xmalloc((size_t)n * hid * sizeof *x); // [n, hidden] the residual stream
     float *a = xmalloc((size_t)n * hid * sizeof *a); // [n, hidden] normed input / scratch
@@ -480,6 +555,112 @@ static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t 
     free(o);
 }
 
+/* ---- The Llama family's forward (HF LlamaDecoderLayer, MistralDecoderLayer,
+ * Qwen2DecoderLayer) ---- */
+
+/* y[n] = x * rsqrt(mean(x^2) + eps) * w, in double. y may be x. */
+static void rms_norm(float *y, const float *x, const float *w, double eps, int32_t n)
+{
+    double ms = 0;
+    for (int32_t i = 0; i < n; i++)
+        ms += (double)x[i] * x[i];
+    ms /= n;
+    const double inv = 1.0 / sqrt(ms + eps);
+    for (int32_t i = 0; i < n; i++)
+        y[i] = (float)((double)x[i] * inv * w[i]);
+}
+
+/* Rotate one head v [head_dim] to position t: element i < d/2 pairs with i + d/2
+ * (HF's rotate_half), angle t * theta^(-2i/d), in double. */
+static void rope(float *v, int32_t t, int32_t d, double theta)
+{
+    for (int32_t i = 0; i < d / 2; i++) {
+        const double ang = t * pow(theta, -2.0 * i / d);
+        const double x1 = v[i], x2 = v[i + d / 2];
+        v[i] = (float)(x1 * cos(ang) - x2 * sin(ang));
+        v[i + d / 2] = (float)(x2 * cos(ang) + x1 * sin(ang));
+    }
+}
+
+static void forward_llama(const struct h2o_ref *r, struct ref_run *run,
+                          const int32_t *tokens, int32_t n, int32_t pos0,
+                          struct h2o_ref_policy pol, float *logits)
+{
+    const struct opt_config *c = &r->cfg;
+    const int32_t hid = c->hidden, D = c->head_dim, H = c->n_head, KV = c->n_kv_head;
+    const int32_t qw = H * D, rep = H / KV, f = c->ffn;
+    const double eps = c->arch.norm_eps, theta = c->arch.rope.theta;
+    float *x = xmalloc((size_t)n * hid * sizeof *x);    // [n, hidden] the residual stream
+    float *a = xmalloc((size_t)hid * sizeof *a);        // [hidden] normed input
+    float *q = xmalloc((size_t)n * qw * sizeof *q);     // [n, n_head, head_dim]
+    float *ctx = xmalloc((size_t)n * qw * sizeof *ctx); // [n, n_head, head_dim]
+    float *g = xmalloc((size_t)f * sizeof *g), *u = xmalloc((size_t)f * sizeof *u);
+    float *o = xmalloc((size_t)hid * sizeof *o);
+    for (int32_t i = 0; i < n; i++)
+        memcpy(x + (int64_t)i * hid, r->embed_tokens + (int64_t)tokens[i] * hid,
+               (size_t)hid * sizeof *x);
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        const struct ref_layer *L = &r->layers[l];
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t t = pos0 + i;
+            rms_norm(a, x + (int64_t)i * hid, L->attn_ln_w, eps, hid);
+            float *qi = q + (int64_t)i * qw;
+            float *ki = run->k + kv_index(run, c, l, t, 0);
+            float *vi = run->v + kv_index(run, c, l, t, 0);
+            linear(qi, L->q_w, L->q_b, a, qw, hid);
+            linear(ki, L->k_w, L->k_b, a, KV * D, hid);
+            linear(vi, L->v_w, L->v_b, a, KV * D, hid);
+            /* Keys are kept rotated at their true position t; nothing re-rotates them
+             * when other tokens are evicted. */
+            for (int32_t h = 0; h < H; h++)
+                rope(qi + (int64_t)h * D, t, D, theta);
+            for (int32_t h = 0; h < KV; h++)
+                rope(ki + (int64_t)h * D, t, D, theta);
+            for (int32_t k = 0; k < qw; k++)
+                qi[k] *= scale;
+        }
+        for (int32_t h = 0; h < KV; h++)
+            for (int32_t i = 0; i < n; i++) {
+                run->kept[head_index(run, c, l, h) + pos0 + i] = true;
+                run->score[head_index(run, c, l, h) + pos0 + i] = 0.0f;
+            }
+        /* Query head h reads KV head h / rep (HF's repeat_kv). */
+        for (int32_t i = 0; i < n; i++)
+            for (int32_t h = 0; h < H; h++)
+                attend(run, c, l, h / rep, pos0 + i, q + (int64_t)i * qw + (int64_t)h * D,
+                       ctx + (int64_t)i * qw + (int64_t)h * D);
+        if (!pol.full)
+            for (int32_t h = 0; h < KV; h++)
+                evict(run, c, l, h, pos0, n, pol);
+        for (int32_t i = 0; i < n; i++) {
+            float *xi = x + (int64_t)i * hid;
+            linear(o, L->o_w, NULL, ctx + (int64_t)i * qw, hid, qw);
+            for (int32_t k = 0; k < hid; k++)
+                xi[k] += o[k];
+            /* SwiGLU: down(silu(gate(x)) * up(x)). */
+            rms_norm(a, xi, L->ffn_ln_w, eps, hid);
+            linear(g, L->gate_w, NULL, a, f, hid);
+            linear(u, L->up_w, NULL, a, f, hid);
+            for (int32_t k = 0; k < f; k++)
+                g[k] = (float)((double)g[k] / (1.0 + exp(-(double)g[k])) * u[k]);
+            linear(o, L->fc2_w, NULL, g, hid, f);
+            for (int32_t k = 0; k < hid; k++)
+                xi[k] += o[k];
+        }
+    }
+    float *xl = x + (int64_t)(n - 1) * hid;
+    rms_norm(xl, xl, r->final_ln_w, eps, hid);
+    linear(logits, r->lm_head, NULL, xl, c->vocab_size, hid);
+    free(x);
+    free(a);
+    free(q);
+    free(ctx);
+    free(g);
+    free(u);
+    free(o);
+}
+
 /* ---- One run ---- */
 
 static int32_t argmax_lowest(const float *x, int32_t n)
@@ -521,8 +702,8 @@ int h2o_ref_run(struct h2o_ref *r, const int32_t *prompt, int32_t P,
     if (err) return err;
 
     struct ref_run run = {.T = P + n_steps};
-    const size_t kv_n = (size_t)c->n_layer * run.T * c->n_head * c->head_dim;
-    const size_t st_n = (size_t)c->n_layer * c->n_head * run.T;
+    const size_t kv_n = (size_t)c->n_layer * run.T * c->n_kv_head * c->head_dim;
+    const size_t st_n = (size_t)c->n_layer * c->n_kv_head * run.T;
     run.k = xcalloc(kv_n, sizeof *run.k);
     run.v = xcalloc(kv_n, sizeof *run.v);
     run.kept = xcalloc(st_n, sizeof *run.kept);
@@ -545,12 +726,12 @@ int h2o_ref_run(struct h2o_ref *r, const int32_t *prompt, int32_t P,
 
     if (out_kept) {
         for (int32_t l = 0; l < c->n_layer; l++) {
-            for (int32_t h = 0; h < c->n_head; h++) {
+            for (int32_t h = 0; h < c->n_kv_head; h++) {
                 const bool *kept = run.kept + head_index(&run, c, l, h);
                 int32_t n_kept = 0;
                 for (int32_t j = 0; j < run.T; j++)
                     n_kept += kept[j];
-                out_kept[l * c->n_head + h] = n_kept;
+                out_kept[l * c->n_kv_head + h] = n_kept;
             }
         }
     }
