@@ -321,7 +321,8 @@ static struct be_cpu_device_pool dev_pool(const struct cpu_be *c)
     return (struct be_cpu_device_pool){.kv = c->kv,
                                        .n_layer = c->m.cfg.n_layer,
                                        .n_head = c->m.cfg.n_kv_head,
-                                       .block_size = c->m.block_size};
+                                       .block_size = c->m.block_size,
+                                       .window = c->m.cfg.arch.sliding_window};
 }
 
 /* pos / score [n_layer, n_head, n_slots]: what a device backend copies back. */

@@ -104,8 +104,9 @@ void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct back
                 gather_head(seq, lpos, lscore, h, H, n, pos, col);
             }
             int32_t *k = keep + lh * keep_n;
-            int32_t got = h2o_select_prefill(hcol, hpos, n, seq->budget.heavy,
-                                             seq->budget.recent, k, scratch);
+            int32_t got = h2o_select_prefill_window(hcol, hpos, n, seq->budget.heavy,
+                                                    seq->budget.recent,
+                                                    cfg->arch.sliding_window, k, scratch);
             CHECK(got == keep_n);
         }
     }
@@ -160,15 +161,15 @@ static bool evict_begin(struct kv_seq *seq, struct backend *be, const struct opt
 /* Evict one token of head lh (= layer * n_head + head) of seq, the token at
  * position t just attended: gather the head's B slots (all occupied), pick by
  * h2o_select_evict, free the slot and remember the hole. pos / score hold B. */
-static void evict_head(struct kv_seq *seq, struct backend *be, int32_t n_head, int32_t lh,
-                       int32_t t, int32_t *pos, float *score)
+static void evict_head(struct kv_seq *seq, struct backend *be, int32_t n_head,
+                       int32_t window, int32_t lh, int32_t t, int32_t *pos, float *score)
 {
     const int32_t B = kv_budget_slots(&seq->budget), h = lh % n_head;
     int32_t *lpos;
     float *lscore;
     backend_kv_state(be, lh / n_head, &lpos, &lscore);
     gather_head(seq, lpos, lscore, h, n_head, B, pos, score);
-    const int32_t e = h2o_select_evict(score, pos, B, t, seq->budget.recent);
+    const int32_t e = h2o_select_evict_window(score, pos, B, t, seq->budget.recent, window);
     CHECK(e >= 0);
     const int64_t i = state_index(seq, e, h, n_head, seq->block_size);
     lpos[i] = -1;
@@ -203,7 +204,8 @@ void kv_seq_after_decode_many(struct kv_seq *const *seqs, const int32_t *t, int3
 #pragma omp for schedule(static)
         for (int64_t k = 0; k < n_task; k++) {
             const int32_t i = which[k / LH];
-            evict_head(seqs[i], be, cfg->n_kv_head, (int32_t)(k % LH), t[i], pos, score);
+            evict_head(seqs[i], be, cfg->n_kv_head, cfg->arch.sliding_window,
+                       (int32_t)(k % LH), t[i], pos, score);
         }
         free(pos);
         free(score);

@@ -124,6 +124,55 @@ TEST(every_family_bf16)
         check(models[i], DTYPE_BF16, 1, 16, 0.2, 4);
 }
 
+/* Mistral's window and H2O composed: with a budget of B = window = 8 slots (H 4 +
+ * R 4, and H 7 + R 1) a slot outside the window goes first, in prefill and in decode,
+ * so the cache holds exactly the window and the greedy tokens are transformers'
+ * own, for prompts of 1, 7, 13 and 37 tokens (the last two evict in prefill). */
+static void mistral_h2o(int32_t heavy, int32_t recent)
+{
+    struct golden g;
+    golden_load(&g, "golden-arch/tiny-mistral");
+    struct model_opts mo;
+    model_opts_default(&mo);
+    mo.dtype = DTYPE_F32;
+    struct model *m = NULL;
+    CHECK(model_load(&m, test_data("golden-arch/tiny-mistral"), &mo) == 0);
+    CHECK(m->cfg.arch.sliding_window == 8);
+    struct gen_opts go;
+    generate_opts_default(&go);
+    go.max_batched_tokens = 9;
+    struct gen_request reqs[GOLDEN_MAX_PROMPTS];
+    struct gen_result res[GOLDEN_MAX_PROMPTS];
+    memset(reqs, 0, sizeof reqs);
+    for (int32_t i = 0; i < g.n_prompts; i++) {
+        sampler_params_default(&reqs[i].sp);
+        reqs[i].sp.temperature = 0;
+        reqs[i].prompt_ids = g.p[i].tokens;
+        reqs[i].n_prompt_ids = g.p[i].n_tok;
+        reqs[i].max_tokens = g.p[i].n_decode;
+        reqs[i].ignore_eos = true;
+        reqs[i].kv = (struct kv_spec){
+            .policy = KV_POLICY_H2O, .heavy = heavy, .recent = recent, .min_budget = 0};
+    }
+    EXPECT_EQ(generate_run(m, &go, reqs, g.n_prompts, res), 0);
+    for (int32_t i = 0; i < g.n_prompts; i++) {
+        EXPECT_EQ(res[i].n_tokens, g.p[i].n_decode);
+        for (int32_t k = 0; k < res[i].n_tokens && k < g.p[i].n_decode; k++)
+            if (res[i].tokens[k] != g.p[i].decode[k])
+                TEST_FAIL("H %d R %d prompt %d step %d: %d != %d", heavy, recent, i, k,
+                          res[i].tokens[k], g.p[i].decode[k]);
+        generate_result_free(&res[i]);
+    }
+    model_destroy(m);
+    golden_free(&g);
+}
+
+TEST(mistral_window_h2o_budget_equals_window)
+{
+    mistral_h2o(4, 4);
+    mistral_h2o(7, 1);
+}
+
 /* The whole generate path (tokens in, greedy sampler, chunked prefill, several
  * sequences in one batch) gives transformers' tokens. */
 TEST(generate_greedy_matches_transformers)
@@ -173,5 +222,6 @@ int main(void)
     RUN(every_family_fp32_tp2);
     RUN(every_family_bf16);
     RUN(generate_greedy_matches_transformers);
+    RUN(mistral_window_h2o_budget_equals_window);
     return test_done();
 }
