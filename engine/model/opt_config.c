@@ -533,3 +533,30 @@ out:
     free(path);
     return err;
 }
+
+int64_t opt_config_layer_params(const struct opt_config *c)
+{
+    const struct model_arch *a = &c->arch;
+    const int64_t h = c->hidden, f = c->ffn, q = (int64_t)c->n_head * c->head_dim;
+    const int64_t kv = (int64_t)c->n_kv_head * c->head_dim;
+    int64_t n = h * (q + 2 * kv) + q * h;
+    n += (a->mlp == ARCH_MLP_SWIGLU ? 3 : 2) * h * f;
+    if (a->qkv_bias) n += q + 2 * kv;
+    if (a->o_bias) n += h;
+    if (a->mlp_bias) n += f + h;
+    n += (a->norm == ARCH_NORM_LAYERNORM ? 4 : 2) * h;
+    return n;
+}
+
+int64_t opt_config_param_count(const struct opt_config *c)
+{
+    const struct model_arch *a = &c->arch;
+    const int64_t h = c->hidden, p = c->word_embed_proj_dim;
+    int64_t n =
+        (int64_t)c->vocab_size * p + (int64_t)c->n_layer * opt_config_layer_params(c);
+    if (a->pos == ARCH_POS_LEARNED) n += (int64_t)(c->max_pos + a->pos_offset) * h;
+    if (a->final_norm) n += (a->norm == ARCH_NORM_LAYERNORM ? 2 : 1) * h;
+    if (p != h) n += 2 * p * h;
+    if (!c->tied_lm_head) n += (int64_t)c->vocab_size * p;
+    return n;
+}

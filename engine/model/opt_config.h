@@ -57,4 +57,10 @@ int opt_config_load(struct opt_config *cfg, const char *dir);
  */
 int opt_config_dummy(struct opt_config *cfg, const char *name);
 
+/* Parameters of one decoder layer (q/k/v/o with the KV heads, the MLP's two or
+ * three matrices, biases and norms), and of the whole model (embeddings, learned
+ * positions, the LM head counted once when tied). For reports. Thread: any. */
+int64_t opt_config_layer_params(const struct opt_config *cfg);
+int64_t opt_config_param_count(const struct opt_config *cfg);
+
 #endif

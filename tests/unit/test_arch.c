@@ -242,6 +242,19 @@ TEST(dummy_families_have_real_shapes)
     EXPECT_EQ(c.n_kv_head, 12);
 }
 
+/* The published parameter counts: Llama 3 8B 8,030,261,248; TinyLlama 1.1B
+ * 1,100,048,384; OPT-125m as the OPT count always was (tied head once). */
+TEST(parameter_counts)
+{
+    struct opt_config c;
+    EXPECT_EQ(opt_config_dummy(&c, "dummy:llama-3-8b"), 0);
+    EXPECT_EQ(opt_config_param_count(&c), 8030261248LL);
+    EXPECT_EQ(opt_config_dummy(&c, "dummy:tinyllama-1.1b"), 0);
+    EXPECT_EQ(opt_config_param_count(&c), 1100048384LL);
+    EXPECT_EQ(opt_config_dummy(&c, "dummy:opt-125m"), 0);
+    EXPECT_EQ(opt_config_param_count(&c), 125239296LL);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmp_dir)) abort();
@@ -250,6 +263,7 @@ int main(void)
     RUN(mistral_qwen2_neox_configs);
     RUN(unsupported_values_are_load_errors);
     RUN(dummy_families_have_real_shapes);
+    RUN(parameter_counts);
     char path[256];
     snprintf(path, sizeof path, "%s/config.json", tmp_dir);
     unlink(path);
