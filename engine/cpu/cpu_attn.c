@@ -164,6 +164,10 @@ static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *s
         nb_vis = bi + 1;
         if (nq == ATTN_QT && BS == 16) {
             block_logits(a, t, n_valid, qv, qpos, sb, width, ATTN_QT, 16);
+        } else if (nq == 4 && BS == 16) { /* a GQA group of 4, one decode token */
+            block_logits(a, t, n_valid, qv, qpos, sb, width, 4, 16);
+        } else if (nq == 2 && BS == 16) {
+            block_logits(a, t, n_valid, qv, qpos, sb, width, 2, 16);
         } else if (nq == ATTN_QT) {
             block_logits(a, t, n_valid, qv, qpos, sb, width, ATTN_QT, BS);
         } else {
@@ -196,6 +200,10 @@ static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, 
         cpu_attn_block_scores(a, t, pb, width, nq, BS);
         if (nq == ATTN_QT && BS == 16) {
             block_values(a, t, pb, width, out, ATTN_QT, 16);
+        } else if (nq == 4 && BS == 16) {
+            block_values(a, t, pb, width, out, 4, 16);
+        } else if (nq == 2 && BS == 16) {
+            block_values(a, t, pb, width, out, 2, 16);
         } else if (nq == ATTN_QT) {
             block_values(a, t, pb, width, out, ATTN_QT, BS);
         } else {
@@ -228,24 +236,35 @@ const char *cpu_attn_kernels_name(const struct cpu_attn_kernels *k)
     return k->name;
 }
 
-/* All queries of one sequence for one query head h, which reads KV head h / rep;
- * s is [ATTN_QT, n_blocks * BS] scratch. */
-static void attend_seq_head(const struct cpu_attn_args *a, const struct cpu_attn_kernels *k,
-                            const struct be_seq *sq, int32_t h, float *s)
+/*
+ * All queries of one sequence that read KV head kvh: with GQA the rep query heads
+ * kvh * rep .. kvh * rep + rep - 1 of every token. They are tiled token by token,
+ * the group's heads next to each other (query qi is token qi / rep, head
+ * kvh * rep + qi % rep), so one pass over the KV head's blocks serves the whole
+ * group: a decode token's rep heads share each K and V load instead of reading the
+ * cache rep times. One task owns the KV head's scores and adds the queries in this
+ * fixed order, so the sum over the group needs no atomics and is deterministic (and,
+ * token order being kept, independent of chunking). Without GQA (rep 1) this is one
+ * head's queries in token order. s is [ATTN_QT, n_blocks * BS] scratch.
+ */
+static void attend_seq_kv_head(const struct cpu_attn_args *a,
+                               const struct cpu_attn_kernels *k, const struct be_seq *sq,
+                               int32_t kvh, float *s)
 {
     const struct be_batch *b = a->batch;
     const int32_t H = a->n_head, NKV = cpu_attn_n_kv(a), D = a->head_dim,
                   BS = a->block_size;
-    const int32_t kvh = h / (H / NKV);
+    const int32_t rep = H / NKV, n_q = sq->n_tok * rep;
     const int64_t row_stride = (int64_t)(H + 2 * NKV) * D;
     const int32_t width = CEIL_DIV(sq->n_slots, BS) * BS;
     float qv[ATTN_QT * ATTN_MAX_D], out[ATTN_QT * ATTN_MAX_D]; // qv, out: [nq, head_dim]
     int32_t qpos[ATTN_QT];
 
-    for (int32_t i0 = 0; i0 < sq->n_tok; i0 += ATTN_QT) {
-        const int32_t nq = MIN(ATTN_QT, sq->n_tok - i0);
+    for (int32_t q0 = 0; q0 < n_q; q0 += ATTN_QT) {
+        const int32_t nq = MIN(ATTN_QT, n_q - q0);
         for (int32_t q = 0; q < nq; q++) {
-            const int32_t r = sq->tok_start + i0 + q;
+            const int32_t r = sq->tok_start + (q0 + q) / rep;
+            const int32_t h = kvh * rep + (q0 + q) % rep;
             const float *qr = a->qkv + r * row_stride + (int64_t)h * D;
             for (int32_t d = 0; d < D; d++) qv[q * D + d] = qr[d] * a->scale;
             qpos[q] = b->pos[r];
@@ -258,19 +277,10 @@ static void attend_seq_head(const struct cpu_attn_args *a, const struct cpu_attn
         /* Pass 3: outputs and H2O scores (of the KV head's slots). */
         memset(out, 0, (size_t)(nq * D) * sizeof(float));
         k->tile_values(a, sq, kvh, s, qpos, nq, width, width_vis, out);
-        for (int32_t q = 0; q < nq; q++) cpu_attn_store(a, sq->tok_start + i0 + q, h, out + q * D);
+        for (int32_t q = 0; q < nq; q++)
+            cpu_attn_store(a, sq->tok_start + (q0 + q) / rep, kvh * rep + (q0 + q) % rep,
+                           out + q * D);
     }
-}
-
-/* Every query head that reads KV head kvh, in order: one task owns the KV head's
- * scores, so the sum over its query heads needs no atomics and is deterministic. */
-static void attend_seq_kv_head(const struct cpu_attn_args *a,
-                               const struct cpu_attn_kernels *k, const struct be_seq *sq,
-                               int32_t kvh, float *s)
-{
-    const int32_t rep = a->n_head / cpu_attn_n_kv(a);
-    for (int32_t g = 0; g < rep; g++)
-        attend_seq_head(a, k, sq, kvh * rep + g, s);
 }
 
 void cpu_attn_forward(const struct cpu_attn_args *a)

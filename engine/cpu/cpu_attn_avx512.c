@@ -160,10 +160,10 @@ block_logits16_heads(const struct cpu_attn_args *a, int64_t t0, int32_t n_valid,
     }
 }
 
-
 /*
  * Pass 1 (tile_logits) for block size 16: a full tile runs block_logits16 with NQ =
- * ATTN_QT; a lone decode query queues its visible blocks and runs them four at a time
+ * ATTN_QT (or 4 or 2: a GQA group's heads of one decode token, sharing each K load);
+ * a lone decode query queues its visible blocks and runs them four at a time
  * (block_logits16_x4), prefetching the K tiles ahead; other tiles run query by query.
  */
 static int32_t tile_logits16(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
@@ -199,6 +199,10 @@ static int32_t tile_logits16(const struct cpu_attn_args *a, const struct be_seq 
             }
         } else if (nq == ATTN_QT) {
             block_logits16(a, t, n_valid, qv, qpos, sb, width, ATTN_QT);
+        } else if (nq == 4) { /* a GQA group of 4 (Llama 3) for one decode token */
+            block_logits16(a, t, n_valid, qv, qpos, sb, width, 4);
+        } else if (nq == 2) {
+            block_logits16(a, t, n_valid, qv, qpos, sb, width, 2);
         } else {
             for (int32_t q = 0; q < nq; q++)
                 block_logits16(a, t, n_valid, qv + q * D, qpos + q, sb + q * width, width, 1);
@@ -227,6 +231,10 @@ static void tile_values16(const struct cpu_attn_args *a, const struct be_seq *sq
         cpu_attn_block_scores(a, t, pb, width, nq, 16);
         if (nq == ATTN_QT) {
             block_values16(a, t, pb, width, out, ATTN_QT);
+        } else if (nq == 4) {
+            block_values16(a, t, pb, width, out, 4);
+        } else if (nq == 2) {
+            block_values16(a, t, pb, width, out, 2);
         } else {
             for (int32_t q = 0; q < nq; q++) {
                 if (bi + 2 < width_vis / 16)
