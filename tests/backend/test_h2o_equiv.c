@@ -120,6 +120,11 @@ TEST(qwen2_gqa_rope_batched_chunked)
 {
     check_model("golden-arch/tiny-qwen2", 16, true, 5);
 }
+/* GPT-NeoX: partial rotary (4 of 16 dims), parallel residual, fused q/k/v. */
+TEST(neox_partial_rope_batched_chunked)
+{
+    check_model("golden-arch/tiny-neox", 16, true, 6);
+}
 /* head_dim 32, odd block size: holes across block boundaries, generic kernels. */
 TEST(dummy_llama_tiny_block_size_5)
 {
@@ -190,6 +195,7 @@ int main(void)
     RUN(llama_gqa_rope_alone);
     RUN(llama_gqa_rope_batched_chunked);
     RUN(qwen2_gqa_rope_batched_chunked);
+    RUN(neox_partial_rope_batched_chunked);
     RUN(dummy_llama_tiny_block_size_5);
     RUN(generate_matches_reference);
     return test_done();

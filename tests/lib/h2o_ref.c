@@ -72,21 +72,10 @@ struct ref_run {
 
 /* ---- Loading ---- */
 
+/* The size check counts what opt_config counts for reports. */
 static int64_t count_params(const struct opt_config *c)
 {
-    if (c->arch.family != ARCH_OPT) {
-        const int64_t h = c->hidden, q = (int64_t)c->n_head * c->head_dim;
-        const int64_t kv = (int64_t)c->n_kv_head * c->head_dim;
-        return 2 * (int64_t)c->vocab_size * h +
-               (int64_t)c->n_layer * (2 * q * h + 2 * kv * h + 3 * h * c->ffn);
-    }
-    const int64_t h = c->hidden, f = c->ffn, d = c->word_embed_proj_dim;
-    int64_t n = (int64_t)c->vocab_size * d + ((int64_t)c->max_pos + 2) * h;
-    if (d != h) n += 2 * h * d;
-    if (!c->tied_lm_head) n += (int64_t)c->vocab_size * d;
-    if (c->ln_before) n += 2 * h;
-    n += (int64_t)c->n_layer * (4 * (h * h + h) + 4 * h + (f * h + f) + (h * f + h));
-    return n;
+    return opt_config_param_count(c);
 }
 
 /*
@@ -177,9 +166,50 @@ static int load_weights_llama(struct h2o_ref *r, const struct weights *w)
     return err;
 }
 
+/* GPT-NeoX (names without gpt_neox.): the fused query_key_value goes to q_w / q_b
+ * as it is, [n_head, 3, head_dim] rows. */
+static int load_weights_neox(struct h2o_ref *r, const struct weights *w)
+{
+    const struct opt_config *c = &r->cfg;
+    const int64_t h = c->hidden, f = c->ffn, q = (int64_t)c->n_head * c->head_dim;
+    int err = read_tensor(w, &r->embed_tokens, "embed_in.weight", c->vocab_size, h);
+    if (!err) err = read_tensor(w, &r->final_ln_w, "final_layer_norm.weight", h, 0);
+    if (!err) err = read_tensor(w, &r->final_ln_b, "final_layer_norm.bias", h, 0);
+    if (!err) err = read_tensor(w, &r->lm_head, "embed_out.weight", c->vocab_size, h);
+    r->layers = xcalloc((size_t)c->n_layer, sizeof *r->layers);
+    for (int32_t l = 0; l < c->n_layer && !err; l++) {
+        struct ref_layer *L = &r->layers[l];
+        err = read_layer_tensor(w, &L->attn_ln_w, l, "input_layernorm.weight", h, 0);
+        if (!err)
+            err = read_layer_tensor(w, &L->attn_ln_b, l, "input_layernorm.bias", h, 0);
+        if (!err)
+            err = read_layer_tensor(w, &L->ffn_ln_w, l, "post_attention_layernorm.weight",
+                                    h, 0);
+        if (!err)
+            err = read_layer_tensor(w, &L->ffn_ln_b, l, "post_attention_layernorm.bias", h,
+                                    0);
+        if (!err)
+            err = read_layer_tensor(w, &L->q_w, l, "attention.query_key_value.weight",
+                                    3 * q, h);
+        if (!err)
+            err = read_layer_tensor(w, &L->q_b, l, "attention.query_key_value.bias", 3 * q,
+                                    0);
+        if (!err) err = read_layer_tensor(w, &L->o_w, l, "attention.dense.weight", h, q);
+        if (!err) err = read_layer_tensor(w, &L->o_b, l, "attention.dense.bias", h, 0);
+        if (!err)
+            err = read_layer_tensor(w, &L->fc1_w, l, "mlp.dense_h_to_4h.weight", f, h);
+        if (!err) err = read_layer_tensor(w, &L->fc1_b, l, "mlp.dense_h_to_4h.bias", f, 0);
+        if (!err)
+            err = read_layer_tensor(w, &L->fc2_w, l, "mlp.dense_4h_to_h.weight", h, f);
+        if (!err) err = read_layer_tensor(w, &L->fc2_b, l, "mlp.dense_4h_to_h.bias", h, 0);
+    }
+    return err;
+}
+
 static int load_weights(struct h2o_ref *r, const struct weights *w)
 {
     const struct opt_config *c = &r->cfg;
+    if (c->arch.family == ARCH_GPT_NEOX) return load_weights_neox(r, w);
     if (c->arch.family != ARCH_OPT) return load_weights_llama(r, w);
     const int64_t h = c->hidden, d = c->word_embed_proj_dim;
     int err = read_tensor(w, &r->embed_tokens, "embed_tokens.weight", c->vocab_size, d);
@@ -215,11 +245,11 @@ int h2o_ref_create(struct h2o_ref **out, const char *name)
     /* Beyond OPT the reference runs the Llama family with plain rotary positions
      * (no rope_scaling, no sliding window): GQA and RoPE are what it checks. */
     const struct model_arch *a = &r->cfg.arch;
-    if (a->family == ARCH_GPT_NEOX || a->rope.scaling != ARCH_ROPE_NONE ||
-        a->sliding_window) {
+    if (a->rope.scaling != ARCH_ROPE_NONE || a->sliding_window ||
+        (a->family == ARCH_GPT_NEOX && a->act != ARCH_ACT_GELU)) {
         err = err_set(ENG_EUNSUPPORTED,
-                      "%s: the dense reference runs OPT and the Llama "
-                      "family without rope_scaling or a window",
+                      "%s: the dense reference runs OPT, the Llama family and GPT-NeoX "
+                      "(exact GELU) without rope_scaling or a window",
                       name);
         goto fail;
     }
@@ -332,7 +362,8 @@ static void linear(float *y, const float *W, const float *b, const float *x, int
 }
 
 /* y[n] = LayerNorm(x) with eps 1e-5 and the biased variance, as torch does. y may be x. */
-static void layer_norm(float *y, const float *x, const float *w, const float *b, int32_t n)
+static void layer_norm_eps(float *y, const float *x, const float *w, const float *b,
+                           double eps, int32_t n)
 {
     double mean = 0, var = 0;
     for (int32_t i = 0; i < n; i++)
@@ -341,9 +372,15 @@ static void layer_norm(float *y, const float *x, const float *w, const float *b,
     for (int32_t i = 0; i < n; i++)
         var += ((double)x[i] - mean) * ((double)x[i] - mean);
     var /= n;
-    const double inv = 1.0 / sqrt(var + REF_LN_EPS);
+    const double inv = 1.0 / sqrt(var + eps);
     for (int32_t i = 0; i < n; i++)
         y[i] = (float)(((double)x[i] - mean) * inv * w[i] + b[i]);
+}
+
+/* OPT's: eps 1e-5. */
+static void layer_norm(float *y, const float *x, const float *w, const float *b, int32_t n)
+{
+    layer_norm_eps(y, x, w, b, REF_LN_EPS, n);
 }
 
 static size_t kv_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
@@ -443,11 +480,18 @@ static void evict(struct ref_run *run, const struct opt_config *c, int32_t l, in
 static void forward_llama(const struct h2o_ref *r, struct ref_run *run,
                           const int32_t *tokens, int32_t n, int32_t pos0,
                           struct h2o_ref_policy pol, float *logits);
+static void forward_neox(const struct h2o_ref *r, struct ref_run *run,
+                         const int32_t *tokens, int32_t n, int32_t pos0,
+                         struct h2o_ref_policy pol, float *logits);
 
 static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t *tokens,
                     int32_t n, int32_t pos0, struct h2o_ref_policy pol, float *logits)
 {
     const struct opt_config *c = &r->cfg;
+    if (c->arch.family == ARCH_GPT_NEOX) {
+        forward_neox(r, run, tokens, n, pos0, pol, logits);
+        return;
+    }
     if (c->arch.family != ARCH_OPT) {
         forward_llama(r, run, tokens, n, pos0, pol, logits);
         return;
@@ -659,6 +703,88 @@ static void forward_llama(const struct h2o_ref *r, struct ref_run *run,
     free(g);
     free(u);
     free(o);
+}
+
+/* ---- GPT-NeoX's forward (HF GPTNeoXLayer) ---- */
+
+static void forward_neox(const struct h2o_ref *r, struct ref_run *run,
+                         const int32_t *tokens, int32_t n, int32_t pos0,
+                         struct h2o_ref_policy pol, float *logits)
+{
+    const struct opt_config *c = &r->cfg;
+    const int32_t hid = c->hidden, D = c->head_dim, H = c->n_head, f = c->ffn;
+    const int32_t qw = H * D, rot = c->arch.rope.dims;
+    const double eps = c->arch.norm_eps, theta = c->arch.rope.theta;
+    float *x = xmalloc((size_t)n * hid * sizeof *x);    // [n, hidden] the residual stream
+    float *a = xmalloc((size_t)hid * sizeof *a);        // [hidden] normed input
+    float *qkv = xmalloc((size_t)3 * qw * sizeof *qkv); // [n_head, 3, head_dim]
+    float *q = xmalloc((size_t)n * qw * sizeof *q);     // [n, n_head, head_dim]
+    float *ctx = xmalloc((size_t)n * qw * sizeof *ctx); // [n, n_head, head_dim]
+    float *g = xmalloc((size_t)f * sizeof *g);
+    float *o = xmalloc((size_t)hid * sizeof *o), *m = xmalloc((size_t)hid * sizeof *m);
+    for (int32_t i = 0; i < n; i++)
+        memcpy(x + (int64_t)i * hid, r->embed_tokens + (int64_t)tokens[i] * hid,
+               (size_t)hid * sizeof *x);
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int32_t l = 0; l < c->n_layer; l++) {
+        const struct ref_layer *L = &r->layers[l];
+        for (int32_t i = 0; i < n; i++) {
+            const int32_t t = pos0 + i;
+            layer_norm_eps(a, x + (int64_t)i * hid, L->attn_ln_w, L->attn_ln_b, eps, hid);
+            linear(qkv, L->q_w, L->q_b, a, 3 * qw, hid);
+            for (int32_t h = 0; h < H; h++) {
+                float *qh = q + (int64_t)i * qw + (int64_t)h * D;
+                float *kh = run->k + kv_index(run, c, l, t, h);
+                float *vh = run->v + kv_index(run, c, l, t, h);
+                memcpy(qh, qkv + (int64_t)(3 * h) * D, (size_t)D * sizeof *qh);
+                memcpy(kh, qkv + (int64_t)(3 * h + 1) * D, (size_t)D * sizeof *kh);
+                memcpy(vh, qkv + (int64_t)(3 * h + 2) * D, (size_t)D * sizeof *vh);
+                /* Partial rotary: the first rot dims of the head only. */
+                rope(qh, t, rot, theta);
+                rope(kh, t, rot, theta);
+                for (int32_t k = 0; k < D; k++)
+                    qh[k] *= scale;
+            }
+        }
+        for (int32_t h = 0; h < H; h++)
+            for (int32_t i = 0; i < n; i++) {
+                run->kept[head_index(run, c, l, h) + pos0 + i] = true;
+                run->score[head_index(run, c, l, h) + pos0 + i] = 0.0f;
+            }
+        for (int32_t i = 0; i < n; i++)
+            for (int32_t h = 0; h < H; h++)
+                attend(run, c, l, h, pos0 + i, q + (int64_t)i * qw + (int64_t)h * D,
+                       ctx + (int64_t)i * qw + (int64_t)h * D);
+        if (!pol.full)
+            for (int32_t h = 0; h < H; h++)
+                evict(run, c, l, h, pos0, n, pol);
+        for (int32_t i = 0; i < n; i++) {
+            float *xi = x + (int64_t)i * hid;
+            linear(o, L->o_w, L->o_b, ctx + (int64_t)i * qw, hid, qw);
+            /* Parallel residual: the MLP reads LN2 of the same x as the attention. */
+            if (!c->arch.parallel_residual)
+                for (int32_t k = 0; k < hid; k++)
+                    xi[k] += o[k];
+            layer_norm_eps(a, xi, L->ffn_ln_w, L->ffn_ln_b, eps, hid);
+            linear(g, L->fc1_w, L->fc1_b, a, f, hid);
+            for (int32_t k = 0; k < f; k++)
+                g[k] = (float)(0.5 * g[k] * (1.0 + erf((double)g[k] / sqrt(2.0))));
+            linear(m, L->fc2_w, L->fc2_b, g, hid, f);
+            for (int32_t k = 0; k < hid; k++)
+                xi[k] += m[k] + (c->arch.parallel_residual ? o[k] : 0.0f);
+        }
+    }
+    float *xl = x + (int64_t)(n - 1) * hid;
+    layer_norm_eps(xl, xl, r->final_ln_w, r->final_ln_b, eps, hid);
+    linear(logits, r->lm_head, NULL, xl, c->vocab_size, hid);
+    free(x);
+    free(a);
+    free(qkv);
+    free(q);
+    free(ctx);
+    free(g);
+    free(o);
+    free(m);
 }
 
 /* ---- One run ---- */

@@ -1,6 +1,7 @@
 /*
- * h2o_ref.h - a dense, obviously-correct reference of OPT inference, and of the
- * Llama family (RMSNorm, SwiGLU, rotary positions, grouped-query attention), with the
+ * h2o_ref.h - a dense, obviously-correct reference of OPT inference, of the Llama
+ * family (RMSNorm, SwiGLU, rotary positions, grouped-query attention) and of
+ * GPT-NeoX (partial rotary, parallel residual, fused q/k/v, GELU), with the
  * H2O KV-cache policy (DESIGN section 3 for the model, section 5 for the policy;
  * docs/kv-cache.md for GQA: the policy is per KV head, a KV head's score the sum
  * over the query heads sharing it).
