@@ -75,12 +75,21 @@ void cpu_ops_norm(void *dst, enum dtype dst_dtype, const float *x, const float *
             var += (row[j] - mean) * (row[j] - mean);
         var /= (float)d;
         const float rstd = 1.0f / sqrtf(var + eps);
-        for (int32_t j = 0; j < d; j++) {
-            float y = (row[j] - mean) * rstd * w[j] + (b ? b[j] : 0.0f);
-            if (dst_dtype == DTYPE_F32)
-                ((float *)dst)[(int64_t)i * d + j] = y;
-            else
-                ((uint16_t *)dst)[(int64_t)i * d + j] = f32_to_bf16(y);
+        if (dst_dtype == DTYPE_F32) {
+            float *out = (float *)dst + (int64_t)i * d;
+            if (b) {
+#pragma omp simd
+                for (int32_t j = 0; j < d; j++)
+                    out[j] = (row[j] - mean) * rstd * w[j] + b[j];
+            } else {
+#pragma omp simd
+                for (int32_t j = 0; j < d; j++)
+                    out[j] = (row[j] - mean) * rstd * w[j];
+            }
+        } else {
+            uint16_t *out = (uint16_t *)dst + (int64_t)i * d;
+            for (int32_t j = 0; j < d; j++)
+                out[j] = f32_to_bf16((row[j] - mean) * rstd * w[j] + (b ? b[j] : 0.0f));
         }
     }
 }
