@@ -81,6 +81,17 @@ static const char *strip_prefix(const char *s, size_t *len)
     return s;
 }
 
+bool weights_is_mask_buffer(const char *name)
+{
+    static const char *const tails[] = {".attention.bias", ".attention.masked_bias"};
+    const size_t n = strlen(name);
+    for (size_t i = 0; i < ARRAY_LEN(tails); i++) {
+        const size_t k = strlen(tails[i]);
+        if (n >= k && strcmp(name + n - k, tails[i]) == 0) return true;
+    }
+    return false;
+}
+
 static void index_insert(struct weights *w, int32_t idx)
 {
     uint32_t mask = w->n_slots - 1;
