@@ -1,5 +1,7 @@
 /*
- * h2o_ref.c - the dense reference of OPT + H2O that the engine is tested against.
+ * h2o_ref.c - the dense reference of OPT + H2O that the engine is tested against:
+ * loading, the H2O rules, the OPT forward and a run (the other families' loaders and
+ * forwards are in h2o_ref_families.c, on the helpers h2o_ref_impl.h declares).
  *
  * Owns: the model's weights as plain fp32 arrays (struct h2o_ref), and during one
  * h2o_ref_run the dense per-run state (struct ref_run): the K and V of every token
@@ -15,6 +17,7 @@
  * position, so "older" simply means "smaller index".
  */
 #include "h2o_ref.h"
+#include "h2o_ref_impl.h"
 
 #include "err.h"
 #include "model.h"
@@ -35,41 +38,6 @@
 /* Learned positions are looked up at logical position + 2 (DESIGN section 3). */
 #define REF_POS_OFFSET 2
 
-struct ref_layer {
-    float *attn_ln_w, *attn_ln_b; // [hidden] self_attn_layer_norm (RMSNorm: b NULL)
-    /* q [n_head * D, hidden], k and v [n_kv_head * D, hidden], o [hidden, n_head * D]
-     * (nn.Linear: [out, in]); the Llama family's biases are NULL where it has none */
-    float *q_w, *k_w, *v_w, *o_w;
-    float *q_b, *k_b, *v_b, *o_b;
-    float *gate_w, *up_w;         // [ffn, hidden] SwiGLU (Llama family); down is fc2_w
-    float *ffn_ln_w, *ffn_ln_b;   // [hidden] the layer's final_layer_norm
-    float *fc1_w, *fc1_b;         // [ffn, hidden], [ffn]
-    float *fc2_w, *fc2_b;         // [hidden, ffn], [hidden]
-};
-
-struct h2o_ref {
-    struct opt_config cfg;
-    float *embed_tokens;            // [vocab, proj]
-    float *embed_pos;               // [max_pos + 2, hidden]
-    float *project_in;              // [hidden, proj], NULL when proj == hidden
-    float *project_out;             // [proj, hidden], NULL when proj == hidden
-    float *final_ln_w, *final_ln_b; // [hidden], NULL when post-LN
-    float *lm_head;                 // [vocab, proj]; == embed_tokens when tied
-    struct ref_layer *layers;       // [n_layer]
-};
-
-/* The dense state of one run; T = P + n_steps tokens at most. */
-struct ref_run {
-    int32_t T;
-    /* Heads of the cache are KV heads (n_kv_head; == n_head for OPT): with GQA the
-     * policy is per KV head and its score sums over the query heads that share it. */
-    float *k, *v; // [n_layer, T, n_kv_head, head_dim]: every token ever seen
-    bool *kept;   // [n_layer, n_kv_head, T]: false = evicted (or not yet seen)
-    float *score; // [n_layer, n_kv_head, T]: accumulated attention (fp32, DESIGN 5)
-    int32_t *pos; // [T]: pos[j] = j, for h2o_ref_select_evict
-    float *p;     // [T]: scratch, one query's attention probabilities
-};
-
 /* ---- Loading ---- */
 
 /* The size check counts what opt_config counts for reports. */
@@ -82,20 +50,20 @@ static int64_t count_params(const struct opt_config *c)
  * Read tensor `name` of shape [d0] (d1 == 0) or [d0, d1] into a new array *dst.
  * The caller owns *dst even on failure.
  */
-static int read_tensor(const struct weights *w, float **dst, const char *name, int64_t d0,
-                       int64_t d1)
+int h2o_ref_read_tensor(const struct weights *w, float **dst, const char *name, int64_t d0,
+                        int64_t d1)
 {
     const int64_t shape[2] = {d0, d1};
     *dst = xmalloc((size_t)(d0 * (d1 ? d1 : 1)) * sizeof(float));
     return weights_read_f32(w, name, d1 ? 2 : 1, shape, *dst);
 }
 
-static int read_layer_tensor(const struct weights *w, float **dst, int32_t l,
-                             const char *suffix, int64_t d0, int64_t d1)
+int h2o_ref_read_layer_tensor(const struct weights *w, float **dst, int32_t l,
+                              const char *suffix, int64_t d0, int64_t d1)
 {
     char name[128];
     snprintf(name, sizeof name, "layers.%d.%s", (int)l, suffix);
-    return read_tensor(w, dst, name, d0, d1);
+    return h2o_ref_read_tensor(w, dst, name, d0, d1);
 }
 
 static int load_layer(const struct weights *w, struct ref_layer *L, int32_t l,
@@ -104,129 +72,60 @@ static int load_layer(const struct weights *w, struct ref_layer *L, int32_t l,
     const int64_t h = c->hidden, f = c->ffn;
     int err = 0;
     if (!err)
-        err = read_layer_tensor(w, &L->attn_ln_w, l, "self_attn_layer_norm.weight", h, 0);
+        err = h2o_ref_read_layer_tensor(w, &L->attn_ln_w, l, "self_attn_layer_norm.weight",
+                                        h, 0);
     if (!err)
-        err = read_layer_tensor(w, &L->attn_ln_b, l, "self_attn_layer_norm.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->q_w, l, "self_attn.q_proj.weight", h, h);
-    if (!err) err = read_layer_tensor(w, &L->q_b, l, "self_attn.q_proj.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->k_w, l, "self_attn.k_proj.weight", h, h);
-    if (!err) err = read_layer_tensor(w, &L->k_b, l, "self_attn.k_proj.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->v_w, l, "self_attn.v_proj.weight", h, h);
-    if (!err) err = read_layer_tensor(w, &L->v_b, l, "self_attn.v_proj.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->o_w, l, "self_attn.out_proj.weight", h, h);
-    if (!err) err = read_layer_tensor(w, &L->o_b, l, "self_attn.out_proj.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->ffn_ln_w, l, "final_layer_norm.weight", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->ffn_ln_b, l, "final_layer_norm.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->fc1_w, l, "fc1.weight", f, h);
-    if (!err) err = read_layer_tensor(w, &L->fc1_b, l, "fc1.bias", f, 0);
-    if (!err) err = read_layer_tensor(w, &L->fc2_w, l, "fc2.weight", h, f);
-    if (!err) err = read_layer_tensor(w, &L->fc2_b, l, "fc2.bias", h, 0);
-    return err;
-}
-
-/* The Llama family (Llama, Mistral, Qwen2) in its checkpoints' names (arch.h). */
-static int load_layer_llama(const struct weights *w, struct ref_layer *L, int32_t l,
-                            const struct opt_config *c)
-{
-    const int64_t h = c->hidden, f = c->ffn, q = (int64_t)c->n_head * c->head_dim;
-    const int64_t kv = (int64_t)c->n_kv_head * c->head_dim;
-    const bool bias = c->arch.qkv_bias;
-    int err = read_layer_tensor(w, &L->attn_ln_w, l, "input_layernorm.weight", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->q_w, l, "self_attn.q_proj.weight", q, h);
-    if (!err) err = read_layer_tensor(w, &L->k_w, l, "self_attn.k_proj.weight", kv, h);
-    if (!err) err = read_layer_tensor(w, &L->v_w, l, "self_attn.v_proj.weight", kv, h);
-    if (!err && bias) err = read_layer_tensor(w, &L->q_b, l, "self_attn.q_proj.bias", q, 0);
-    if (!err && bias)
-        err = read_layer_tensor(w, &L->k_b, l, "self_attn.k_proj.bias", kv, 0);
-    if (!err && bias)
-        err = read_layer_tensor(w, &L->v_b, l, "self_attn.v_proj.bias", kv, 0);
-    if (!err) err = read_layer_tensor(w, &L->o_w, l, "self_attn.o_proj.weight", h, q);
+        err = h2o_ref_read_layer_tensor(w, &L->attn_ln_b, l, "self_attn_layer_norm.bias", h,
+                                        0);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->q_w, l, "self_attn.q_proj.weight", h, h);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->q_b, l, "self_attn.q_proj.bias", h, 0);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->k_w, l, "self_attn.k_proj.weight", h, h);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->k_b, l, "self_attn.k_proj.bias", h, 0);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->v_w, l, "self_attn.v_proj.weight", h, h);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->v_b, l, "self_attn.v_proj.bias", h, 0);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->o_w, l, "self_attn.out_proj.weight", h, h);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->o_b, l, "self_attn.out_proj.bias", h, 0);
     if (!err)
         err =
-            read_layer_tensor(w, &L->ffn_ln_w, l, "post_attention_layernorm.weight", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->gate_w, l, "mlp.gate_proj.weight", f, h);
-    if (!err) err = read_layer_tensor(w, &L->up_w, l, "mlp.up_proj.weight", f, h);
-    if (!err) err = read_layer_tensor(w, &L->fc2_w, l, "mlp.down_proj.weight", h, f);
-    return err;
-}
-
-static int load_weights_llama(struct h2o_ref *r, const struct weights *w)
-{
-    const struct opt_config *c = &r->cfg;
-    const int64_t h = c->hidden;
-    int err = read_tensor(w, &r->embed_tokens, "embed_tokens.weight", c->vocab_size, h);
-    if (!err) err = read_tensor(w, &r->final_ln_w, "norm.weight", h, 0);
-    if (!err && !c->tied_lm_head)
-        err = read_tensor(w, &r->lm_head, "lm_head.weight", c->vocab_size, h);
-    else if (!err)
-        r->lm_head = r->embed_tokens;
-    r->layers = xcalloc((size_t)c->n_layer, sizeof *r->layers);
-    for (int32_t l = 0; l < c->n_layer && !err; l++)
-        err = load_layer_llama(w, &r->layers[l], l, c);
-    return err;
-}
-
-/* GPT-NeoX (names without gpt_neox.): the fused query_key_value goes to q_w / q_b
- * as it is, [n_head, 3, head_dim] rows. */
-static int load_weights_neox(struct h2o_ref *r, const struct weights *w)
-{
-    const struct opt_config *c = &r->cfg;
-    const int64_t h = c->hidden, f = c->ffn, q = (int64_t)c->n_head * c->head_dim;
-    int err = read_tensor(w, &r->embed_tokens, "embed_in.weight", c->vocab_size, h);
-    if (!err) err = read_tensor(w, &r->final_ln_w, "final_layer_norm.weight", h, 0);
-    if (!err) err = read_tensor(w, &r->final_ln_b, "final_layer_norm.bias", h, 0);
-    if (!err) err = read_tensor(w, &r->lm_head, "embed_out.weight", c->vocab_size, h);
-    r->layers = xcalloc((size_t)c->n_layer, sizeof *r->layers);
-    for (int32_t l = 0; l < c->n_layer && !err; l++) {
-        struct ref_layer *L = &r->layers[l];
-        err = read_layer_tensor(w, &L->attn_ln_w, l, "input_layernorm.weight", h, 0);
-        if (!err)
-            err = read_layer_tensor(w, &L->attn_ln_b, l, "input_layernorm.bias", h, 0);
-        if (!err)
-            err = read_layer_tensor(w, &L->ffn_ln_w, l, "post_attention_layernorm.weight",
-                                    h, 0);
-        if (!err)
-            err = read_layer_tensor(w, &L->ffn_ln_b, l, "post_attention_layernorm.bias", h,
-                                    0);
-        if (!err)
-            err = read_layer_tensor(w, &L->q_w, l, "attention.query_key_value.weight",
-                                    3 * q, h);
-        if (!err)
-            err = read_layer_tensor(w, &L->q_b, l, "attention.query_key_value.bias", 3 * q,
-                                    0);
-        if (!err) err = read_layer_tensor(w, &L->o_w, l, "attention.dense.weight", h, q);
-        if (!err) err = read_layer_tensor(w, &L->o_b, l, "attention.dense.bias", h, 0);
-        if (!err)
-            err = read_layer_tensor(w, &L->fc1_w, l, "mlp.dense_h_to_4h.weight", f, h);
-        if (!err) err = read_layer_tensor(w, &L->fc1_b, l, "mlp.dense_h_to_4h.bias", f, 0);
-        if (!err)
-            err = read_layer_tensor(w, &L->fc2_w, l, "mlp.dense_4h_to_h.weight", h, f);
-        if (!err) err = read_layer_tensor(w, &L->fc2_b, l, "mlp.dense_4h_to_h.bias", h, 0);
-    }
+            h2o_ref_read_layer_tensor(w, &L->ffn_ln_w, l, "final_layer_norm.weight", h, 0);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->ffn_ln_b, l, "final_layer_norm.bias", h, 0);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->fc1_w, l, "fc1.weight", f, h);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->fc1_b, l, "fc1.bias", f, 0);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->fc2_w, l, "fc2.weight", h, f);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->fc2_b, l, "fc2.bias", h, 0);
     return err;
 }
 
 static int load_weights(struct h2o_ref *r, const struct weights *w)
 {
     const struct opt_config *c = &r->cfg;
-    if (c->arch.family == ARCH_GPT_NEOX) return load_weights_neox(r, w);
-    if (c->arch.family != ARCH_OPT) return load_weights_llama(r, w);
+    if (c->arch.family == ARCH_GPT_NEOX) return h2o_ref_load_neox(r, w);
+    if (c->arch.family != ARCH_OPT) return h2o_ref_load_llama(r, w);
     const int64_t h = c->hidden, d = c->word_embed_proj_dim;
-    int err = read_tensor(w, &r->embed_tokens, "embed_tokens.weight", c->vocab_size, d);
+    int err =
+        h2o_ref_read_tensor(w, &r->embed_tokens, "embed_tokens.weight", c->vocab_size, d);
     if (!err)
-        err = read_tensor(w, &r->embed_pos, "embed_positions.weight",
-                          (int64_t)c->max_pos + REF_POS_OFFSET, h);
+        err = h2o_ref_read_tensor(w, &r->embed_pos, "embed_positions.weight",
+                                  (int64_t)c->max_pos + REF_POS_OFFSET, h);
     /* project_in / project_out exist exactly when word_embed_proj_dim != hidden (350m). */
-    if (!err && d != h) err = read_tensor(w, &r->project_in, "project_in.weight", h, d);
-    if (!err && d != h) err = read_tensor(w, &r->project_out, "project_out.weight", d, h);
+    if (!err && d != h)
+        err = h2o_ref_read_tensor(w, &r->project_in, "project_in.weight", h, d);
+    if (!err && d != h)
+        err = h2o_ref_read_tensor(w, &r->project_out, "project_out.weight", d, h);
     /* Post-LN models (do_layer_norm_before false) have no final layer norm. */
     if (!err && c->ln_before)
-        err = read_tensor(w, &r->final_ln_w, "final_layer_norm.weight", h, 0);
+        err = h2o_ref_read_tensor(w, &r->final_ln_w, "final_layer_norm.weight", h, 0);
     if (!err && c->ln_before)
-        err = read_tensor(w, &r->final_ln_b, "final_layer_norm.bias", h, 0);
+        err = h2o_ref_read_tensor(w, &r->final_ln_b, "final_layer_norm.bias", h, 0);
     /* No lm_head.weight in the checkpoint: the head is tied to the token embedding. */
     if (!err && weights_has(w, "lm_head.weight"))
-        err = read_tensor(w, &r->lm_head, "lm_head.weight", c->vocab_size, d);
+        err = h2o_ref_read_tensor(w, &r->lm_head, "lm_head.weight", c->vocab_size, d);
     else if (!err)
         r->lm_head = r->embed_tokens;
     r->layers = xcalloc((size_t)c->n_layer, sizeof *r->layers);
@@ -350,8 +249,8 @@ int32_t h2o_ref_select_evict(const float *score, const int32_t *pos, const bool 
 
 /* y[n_out] = b + W x, with W [n_out, n_in] in nn.Linear's layout; b may be NULL. y must
  * not alias x. */
-static void linear(float *y, const float *W, const float *b, const float *x, int32_t n_out,
-                   int32_t n_in)
+void h2o_ref_linear(float *y, const float *W, const float *b, const float *x, int32_t n_out,
+                    int32_t n_in)
 {
     for (int32_t o = 0; o < n_out; o++) {
         double acc = b ? b[o] : 0.0;
@@ -362,8 +261,8 @@ static void linear(float *y, const float *W, const float *b, const float *x, int
 }
 
 /* y[n] = LayerNorm(x) with eps 1e-5 and the biased variance, as torch does. y may be x. */
-static void layer_norm_eps(float *y, const float *x, const float *w, const float *b,
-                           double eps, int32_t n)
+void h2o_ref_layer_norm(float *y, const float *x, const float *w, const float *b,
+                        double eps, int32_t n)
 {
     double mean = 0, var = 0;
     for (int32_t i = 0; i < n; i++)
@@ -380,18 +279,18 @@ static void layer_norm_eps(float *y, const float *x, const float *w, const float
 /* OPT's: eps 1e-5. */
 static void layer_norm(float *y, const float *x, const float *w, const float *b, int32_t n)
 {
-    layer_norm_eps(y, x, w, b, REF_LN_EPS, n);
+    h2o_ref_layer_norm(y, x, w, b, REF_LN_EPS, n);
 }
 
-static size_t kv_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
-                       int32_t j, int32_t h)
+size_t h2o_ref_kv_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
+                        int32_t j, int32_t h)
 {
     // k/v: [n_layer, T, n_kv_head, head_dim]
     return (((size_t)l * run->T + j) * c->n_kv_head + h) * c->head_dim;
 }
 
-static size_t head_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
-                         int32_t h)
+size_t h2o_ref_head_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
+                          int32_t h)
 {
     // kept/score: [n_layer, n_kv_head, T]
     return ((size_t)l * c->n_kv_head + h) * run->T;
@@ -406,17 +305,17 @@ static size_t head_index(const struct ref_run *run, const struct opt_config *c, 
  * With GQA every query head of the group calls this for its KV head, so the KV
  * head's score is the sum over the query heads that share it.
  */
-static void attend(struct ref_run *run, const struct opt_config *c, int32_t l, int32_t h,
-                   int32_t t, const float *q, float *ctx)
+void h2o_ref_attend(struct ref_run *run, const struct opt_config *c, int32_t l, int32_t h,
+                    int32_t t, const float *q, float *ctx)
 {
     const int32_t hd = c->head_dim;
-    const bool *kept = run->kept + head_index(run, c, l, h);
-    float *score = run->score + head_index(run, c, l, h);
+    const bool *kept = run->kept + h2o_ref_head_index(run, c, l, h);
+    float *score = run->score + h2o_ref_head_index(run, c, l, h);
     double *logit = xmalloc((size_t)(t + 1) * sizeof *logit);
     double max = -INFINITY;
     for (int32_t j = 0; j <= t; j++) {
         if (!kept[j]) continue;
-        const float *k = run->k + kv_index(run, c, l, j, h);
+        const float *k = run->k + h2o_ref_kv_index(run, c, l, j, h);
         double dot = 0;
         for (int32_t i = 0; i < hd; i++)
             dot += (double)q[i] * k[i];
@@ -434,7 +333,8 @@ static void attend(struct ref_run *run, const struct opt_config *c, int32_t l, i
     for (int32_t i = 0; i < hd; i++) {
         double acc = 0;
         for (int32_t j = 0; j <= t; j++)
-            if (kept[j]) acc += (double)run->p[j] * run->v[kv_index(run, c, l, j, h) + i];
+            if (kept[j])
+                acc += (double)run->p[j] * run->v[h2o_ref_kv_index(run, c, l, j, h) + i];
         ctx[i] = (float)acc;
     }
     for (int32_t j = 0; j <= t; j++)
@@ -447,11 +347,11 @@ static void attend(struct ref_run *run, const struct opt_config *c, int32_t l, i
  * after a decode token (n == 1). It runs after the attention, so the current token
  * itself saw all B tokens when the budget was full.
  */
-static void evict(struct ref_run *run, const struct opt_config *c, int32_t l, int32_t h,
-                  int32_t pos0, int32_t n, struct h2o_ref_policy pol)
+void h2o_ref_evict(struct ref_run *run, const struct opt_config *c, int32_t l, int32_t h,
+                   int32_t pos0, int32_t n, struct h2o_ref_policy pol)
 {
-    bool *kept = run->kept + head_index(run, c, l, h);
-    const float *score = run->score + head_index(run, c, l, h);
+    bool *kept = run->kept + h2o_ref_head_index(run, c, l, h);
+    const float *score = run->score + h2o_ref_head_index(run, c, l, h);
     const int64_t B = (int64_t)pol.heavy + pol.recent;
     if (pos0 == 0) {
         /* Prefill: score already holds col; the evicted tokens' scores are moot. */
@@ -477,23 +377,17 @@ static void evict(struct ref_run *run, const struct opt_config *c, int32_t l, in
  * OPTDecoderLayer), applying the policy in every layer, and write the logits of the
  * last one into logits [vocab].
  */
-static void forward_llama(const struct h2o_ref *r, struct ref_run *run,
-                          const int32_t *tokens, int32_t n, int32_t pos0,
-                          struct h2o_ref_policy pol, float *logits);
-static void forward_neox(const struct h2o_ref *r, struct ref_run *run,
-                         const int32_t *tokens, int32_t n, int32_t pos0,
-                         struct h2o_ref_policy pol, float *logits);
 
 static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t *tokens,
                     int32_t n, int32_t pos0, struct h2o_ref_policy pol, float *logits)
 {
     const struct opt_config *c = &r->cfg;
     if (c->arch.family == ARCH_GPT_NEOX) {
-        forward_neox(r, run, tokens, n, pos0, pol, logits);
+        h2o_ref_forward_neox(r, run, tokens, n, pos0, pol, logits);
         return;
     }
     if (c->arch.family != ARCH_OPT) {
-        forward_llama(r, run, tokens, n, pos0, pol, logits);
+        h2o_ref_forward_llama(r, run, tokens, n, pos0, pol, logits);
         return;
     }
     const int32_t hid = c->hidden, d = c->word_embed_proj_dim, hd = c->head_dim;
@@ -510,7 +404,7 @@ static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t 
         const float *e = r->embed_tokens + (int64_t)tokens[i] * d;
         float *xi = x + (int64_t)i * hid;
         if (r->project_in)
-            linear(xi, r->project_in, NULL, e, hid, d);
+            h2o_ref_linear(xi, r->project_in, NULL, e, hid, d);
         else
             memcpy(xi, e, (size_t)hid * sizeof *xi);
         const float *pe = r->embed_pos + (int64_t)(pos0 + i + REF_POS_OFFSET) * hid;
@@ -532,31 +426,34 @@ static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t 
                 memcpy(ai, xi, (size_t)hid * sizeof *ai);
             /* q is scaled by head_dim^-0.5 after its bias, as HF does. */
             float *qi = q + (int64_t)i * hid;
-            linear(qi, L->q_w, L->q_b, ai, hid, hid);
+            h2o_ref_linear(qi, L->q_w, L->q_b, ai, hid, hid);
             for (int32_t k = 0; k < hid; k++)
                 qi[k] *= scale;
             /* K and V of every token are kept for the whole run; eviction only masks. */
-            linear(run->k + kv_index(run, c, l, pos0 + i, 0), L->k_w, L->k_b, ai, hid, hid);
-            linear(run->v + kv_index(run, c, l, pos0 + i, 0), L->v_w, L->v_b, ai, hid, hid);
+            h2o_ref_linear(run->k + h2o_ref_kv_index(run, c, l, pos0 + i, 0), L->k_w,
+                           L->k_b, ai, hid, hid);
+            h2o_ref_linear(run->v + h2o_ref_kv_index(run, c, l, pos0 + i, 0), L->v_w,
+                           L->v_b, ai, hid, hid);
         }
         /* The new tokens enter the kept set with score 0; causality is attend's j <= t. */
         for (int32_t h = 0; h < c->n_head; h++) {
             for (int32_t i = 0; i < n; i++) {
-                run->kept[head_index(run, c, l, h) + pos0 + i] = true;
-                run->score[head_index(run, c, l, h) + pos0 + i] = 0.0f;
+                run->kept[h2o_ref_head_index(run, c, l, h) + pos0 + i] = true;
+                run->score[h2o_ref_head_index(run, c, l, h) + pos0 + i] = 0.0f;
             }
         }
         for (int32_t i = 0; i < n; i++)
             for (int32_t h = 0; h < c->n_head; h++)
-                attend(run, c, l, h, pos0 + i, q + (int64_t)i * hid + (int64_t)h * hd,
-                       ctx + (int64_t)i * hid + (int64_t)h * hd);
+                h2o_ref_attend(run, c, l, h, pos0 + i,
+                               q + (int64_t)i * hid + (int64_t)h * hd,
+                               ctx + (int64_t)i * hid + (int64_t)h * hd);
         /* Each (layer, head) evicts on its own, after this layer's attention. */
         if (!pol.full)
             for (int32_t h = 0; h < c->n_head; h++)
-                evict(run, c, l, h, pos0, n, pol);
+                h2o_ref_evict(run, c, l, h, pos0, n, pol);
         for (int32_t i = 0; i < n; i++) {
             float *xi = x + (int64_t)i * hid;
-            linear(o, L->o_w, L->o_b, ctx + (int64_t)i * hid, hid, hid);
+            h2o_ref_linear(o, L->o_w, L->o_b, ctx + (int64_t)i * hid, hid, hid);
             for (int32_t k = 0; k < hid; k++)
                 xi[k] += o[k];
             if (!c->ln_before) layer_norm(xi, xi, L->attn_ln_w, L->attn_ln_b, hid);
@@ -570,10 +467,10 @@ static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t 
                 layer_norm(ai, xi, L->ffn_ln_w, L->ffn_ln_b, hid);
             else
                 memcpy(ai, xi, (size_t)hid * sizeof *ai);
-            linear(f, L->fc1_w, L->fc1_b, ai, c->ffn, hid);
+            h2o_ref_linear(f, L->fc1_w, L->fc1_b, ai, c->ffn, hid);
             for (int32_t k = 0; k < c->ffn; k++)
                 f[k] = f[k] > 0.0f ? f[k] : 0.0f;
-            linear(o, L->fc2_w, L->fc2_b, f, hid, c->ffn);
+            h2o_ref_linear(o, L->fc2_w, L->fc2_b, f, hid, c->ffn);
             for (int32_t k = 0; k < hid; k++)
                 xi[k] += o[k];
             if (!c->ln_before) layer_norm(xi, xi, L->ffn_ln_w, L->ffn_ln_b, hid);
@@ -586,10 +483,10 @@ static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t 
     if (r->final_ln_w) layer_norm(xl, xl, r->final_ln_w, r->final_ln_b, hid);
     const float *hidden_out = xl;
     if (r->project_out) {
-        linear(o, r->project_out, NULL, xl, d, hid);
+        h2o_ref_linear(o, r->project_out, NULL, xl, d, hid);
         hidden_out = o;
     }
-    linear(logits, r->lm_head, NULL, hidden_out, c->vocab_size, d);
+    h2o_ref_linear(logits, r->lm_head, NULL, hidden_out, c->vocab_size, d);
 
     free(x);
     free(a);
@@ -597,194 +494,6 @@ static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t 
     free(ctx);
     free(f);
     free(o);
-}
-
-/* ---- The Llama family's forward (HF LlamaDecoderLayer, MistralDecoderLayer,
- * Qwen2DecoderLayer) ---- */
-
-/* y[n] = x * rsqrt(mean(x^2) + eps) * w, in double. y may be x. */
-static void rms_norm(float *y, const float *x, const float *w, double eps, int32_t n)
-{
-    double ms = 0;
-    for (int32_t i = 0; i < n; i++)
-        ms += (double)x[i] * x[i];
-    ms /= n;
-    const double inv = 1.0 / sqrt(ms + eps);
-    for (int32_t i = 0; i < n; i++)
-        y[i] = (float)((double)x[i] * inv * w[i]);
-}
-
-/* Rotate one head v [head_dim] to position t: element i < d/2 pairs with i + d/2
- * (HF's rotate_half), angle t * theta^(-2i/d), in double. */
-static void rope(float *v, int32_t t, int32_t d, double theta)
-{
-    for (int32_t i = 0; i < d / 2; i++) {
-        const double ang = t * pow(theta, -2.0 * i / d);
-        const double x1 = v[i], x2 = v[i + d / 2];
-        v[i] = (float)(x1 * cos(ang) - x2 * sin(ang));
-        v[i + d / 2] = (float)(x2 * cos(ang) + x1 * sin(ang));
-    }
-}
-
-static void forward_llama(const struct h2o_ref *r, struct ref_run *run,
-                          const int32_t *tokens, int32_t n, int32_t pos0,
-                          struct h2o_ref_policy pol, float *logits)
-{
-    const struct opt_config *c = &r->cfg;
-    const int32_t hid = c->hidden, D = c->head_dim, H = c->n_head, KV = c->n_kv_head;
-    const int32_t qw = H * D, rep = H / KV, f = c->ffn;
-    const double eps = c->arch.norm_eps, theta = c->arch.rope.theta;
-    float *x = xmalloc((size_t)n * hid * sizeof *x);    // [n, hidden] the residual stream
-    float *a = xmalloc((size_t)hid * sizeof *a);        // [hidden] normed input
-    float *q = xmalloc((size_t)n * qw * sizeof *q);     // [n, n_head, head_dim]
-    float *ctx = xmalloc((size_t)n * qw * sizeof *ctx); // [n, n_head, head_dim]
-    float *g = xmalloc((size_t)f * sizeof *g), *u = xmalloc((size_t)f * sizeof *u);
-    float *o = xmalloc((size_t)hid * sizeof *o);
-    for (int32_t i = 0; i < n; i++)
-        memcpy(x + (int64_t)i * hid, r->embed_tokens + (int64_t)tokens[i] * hid,
-               (size_t)hid * sizeof *x);
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int32_t l = 0; l < c->n_layer; l++) {
-        const struct ref_layer *L = &r->layers[l];
-        for (int32_t i = 0; i < n; i++) {
-            const int32_t t = pos0 + i;
-            rms_norm(a, x + (int64_t)i * hid, L->attn_ln_w, eps, hid);
-            float *qi = q + (int64_t)i * qw;
-            float *ki = run->k + kv_index(run, c, l, t, 0);
-            float *vi = run->v + kv_index(run, c, l, t, 0);
-            linear(qi, L->q_w, L->q_b, a, qw, hid);
-            linear(ki, L->k_w, L->k_b, a, KV * D, hid);
-            linear(vi, L->v_w, L->v_b, a, KV * D, hid);
-            /* Keys are kept rotated at their true position t; nothing re-rotates them
-             * when other tokens are evicted. */
-            for (int32_t h = 0; h < H; h++)
-                rope(qi + (int64_t)h * D, t, D, theta);
-            for (int32_t h = 0; h < KV; h++)
-                rope(ki + (int64_t)h * D, t, D, theta);
-            for (int32_t k = 0; k < qw; k++)
-                qi[k] *= scale;
-        }
-        for (int32_t h = 0; h < KV; h++)
-            for (int32_t i = 0; i < n; i++) {
-                run->kept[head_index(run, c, l, h) + pos0 + i] = true;
-                run->score[head_index(run, c, l, h) + pos0 + i] = 0.0f;
-            }
-        /* Query head h reads KV head h / rep (HF's repeat_kv). */
-        for (int32_t i = 0; i < n; i++)
-            for (int32_t h = 0; h < H; h++)
-                attend(run, c, l, h / rep, pos0 + i, q + (int64_t)i * qw + (int64_t)h * D,
-                       ctx + (int64_t)i * qw + (int64_t)h * D);
-        if (!pol.full)
-            for (int32_t h = 0; h < KV; h++)
-                evict(run, c, l, h, pos0, n, pol);
-        for (int32_t i = 0; i < n; i++) {
-            float *xi = x + (int64_t)i * hid;
-            linear(o, L->o_w, NULL, ctx + (int64_t)i * qw, hid, qw);
-            for (int32_t k = 0; k < hid; k++)
-                xi[k] += o[k];
-            /* SwiGLU: down(silu(gate(x)) * up(x)). */
-            rms_norm(a, xi, L->ffn_ln_w, eps, hid);
-            linear(g, L->gate_w, NULL, a, f, hid);
-            linear(u, L->up_w, NULL, a, f, hid);
-            for (int32_t k = 0; k < f; k++)
-                g[k] = (float)((double)g[k] / (1.0 + exp(-(double)g[k])) * u[k]);
-            linear(o, L->fc2_w, NULL, g, hid, f);
-            for (int32_t k = 0; k < hid; k++)
-                xi[k] += o[k];
-        }
-    }
-    float *xl = x + (int64_t)(n - 1) * hid;
-    rms_norm(xl, xl, r->final_ln_w, eps, hid);
-    linear(logits, r->lm_head, NULL, xl, c->vocab_size, hid);
-    free(x);
-    free(a);
-    free(q);
-    free(ctx);
-    free(g);
-    free(u);
-    free(o);
-}
-
-/* ---- GPT-NeoX's forward (HF GPTNeoXLayer) ---- */
-
-static void forward_neox(const struct h2o_ref *r, struct ref_run *run,
-                         const int32_t *tokens, int32_t n, int32_t pos0,
-                         struct h2o_ref_policy pol, float *logits)
-{
-    const struct opt_config *c = &r->cfg;
-    const int32_t hid = c->hidden, D = c->head_dim, H = c->n_head, f = c->ffn;
-    const int32_t qw = H * D, rot = c->arch.rope.dims;
-    const double eps = c->arch.norm_eps, theta = c->arch.rope.theta;
-    float *x = xmalloc((size_t)n * hid * sizeof *x);    // [n, hidden] the residual stream
-    float *a = xmalloc((size_t)hid * sizeof *a);        // [hidden] normed input
-    float *qkv = xmalloc((size_t)3 * qw * sizeof *qkv); // [n_head, 3, head_dim]
-    float *q = xmalloc((size_t)n * qw * sizeof *q);     // [n, n_head, head_dim]
-    float *ctx = xmalloc((size_t)n * qw * sizeof *ctx); // [n, n_head, head_dim]
-    float *g = xmalloc((size_t)f * sizeof *g);
-    float *o = xmalloc((size_t)hid * sizeof *o), *m = xmalloc((size_t)hid * sizeof *m);
-    for (int32_t i = 0; i < n; i++)
-        memcpy(x + (int64_t)i * hid, r->embed_tokens + (int64_t)tokens[i] * hid,
-               (size_t)hid * sizeof *x);
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int32_t l = 0; l < c->n_layer; l++) {
-        const struct ref_layer *L = &r->layers[l];
-        for (int32_t i = 0; i < n; i++) {
-            const int32_t t = pos0 + i;
-            layer_norm_eps(a, x + (int64_t)i * hid, L->attn_ln_w, L->attn_ln_b, eps, hid);
-            linear(qkv, L->q_w, L->q_b, a, 3 * qw, hid);
-            for (int32_t h = 0; h < H; h++) {
-                float *qh = q + (int64_t)i * qw + (int64_t)h * D;
-                float *kh = run->k + kv_index(run, c, l, t, h);
-                float *vh = run->v + kv_index(run, c, l, t, h);
-                memcpy(qh, qkv + (int64_t)(3 * h) * D, (size_t)D * sizeof *qh);
-                memcpy(kh, qkv + (int64_t)(3 * h + 1) * D, (size_t)D * sizeof *kh);
-                memcpy(vh, qkv + (int64_t)(3 * h + 2) * D, (size_t)D * sizeof *vh);
-                /* Partial rotary: the first rot dims of the head only. */
-                rope(qh, t, rot, theta);
-                rope(kh, t, rot, theta);
-                for (int32_t k = 0; k < D; k++)
-                    qh[k] *= scale;
-            }
-        }
-        for (int32_t h = 0; h < H; h++)
-            for (int32_t i = 0; i < n; i++) {
-                run->kept[head_index(run, c, l, h) + pos0 + i] = true;
-                run->score[head_index(run, c, l, h) + pos0 + i] = 0.0f;
-            }
-        for (int32_t i = 0; i < n; i++)
-            for (int32_t h = 0; h < H; h++)
-                attend(run, c, l, h, pos0 + i, q + (int64_t)i * qw + (int64_t)h * D,
-                       ctx + (int64_t)i * qw + (int64_t)h * D);
-        if (!pol.full)
-            for (int32_t h = 0; h < H; h++)
-                evict(run, c, l, h, pos0, n, pol);
-        for (int32_t i = 0; i < n; i++) {
-            float *xi = x + (int64_t)i * hid;
-            linear(o, L->o_w, L->o_b, ctx + (int64_t)i * qw, hid, qw);
-            /* Parallel residual: the MLP reads LN2 of the same x as the attention. */
-            if (!c->arch.parallel_residual)
-                for (int32_t k = 0; k < hid; k++)
-                    xi[k] += o[k];
-            layer_norm_eps(a, xi, L->ffn_ln_w, L->ffn_ln_b, eps, hid);
-            linear(g, L->fc1_w, L->fc1_b, a, f, hid);
-            for (int32_t k = 0; k < f; k++)
-                g[k] = (float)(0.5 * g[k] * (1.0 + erf((double)g[k] / sqrt(2.0))));
-            linear(m, L->fc2_w, L->fc2_b, g, hid, f);
-            for (int32_t k = 0; k < hid; k++)
-                xi[k] += m[k] + (c->arch.parallel_residual ? o[k] : 0.0f);
-        }
-    }
-    float *xl = x + (int64_t)(n - 1) * hid;
-    layer_norm_eps(xl, xl, r->final_ln_w, r->final_ln_b, eps, hid);
-    linear(logits, r->lm_head, NULL, xl, c->vocab_size, hid);
-    free(x);
-    free(a);
-    free(qkv);
-    free(q);
-    free(ctx);
-    free(g);
-    free(o);
-    free(m);
 }
 
 /* ---- One run ---- */
@@ -853,7 +562,7 @@ int h2o_ref_run(struct h2o_ref *r, const int32_t *prompt, int32_t P,
     if (out_kept) {
         for (int32_t l = 0; l < c->n_layer; l++) {
             for (int32_t h = 0; h < c->n_kv_head; h++) {
-                const bool *kept = run.kept + head_index(&run, c, l, h);
+                const bool *kept = run.kept + h2o_ref_head_index(&run, c, l, h);
                 int32_t n_kept = 0;
                 for (int32_t j = 0; j < run.T; j++)
                     n_kept += kept[j];
