@@ -169,19 +169,20 @@ static int cpu_load(void *ctx, const struct opt_config *cfg, const struct weight
             err = shard_read(w, nm->final_norm, "bias", shard_whole(hd, 1), &c->lnf_b);
     }
     if (!err) {
-        /* lm_head is the token embedding when the config ties them or the checkpoint
-         * has no head of its own (safetensors drops the tied alias). */
+        /* Tied (tie_word_embeddings, OPT's default): the token embedding is the head,
+         * whether or not the checkpoint also stores it (torch .bin files store the
+         * shared tensor again; safetensors drops it). Untied: the checkpoint's own. */
         char head[96];
         snprintf(head, sizeof head, "%s.weight", nm->lm_head);
-        if (weights_has(w, head) && !(cfg->tied_lm_head && a->family != ARCH_OPT))
+        if (cfg->tied_lm_head)
+            err = cpu_gemm_linear_init(&c->lm_head, &r0->dnnl, c->m.embed, NULL, V, proj,
+                                       c->m.dtype, DTYPE_F32, false);
+        else if (weights_has(w, head))
             err = load_whole(r0, &c->m, w, &c->lm_head, nm->lm_head, V, proj);
-        else if (!cfg->tied_lm_head && a->family != ARCH_OPT)
+        else
             err =
                 err_set(ENG_ENOTFOUND, "%s: no tensor %s and tie_word_embeddings is false",
                         cfg->name, head);
-        else
-            err = cpu_gemm_linear_init(&c->lm_head, &r0->dnnl, c->m.embed, NULL, V, proj,
-                                       c->m.dtype, DTYPE_F32, false);
     }
     /* Each rank reads only its shard of the layers. */
     for (int32_t r = 0; r < c->n_rank && !err; r++)
