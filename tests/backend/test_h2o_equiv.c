@@ -120,6 +120,16 @@ TEST(qwen2_gqa_rope_batched_chunked)
 {
     check_model("golden-arch/tiny-qwen2", 16, true, 5);
 }
+/* Mistral's sliding window of 8 with every budget: B < W (H2O within the window),
+ * B = W, B > W; out-of-window tokens never attended, and the first to go. */
+TEST(mistral_window_alone)
+{
+    check_model("golden-arch/tiny-mistral", 16, false, 1 << 20);
+}
+TEST(mistral_window_batched_chunked)
+{
+    check_model("golden-arch/tiny-mistral", 4, true, 3);
+}
 /* GPT-NeoX: partial rotary (4 of 16 dims), parallel residual, fused q/k/v. */
 TEST(neox_partial_rope_batched_chunked)
 {
@@ -195,6 +205,8 @@ int main(void)
     RUN(llama_gqa_rope_alone);
     RUN(llama_gqa_rope_batched_chunked);
     RUN(qwen2_gqa_rope_batched_chunked);
+    RUN(mistral_window_alone);
+    RUN(mistral_window_batched_chunked);
     RUN(neox_partial_rope_batched_chunked);
     RUN(dummy_llama_tiny_block_size_5);
     RUN(generate_matches_reference);

@@ -144,11 +144,11 @@ int h2o_ref_create(struct h2o_ref **out, const char *name)
     /* Beyond OPT the reference runs the Llama family with plain rotary positions
      * (no rope_scaling, no sliding window): GQA and RoPE are what it checks. */
     const struct model_arch *a = &r->cfg.arch;
-    if (a->rope.scaling != ARCH_ROPE_NONE || a->sliding_window ||
+    if (a->rope.scaling != ARCH_ROPE_NONE ||
         (a->family == ARCH_GPT_NEOX && a->act != ARCH_ACT_GELU)) {
         err = err_set(ENG_EUNSUPPORTED,
                       "%s: the dense reference runs OPT, the Llama family and GPT-NeoX "
-                      "(exact GELU) without rope_scaling or a window",
+                      "(exact GELU) without rope_scaling",
                       name);
         goto fail;
     }
@@ -308,13 +308,18 @@ size_t h2o_ref_head_index(const struct ref_run *run, const struct opt_config *c,
 void h2o_ref_attend(struct ref_run *run, const struct opt_config *c, int32_t l, int32_t h,
                     int32_t t, const float *q, float *ctx)
 {
-    const int32_t hd = c->head_dim;
+    const int32_t hd = c->head_dim, W = c->arch.sliding_window;
     const bool *kept = run->kept + h2o_ref_head_index(run, c, l, h);
     float *score = run->score + h2o_ref_head_index(run, c, l, h);
+    /* Token j is attended when it is kept and, with a sliding window W (Mistral), one
+     * of the W newest: j > t - W. */
+    bool *vis = xmalloc((size_t)(t + 1) * sizeof *vis);
+    for (int32_t j = 0; j <= t; j++)
+        vis[j] = kept[j] && (W <= 0 || j > t - W);
     double *logit = xmalloc((size_t)(t + 1) * sizeof *logit);
     double max = -INFINITY;
     for (int32_t j = 0; j <= t; j++) {
-        if (!kept[j]) continue;
+        if (!vis[j]) continue;
         const float *k = run->k + h2o_ref_kv_index(run, c, l, j, h);
         double dot = 0;
         for (int32_t i = 0; i < hd; i++)
@@ -326,19 +331,20 @@ void h2o_ref_attend(struct ref_run *run, const struct opt_config *c, int32_t l, 
      * values are what both the context and the H2O scores use. */
     double sum = 0;
     for (int32_t j = 0; j <= t; j++)
-        if (kept[j]) sum += exp(logit[j] - max);
+        if (vis[j]) sum += exp(logit[j] - max);
     for (int32_t j = 0; j < run->T; j++)
-        run->p[j] = j <= t && kept[j] ? (float)(exp(logit[j] - max) / sum) : 0.0f;
+        run->p[j] = j <= t && vis[j] ? (float)(exp(logit[j] - max) / sum) : 0.0f;
     free(logit);
     for (int32_t i = 0; i < hd; i++) {
         double acc = 0;
         for (int32_t j = 0; j <= t; j++)
-            if (kept[j])
+            if (vis[j])
                 acc += (double)run->p[j] * run->v[h2o_ref_kv_index(run, c, l, j, h) + i];
         ctx[i] = (float)acc;
     }
     for (int32_t j = 0; j <= t; j++)
-        if (kept[j]) score[j] += run->p[j];
+        if (vis[j]) score[j] += run->p[j];
+    free(vis);
 }
 
 /*
@@ -353,9 +359,26 @@ void h2o_ref_evict(struct ref_run *run, const struct opt_config *c, int32_t l, i
     bool *kept = run->kept + h2o_ref_head_index(run, c, l, h);
     const float *score = run->score + h2o_ref_head_index(run, c, l, h);
     const int64_t B = (int64_t)pol.heavy + pol.recent;
+    const int32_t W = c->arch.sliding_window;
     if (pos0 == 0) {
         /* Prefill: score already holds col; the evicted tokens' scores are moot. */
-        h2o_ref_select_prefill(score, n, pol.heavy, pol.recent, kept);
+        if (W <= 0 || n <= B - 1 || W - 1 < B - 1) {
+            /* No window, a prompt that fits, or a window narrower than the budget:
+             * the plain rule, or (window) the B - 1 newest, all W - 1 inside the next
+             * token's window among them. */
+            if (W > 0 && n > B - 1)
+                for (int32_t j = 0; j < n; j++)
+                    kept[j] = j >= n - (B - 1);
+            else
+                h2o_ref_select_prefill(score, n, pol.heavy, pol.recent, kept);
+            return;
+        }
+        /* The next token (at n) sees positions n - W + 1 .. n: the W - 1 >= B - 1
+         * prompt tokens from n - W + 1 on; the plain rule among them, the rest go. */
+        const int32_t first = n - W + 1;
+        for (int32_t j = 0; j < first; j++)
+            kept[j] = false;
+        h2o_ref_select_prefill(score + first, W - 1, pol.heavy, pol.recent, kept + first);
         return;
     }
     CHECK(n == 1);
@@ -366,7 +389,13 @@ void h2o_ref_evict(struct ref_run *run, const struct opt_config *c, int32_t l, i
     CHECK(n_kept <= B);
     /* "If all B slots are now occupied, evict argmin score ..." */
     if (n_kept == B) {
-        int32_t victim = h2o_ref_select_evict(score, run->pos, kept, t + 1, t, pol.recent);
+        /* With a window, the oldest kept token the next query (t + 1) cannot see goes
+         * first: j <= t + 1 - W. */
+        int32_t victim = -1;
+        for (int32_t j = 0; W > 0 && j <= t + 1 - W && victim < 0; j++)
+            if (kept[j]) victim = j;
+        if (victim < 0)
+            victim = h2o_ref_select_evict(score, run->pos, kept, t + 1, t, pol.recent);
         CHECK(victim >= 0);
         kept[victim] = false; /* evicted tokens never come back */
     }

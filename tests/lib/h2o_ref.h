@@ -4,7 +4,8 @@
  * GPT-NeoX (partial rotary, parallel residual, fused q/k/v, GELU), with the
  * H2O KV-cache policy (DESIGN section 3 for the model, section 5 for the policy;
  * docs/kv-cache.md for GQA: the policy is per KV head, a KV head's score the sum
- * over the query heads sharing it).
+ * over the query heads sharing it; a sliding window masks tokens outside it and
+ * evicts them first).
  *
  * Test-only. It shares nothing with the engine's forward, KV cache or H2O code: the
  * weights are read once into plain fp32 arrays, every token's K and V are kept for
