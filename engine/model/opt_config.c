@@ -401,8 +401,8 @@ static int parse_hf(struct opt_config *cfg, const cJSON *root, const char *path,
     cfg->word_embed_proj_dim = cfg->hidden;
     cfg->ln_before = true;
     cfg->tied_lm_head = false; /* every one of these config classes defaults to false */
-    cfg->bos_id = neox ? 0 : 1;
-    cfg->eos_id = neox ? 0 : 2;
+    cfg->bos_id = neox ? 0 : 1; /* the config classes' defaults: NeoX 0 / 2, else 1 / 2 */
+    cfg->eos_id = 2;
     cfg->pad_id = -1;
     if (cfg->hidden % cfg->n_head)
         return err_set(ENG_EFORMAT,
@@ -458,9 +458,14 @@ static int parse_hf(struct opt_config *cfg, const cJSON *root, const char *path,
                            "%s: field \"hidden_act\" is \"%s\"; a SwiGLU MLP needs silu",
                            path, act);
     }
-    if (fam == ARCH_MISTRAL && (err = get_int(root, path, "sliding_window", false, 1,
-                                              INT32_MAX, &a->sliding_window)))
-        return err;
+    if (fam == ARCH_MISTRAL) {
+        /* MistralConfig's default is 4096; an explicit null means no window. */
+        a->sliding_window =
+            cJSON_GetObjectItemCaseSensitive(root, "sliding_window") ? 0 : 4096;
+        if ((err = get_int(root, path, "sliding_window", false, 1, INT32_MAX,
+                           &a->sliding_window)))
+            return err;
+    }
     if (fam == ARCH_QWEN2) {
         /* Qwen2 ignores sliding_window unless use_sliding_window, and then only on the
          * layers past max_window_layers: not served rather than run wrong. */

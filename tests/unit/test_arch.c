@@ -120,6 +120,15 @@ TEST(mistral_qwen2_neox_configs)
               0);
     EXPECT_EQ(c.arch.sliding_window, 0);
     EXPECT_EQ(c.n_kv_head, 4); /* num_key_value_heads absent: no GQA */
+    /* No sliding_window key at all: MistralConfig's default, 4096. */
+    EXPECT_EQ(load("{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 64,"
+                   " \"intermediate_size\": 128, \"max_position_embeddings\": 64,"
+                   " \"num_attention_heads\": 4, \"num_hidden_layers\": 1,"
+                   " \"vocab_size\": 300}",
+                   &c),
+              0);
+    EXPECT_EQ(c.arch.sliding_window, 4096);
+    EXPECT_EQ(c.eos_id, 2);
     /* Qwen/Qwen2-0.5B: q/k/v bias, tied, sliding_window present but unused. */
     EXPECT_EQ(load("{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": 896,"
                    " \"intermediate_size\": 4864, \"max_position_embeddings\": 131072,"
