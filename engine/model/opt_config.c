@@ -400,7 +400,7 @@ static int parse_hf(struct opt_config *cfg, const cJSON *root, const char *path,
     cfg->n_kv_head = cfg->n_head;
     cfg->word_embed_proj_dim = cfg->hidden;
     cfg->ln_before = true;
-    cfg->tied_lm_head = false; /* every one of these config classes defaults to false */
+    cfg->tied_lm_head = false;  /* every one of these config classes defaults to false */
     cfg->bos_id = neox ? 0 : 1; /* the config classes' defaults: NeoX 0 / 2, else 1 / 2 */
     cfg->eos_id = 2;
     cfg->pad_id = -1;
