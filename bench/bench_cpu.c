@@ -75,8 +75,13 @@ static double gemm_peak(enum dtype dt, int64_t n)
 /* Model FLOPs per token outside attention and the LM head. */
 static double layer_flops_per_token(const struct opt_config *c)
 {
-    double h = c->hidden, f = c->ffn;
-    return 2.0 * c->n_layer * (4.0 * h * h + 2.0 * h * f);
+    /* 2 FLOPs per weight of every layer's matrices (GQA's narrower k/v, SwiGLU's
+     * third matrix included); biases and norms are noise. */
+    double h = c->hidden, f = c->ffn, q = (double)c->n_head * c->head_dim;
+    double kv = (double)c->n_kv_head * c->head_dim;
+    double mats =
+        h * (q + 2.0 * kv) + q * h + (c->arch.mlp == ARCH_MLP_SWIGLU ? 3.0 : 2.0) * h * f;
+    return 2.0 * c->n_layer * mats;
 }
 
 static double head_flops(const struct opt_config *c)
@@ -89,7 +94,8 @@ static double head_flops(const struct opt_config *c)
 
 static double attn_flops(const struct opt_config *c, double pairs)
 {
-    return 4.0 * c->hidden * c->n_layer * pairs;
+    /* q . k and p . v over every query head. */
+    return 4.0 * (double)c->n_head * c->head_dim * c->n_layer * pairs;
 }
 
 struct result {

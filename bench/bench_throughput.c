@@ -66,16 +66,10 @@ struct opts {
     bool compare;
 };
 
-/* Parameters of an OPT model (the tied LM head counted once). */
+/* Parameters of the model (the tied LM head counted once). */
 static int64_t param_count(const struct opt_config *c)
 {
-    const int64_t h = c->hidden, f = c->ffn, p = c->word_embed_proj_dim;
-    int64_t n = (int64_t)c->vocab_size * p + (int64_t)(c->max_pos + 2) * h;
-    n += (int64_t)c->n_layer * (4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h);
-    if (c->ln_before) n += 2 * h;
-    if (p != h) n += 2 * p * h;
-    if (!c->tied_lm_head) n += (int64_t)c->vocab_size * p;
-    return n;
+    return opt_config_param_count(c);
 }
 
 struct row {

@@ -370,6 +370,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "export_dummy: %s is not a built-in dummy model\n", name);
         return 2;
     }
+    /* The tensor list and config.json below are OPT's. */
+    if (cfg.arch.family != ARCH_OPT) {
+        fprintf(stderr, "export_dummy: %s is a %s; only OPT dummies are exported\n", name,
+                cfg.arch.hf_name);
+        return 2;
+    }
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
         fprintf(stderr, "export_dummy: %s: %s\n", dir, strerror(errno));
         return 1;

@@ -316,7 +316,8 @@ static const struct cfg_opt opt_table[] = {
      .help = "checkpoint folder (config.json, weights, vocab.json + merges.txt), "
              "'default' (the small built-in trained model, docs/quality.md) or a "
              "built-in dummy model with random weights: dummy:tiny, dummy:opt-125m ... "
-             "dummy:opt-66b"},
+             "dummy:opt-66b, dummy:llama-3-8b, dummy:llama-2-7b, dummy:qwen2-7b, "
+             "dummy:gpt-neox-20b, dummy:tinyllama-1.1b, dummy:llama-tiny"},
     {.key = "served_model_name",
      .scopes = SRV,
      .group = "model",

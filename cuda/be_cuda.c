@@ -273,6 +273,14 @@ static int be_cuda_load(void *ctx, const struct opt_config *cfg, const struct we
     CHECK(!c->loaded);
     c->loaded = true; /* even on failure: destroy frees what was built */
     c->cfg = *cfg;
+    /* The kernels are OPT's (LayerNorm, ReLU, learned positions, one KV head per
+     * query head); another family would run wrong, so it is refused here rather than
+     * served. docs/cuda.md says what is missing. */
+    if (cfg->arch.family != ARCH_OPT)
+        return err_set(ENG_EUNSUPPORTED,
+                       "CUDA backend: %s (%s) is not supported yet, only OPTForCausalLM; "
+                       "use --device cpu",
+                       cfg->name, cfg->arch.hf_name);
     if (cfg->head_dim % 2 || cfg->head_dim > 256 || cfg->hidden % 2)
         return err_set(ENG_EUNSUPPORTED, "CUDA backend: head_dim %d must be even and at most "
                                          "256", cfg->head_dim);

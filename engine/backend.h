@@ -11,10 +11,10 @@
  * the engine calls the wrappers, never the table.
  *
  * KV geometry (DESIGN section 5): per layer, K and V pools of n_blocks blocks, K
- * [n_blocks, n_head, head_dim, block_size] (each (block, head) tile transposed, so
+ * [n_blocks, n_kv_head, head_dim, block_size] (each (block, head) tile transposed, so
  * the logits of a block's slots are one vector FMA per dimension) and V
- * [n_blocks, n_head, block_size, head_dim]; and per layer the slot state pos/score,
- * each [n_blocks, n_head, block_size]. pos = -1 marks a free slot. A sequence's block
+ * [n_blocks, n_kv_head, block_size, head_dim]; and per layer the slot state pos/score,
+ * each [n_blocks, n_kv_head, block_size]. pos = -1 marks a free slot. A sequence's block
  * table maps slot s to (blocks[s / block_size], s % block_size) for every layer and
  * head; with H2O the same slot may hold different tokens in different heads.
  *
@@ -43,9 +43,9 @@ struct be_seq {
     int32_t n_tok;         /* rows: a prefill chunk, or 1 for a decode token */
     /* The new tokens go to slots slot_start .. slot_start + n_tok - 1 in every layer
      * and head, unless head_slots is set (one decode token only): then the token goes
-     * to slot head_slots[layer * n_head + head], the hole H2O left in that head. */
+     * to slot head_slots[layer * n_kv_head + head], the hole H2O left in that head. */
     int32_t slot_start;
-    const int32_t *head_slots; /* [n_layer * n_head] or NULL */
+    const int32_t *head_slots; /* [n_layer * n_kv_head] or NULL */
     /* Attention scans slots [0, n_slots) after the new tokens are written; a slot is
      * attended when 0 <= pos[slot] <= the query's position (free slots are -1). */
     int32_t n_slots;
@@ -103,12 +103,12 @@ struct be_ops {
     /*
      * H2O prefill compaction of one sequence (block table `blocks`, slots
      * 0..n_slots-1 in use): for every layer and head h, move slot
-     * keep[(layer * n_head + h) * n_keep + i] to slot i (K, V, pos, score) for
+     * keep[(layer * n_kv_head + h) * n_keep + i] to slot i (K, V, pos, score) for
      * i < n_keep, sources ascending; then mark slots n_keep..n_slots-1 free.
      */
     void (*kv_compact)(void *ctx, const int32_t *blocks, int32_t n_slots, const int32_t *keep,
                        int32_t n_keep);
-    /* Host pointers to one layer's slot state [n_blocks, n_head, block_size];
+    /* Host pointers to one layer's slot state [n_blocks, n_kv_head, block_size];
      * returns 0. NULL when the state lives on a device: the engine then uses
      * kv_read_state and kv_victims, which such a backend must provide. */
     int (*kv_state)(void *ctx, int32_t layer, int32_t **pos, float **score);
@@ -116,7 +116,7 @@ struct be_ops {
      * Required when kv_state is NULL; a host backend may have it too (the CPU
      * backend's is a plain gather). Copy one sequence's slot state (block table
      * `blocks`, slots [0, n_slots)) of every layer and head to the host: pos and
-     * score [n_layer, n_head, n_slots]. The engine reads it once per prompt, to
+     * score [n_layer, n_kv_head, n_slots]. The engine reads it once per prompt, to
      * choose the tokens H2O keeps (kv_seq_finish_prefill). Returns 0 or an engine
      * error.
      */
@@ -125,12 +125,12 @@ struct be_ops {
     /*
      * Device state only: required when kv_state is NULL, else NULL. After a forward:
      * the victims of the forward's sequence `seq` (an index into that be_batch's
-     * seqs, a decode token with h2o_budget > 0), victims [n_layer * n_head]: for each
-     * (layer, head), the slot that the decode pass chose to evict once the head held h2o_budget occupied slots (the rule of
-     * h2o_select_evict), or -1 when it held fewer. A victim keeps its pos and score
-     * until the sequence's next token is written into it (the engine passes it as
-     * that head's head_slots entry), so attention never sees a stale token. Returns
-     * 0 or an engine error.
+     * seqs, a decode token with h2o_budget > 0), victims [n_layer * n_kv_head]: for each
+     * (layer, head), the slot that the decode pass chose to evict once the head held
+     * h2o_budget occupied slots (the rule of h2o_select_evict), or -1 when it held fewer. A
+     * victim keeps its pos and score until the sequence's next token is written into it
+     * (the engine passes it as that head's head_slots entry), so attention never sees a
+     * stale token. Returns 0 or an engine error.
      */
     int (*kv_victims)(void *ctx, int32_t seq, int32_t *victims);
     /* Optional (NULL: the engine sizes the pool from host RAM): bytes the KV pool may
@@ -214,16 +214,16 @@ void backend_kv_compact(struct backend *be, const int32_t *blocks, int32_t n_slo
  * Thread: any. */
 bool backend_state_on_device(const struct backend *be);
 
-/* Host pointers to one layer's slot state [n_blocks, n_head, block_size]; only for
+/* Host pointers to one layer's slot state [n_blocks, n_kv_head, block_size]; only for
  * a backend whose state is on the host (checked). The arrays stay the backend's. */
 void backend_kv_state(struct backend *be, int32_t layer, int32_t **pos, float **score);
 
-/* be_ops.kv_read_state: pos and score [n_layer, n_head, n_slots] of one sequence.
+/* be_ops.kv_read_state: pos and score [n_layer, n_kv_head, n_slots] of one sequence.
  * Returns 0 or an engine error. */
 int backend_kv_read_state(struct backend *be, const int32_t *blocks, int32_t n_slots,
                           int32_t *pos, float *score);
 
-/* be_ops.kv_victims, device state only (checked): victims [n_layer * n_head] of the
+/* be_ops.kv_victims, device state only (checked): victims [n_layer * n_kv_head] of the
  * last forward's sequence `seq`. Returns 0 or an engine error. */
 int backend_kv_victims(struct backend *be, int32_t seq, int32_t *victims);
 

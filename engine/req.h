@@ -91,7 +91,7 @@ struct req_event {
     int32_t prompt_tokens;       /* usage, on finishing events */
     int32_t completion_tokens;
     int64_t kv_evicted;          /* tokens this sequence evicted (all layers, heads) */
-    int64_t kv_evicted_tokens;   /* kv_evicted / (n_layer * n_head): the tokens each
+    int64_t kv_evicted_tokens;   /* kv_evicted / (n_layer * n_kv_head): the tokens each
                                     (layer, head) dropped, the same in every head */
     int32_t kv_blocks;           /* KV blocks the sequence holds after this step */
     double queue_s;              /* on a request's first token event: seconds from

@@ -98,7 +98,8 @@ struct req_event *sched_event_new(const struct sreq *q, int32_t seq)
 void sched_event_evicted(const struct sched *s, const struct sseq *sq, struct req_event *ev)
 {
     ev->kv_evicted = sq->kv.n_evicted;
-    ev->kv_evicted_tokens = sq->kv.n_evicted / ((int64_t)s->m->cfg.n_layer * s->m->cfg.n_head);
+    ev->kv_evicted_tokens =
+        sq->kv.n_evicted / ((int64_t)s->m->cfg.n_layer * s->m->cfg.n_kv_head);
 }
 
 /* The one event of a request that cannot run. Frees the request. */

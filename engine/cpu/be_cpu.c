@@ -51,7 +51,7 @@ struct cpu_be {
     struct cpu_model m;            /* shared tables; m.kv points at kv once allocated */
     struct cpu_kv_layer *kv;       /* [n_layer] the pool, every head */
     struct cpu_linear project_out; /* when proj != hidden (rank 0's) */
-    float *lnf_w, *lnf_b;          /* [hidden] final layer norm (pre-LN models only) */
+    float *lnf_w, *lnf_b;          /* [hidden] final norm (not OPT post-LN; b: LayerNorm) */
     struct cpu_linear lm_head;     /* [proj] -> [vocab], fp32 out (rank 0's) */
     int32_t n_rank;                /* N, tensor-parallel ranks */
     int rank_threads;              /* OpenMP threads per rank */
@@ -149,26 +149,40 @@ static int cpu_load(void *ctx, const struct opt_config *cfg, const struct weight
     c->kv = xcalloc((size_t)cfg->n_layer, sizeof *c->kv);
     int err = ranks_start(c);
     if (err) return err;
+    const struct model_arch *a = &cfg->arch;
+    const struct arch_names *nm = a->names;
     const int64_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim, V = cfg->vocab_size;
     struct cpu_rank *r0 = &c->ranks[0];
-    err = shard_read(w, "embed_tokens", "weight", shard_whole(V, proj), &c->m.embed);
-    if (!err)
-        err = shard_read(w, "embed_positions", "weight", shard_whole(cfg->max_pos + 2, hd),
-                         &c->m.pos_embed);
+    err = shard_read(w, nm->embed, "weight", shard_whole(V, proj), &c->m.embed);
+    if (!err && a->pos == ARCH_POS_LEARNED)
+        err = shard_read(w, nm->pos_embed, "weight",
+                         shard_whole(cfg->max_pos + a->pos_offset, hd), &c->m.pos_embed);
+    if (!err && a->pos == ARCH_POS_ROTARY) {
+        c->m.inv_freq = xmalloc((size_t)(a->rope.dims / 2) * sizeof *c->m.inv_freq);
+        arch_rope_inv_freq(&a->rope, c->m.inv_freq);
+    }
     if (!err && proj != hd)
         err = load_whole(r0, &c->m, w, &c->project_out, "project_out", proj, hd);
-    if (!err && cfg->ln_before) {
-        err = shard_read(w, "final_layer_norm", "weight", shard_whole(hd, 1), &c->lnf_w);
-        if (!err)
-            err = shard_read(w, "final_layer_norm", "bias", shard_whole(hd, 1), &c->lnf_b);
+    if (!err && a->final_norm) {
+        err = shard_read(w, nm->final_norm, "weight", shard_whole(hd, 1), &c->lnf_w);
+        if (!err && a->norm == ARCH_NORM_LAYERNORM)
+            err = shard_read(w, nm->final_norm, "bias", shard_whole(hd, 1), &c->lnf_b);
     }
     if (!err) {
-        /* lm_head is the token embedding unless the checkpoint has its own. */
-        if (weights_has(w, "lm_head.weight"))
-            err = load_whole(r0, &c->m, w, &c->lm_head, "lm_head", V, proj);
-        else
+        /* Tied (tie_word_embeddings, OPT's default): the token embedding is the head,
+         * whether or not the checkpoint also stores it (torch .bin files store the
+         * shared tensor again; safetensors drops it). Untied: the checkpoint's own. */
+        char head[96];
+        snprintf(head, sizeof head, "%s.weight", nm->lm_head);
+        if (cfg->tied_lm_head)
             err = cpu_gemm_linear_init(&c->lm_head, &r0->dnnl, c->m.embed, NULL, V, proj,
                                        c->m.dtype, DTYPE_F32, false);
+        else if (weights_has(w, head))
+            err = load_whole(r0, &c->m, w, &c->lm_head, nm->lm_head, V, proj);
+        else
+            err =
+                err_set(ENG_ENOTFOUND, "%s: no tensor %s and tie_word_embeddings is false",
+                        cfg->name, head);
     }
     /* Each rank reads only its shard of the layers. */
     for (int32_t r = 0; r < c->n_rank && !err; r++)
@@ -179,7 +193,7 @@ static int cpu_load(void *ctx, const struct opt_config *cfg, const struct weight
 static size_t cpu_kv_block_bytes(void *ctx, int32_t block_size)
 {
     struct cpu_be *c = ctx;
-    size_t slots = (size_t)c->m.cfg.n_head * (size_t)block_size;
+    size_t slots = (size_t)c->m.cfg.n_kv_head * (size_t)block_size;
     size_t per_layer =
         2 * slots * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.dtype) +
         slots * (sizeof(int32_t) + sizeof(float));
@@ -209,7 +223,7 @@ static int cpu_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size)
         return err_set(ENG_EINVAL, "CPU backend: block size %d is not in 1..64",
                        block_size);
     kv_free(c);
-    const size_t slots = (size_t)n_blocks * (size_t)c->m.cfg.n_head * (size_t)block_size;
+    const size_t slots = (size_t)n_blocks * (size_t)c->m.cfg.n_kv_head * (size_t)block_size;
     const size_t kv_bytes =
         slots * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.dtype);
     for (int32_t li = 0; li < c->m.cfg.n_layer; li++) {
@@ -239,7 +253,7 @@ static int cpu_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size)
 static void cpu_kv_init_blocks(void *ctx, const int32_t *blocks, int32_t n)
 {
     struct cpu_be *c = ctx;
-    const size_t per_block = (size_t)c->m.cfg.n_head * (size_t)c->m.block_size;
+    const size_t per_block = (size_t)c->m.cfg.n_kv_head * (size_t)c->m.block_size;
     for (int32_t li = 0; li < c->m.cfg.n_layer; li++) {
         struct cpu_kv_layer *kv = &c->kv[li];
         for (int32_t i = 0; i < n; i++) {
@@ -262,7 +276,7 @@ static void cpu_kv_init_blocks(void *ctx, const int32_t *blocks, int32_t n)
 static void cpu_kv_copy_blocks(void *ctx, const int32_t *src, const int32_t *dst, int32_t n)
 {
     struct cpu_be *c = ctx;
-    const size_t per_block = (size_t)c->m.cfg.n_head * (size_t)c->m.block_size;
+    const size_t per_block = (size_t)c->m.cfg.n_kv_head * (size_t)c->m.block_size;
     const size_t kv_block =
         per_block * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.dtype);
     for (int32_t li = 0; li < c->m.cfg.n_layer; li++) {
@@ -283,7 +297,7 @@ static void cpu_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots,
                            const int32_t *keep, int32_t n_keep)
 {
     struct cpu_be *c = ctx;
-    const int32_t L = c->m.cfg.n_layer, H = c->m.cfg.n_head, D = c->m.cfg.head_dim,
+    const int32_t L = c->m.cfg.n_layer, H = c->m.cfg.n_kv_head, D = c->m.cfg.head_dim,
                   BS = c->m.block_size;
     const size_t es = (size_t)dtype_size(c->m.dtype);
 #pragma omp parallel for schedule(dynamic, 1) collapse(2)
@@ -307,8 +321,9 @@ static struct be_cpu_device_pool dev_pool(const struct cpu_be *c)
 {
     return (struct be_cpu_device_pool){.kv = c->kv,
                                        .n_layer = c->m.cfg.n_layer,
-                                       .n_head = c->m.cfg.n_head,
-                                       .block_size = c->m.block_size};
+                                       .n_head = c->m.cfg.n_kv_head,
+                                       .block_size = c->m.block_size,
+                                       .window = c->m.cfg.arch.sliding_window};
 }
 
 /* pos / score [n_layer, n_head, n_slots]: what a device backend copies back. */
@@ -363,8 +378,9 @@ static int cpu_forward_timed(struct cpu_be *c, const struct be_batch *b, float *
     struct cpu_ws *ws = &r0->ws;
     cpu_ops_gather_rows(ws->tmp, ws->x, b->out_rows, b->n_out, hd); // tmp: [n_out, hidden]
     const float *hfin = ws->tmp;
-    if (cfg->ln_before) {
-        cpu_ops_layernorm(ws->x, DTYPE_F32, ws->tmp, c->lnf_w, c->lnf_b, b->n_out, hd);
+    if (cfg->arch.final_norm) {
+        cpu_ops_norm(ws->x, DTYPE_F32, ws->tmp, c->lnf_w, c->lnf_b, cfg->arch.norm,
+                     cfg->arch.norm_eps, b->n_out, hd);
         hfin = ws->x; /* the residual stream is dead now; reuse it */
     }
     if (proj != hd) {
@@ -427,6 +443,7 @@ static void cpu_destroy(void *ctx)
     cpu_gemm_linear_deinit(&c->lm_head);
     free(c->m.embed);
     free(c->m.pos_embed);
+    free(c->m.inv_freq);
     free(c->lnf_w);
     free(c->lnf_b);
     free(c->ranks);

@@ -73,8 +73,8 @@ void be_cpu_device_pick_victims(struct be_cpu_device *d, const struct be_cpu_dev
                 for (int32_t s = 0; s < n; s++)
                     occupied += d->ev_pos[s] >= 0;
                 if (occupied >= sq->h2o_budget)
-                    vic[l * H + h] =
-                        h2o_select_evict(d->ev_score, d->ev_pos, n, t, sq->h2o_recent);
+                    vic[l * H + h] = h2o_select_evict_window(d->ev_score, d->ev_pos, n, t,
+                                                             sq->h2o_recent, p->window);
             }
     }
 }

@@ -27,6 +27,7 @@
 struct be_cpu_device_pool {
     const struct cpu_kv_layer *kv; /* [n_layer] */
     int32_t n_layer, n_head, block_size;
+    int32_t window; /* the model's sliding window (h2o_select_evict_window), 0 = none */
 };
 
 struct be_cpu_device {

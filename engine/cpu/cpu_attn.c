@@ -32,22 +32,23 @@
 static void write_kv(const struct cpu_attn_args *a)
 {
     const struct be_batch *b = a->batch;
-    const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
-    const int32_t KH = a->kv_n_head ? a->kv_n_head : H; /* head_slots has every head */
-    const int64_t row_stride = 3 * (int64_t)H * D;
+    const int32_t H = a->n_head, NKV = cpu_attn_n_kv(a), D = a->head_dim,
+                  BS = a->block_size;
+    const int32_t KH = a->kv_n_head ? a->kv_n_head : NKV; /* head_slots has every head */
+    const int64_t row_stride = (int64_t)(H + 2 * NKV) * D;
 #pragma omp parallel for schedule(static)
     for (int32_t r = 0; r < b->n_tok; r++) {
         /* Find the row's sequence; rows are in sequence order. */
         int32_t s = 0;
         while (r >= b->seqs[s].tok_start + b->seqs[s].n_tok) s++;
         const struct be_seq *sq = &b->seqs[s];
-        for (int32_t h = 0; h < H; h++) {
+        for (int32_t h = 0; h < NKV; h++) {
             int32_t slot = sq->head_slots ? sq->head_slots[a->layer * KH + a->head0 + h]
                                           : sq->slot_start + (r - sq->tok_start);
             int32_t off = slot % BS;
             int64_t t = cpu_attn_bh(a, sq->blocks[slot / BS], h);
             const float *k = a->qkv + r * row_stride + (int64_t)H * D + (int64_t)h * D;
-            const float *v = k + (int64_t)H * D;
+            const float *v = k + (int64_t)NKV * D;
             if (a->kv_dtype == DTYPE_F32) {
                 float *kt = (float *)a->kv.k + t * D * BS + off;
                 for (int32_t d = 0; d < D; d++) kt[(int64_t)d * BS] = k[d];
@@ -105,7 +106,7 @@ block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const fl
     const int32_t *pos = a->kv.pos + t * BS;
     for (int32_t q = 0; q < NQ; q++)
         for (int32_t j = 0; j < BS; j++) {
-            bool vis = j < n_valid && pos[j] >= 0 && pos[j] <= qpos[q];
+            bool vis = j < n_valid && pos[j] > cpu_attn_lo(a, qpos[q]) && pos[j] <= qpos[q];
             s[q * stride + j] = vis ? acc[q][j] : -INFINITY;
         }
 }
@@ -163,6 +164,10 @@ static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *s
         nb_vis = bi + 1;
         if (nq == ATTN_QT && BS == 16) {
             block_logits(a, t, n_valid, qv, qpos, sb, width, ATTN_QT, 16);
+        } else if (nq == 4 && BS == 16) { /* a GQA group of 4, one decode token */
+            block_logits(a, t, n_valid, qv, qpos, sb, width, 4, 16);
+        } else if (nq == 2 && BS == 16) {
+            block_logits(a, t, n_valid, qv, qpos, sb, width, 2, 16);
         } else if (nq == ATTN_QT) {
             block_logits(a, t, n_valid, qv, qpos, sb, width, ATTN_QT, BS);
         } else {
@@ -195,6 +200,10 @@ static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, 
         cpu_attn_block_scores(a, t, pb, width, nq, BS);
         if (nq == ATTN_QT && BS == 16) {
             block_values(a, t, pb, width, out, ATTN_QT, 16);
+        } else if (nq == 4 && BS == 16) {
+            block_values(a, t, pb, width, out, 4, 16);
+        } else if (nq == 2 && BS == 16) {
+            block_values(a, t, pb, width, out, 2, 16);
         } else if (nq == ATTN_QT) {
             block_values(a, t, pb, width, out, ATTN_QT, BS);
         } else {
@@ -227,34 +236,50 @@ const char *cpu_attn_kernels_name(const struct cpu_attn_kernels *k)
     return k->name;
 }
 
-/* All queries of one sequence for one head; s is [ATTN_QT, n_blocks * BS] scratch. */
-static void attend_seq_head(const struct cpu_attn_args *a, const struct cpu_attn_kernels *k,
-                            const struct be_seq *sq, int32_t h, float *s)
+/*
+ * All queries of one sequence that read KV head kvh: with GQA the rep query heads
+ * kvh * rep .. kvh * rep + rep - 1 of every token. They are tiled token by token,
+ * the group's heads next to each other (query qi is token qi / rep, head
+ * kvh * rep + qi % rep), so one pass over the KV head's blocks serves the whole
+ * group: a decode token's rep heads share each K and V load instead of reading the
+ * cache rep times. One task owns the KV head's scores and adds the queries in this
+ * fixed order, so the sum over the group needs no atomics and is deterministic (and,
+ * token order being kept, independent of chunking). Without GQA (rep 1) this is one
+ * head's queries in token order. s is [ATTN_QT, n_blocks * BS] scratch.
+ */
+static void attend_seq_kv_head(const struct cpu_attn_args *a,
+                               const struct cpu_attn_kernels *k, const struct be_seq *sq,
+                               int32_t kvh, float *s)
 {
     const struct be_batch *b = a->batch;
-    const int32_t H = a->n_head, D = a->head_dim, BS = a->block_size;
-    const int64_t row_stride = 3 * (int64_t)H * D;
+    const int32_t H = a->n_head, NKV = cpu_attn_n_kv(a), D = a->head_dim,
+                  BS = a->block_size;
+    const int32_t rep = H / NKV, n_q = sq->n_tok * rep;
+    const int64_t row_stride = (int64_t)(H + 2 * NKV) * D;
     const int32_t width = CEIL_DIV(sq->n_slots, BS) * BS;
     float qv[ATTN_QT * ATTN_MAX_D], out[ATTN_QT * ATTN_MAX_D]; // qv, out: [nq, head_dim]
     int32_t qpos[ATTN_QT];
 
-    for (int32_t i0 = 0; i0 < sq->n_tok; i0 += ATTN_QT) {
-        const int32_t nq = MIN(ATTN_QT, sq->n_tok - i0);
+    for (int32_t q0 = 0; q0 < n_q; q0 += ATTN_QT) {
+        const int32_t nq = MIN(ATTN_QT, n_q - q0);
         for (int32_t q = 0; q < nq; q++) {
-            const int32_t r = sq->tok_start + i0 + q;
+            const int32_t r = sq->tok_start + (q0 + q) / rep;
+            const int32_t h = kvh * rep + (q0 + q) % rep;
             const float *qr = a->qkv + r * row_stride + (int64_t)h * D;
             for (int32_t d = 0; d < D; d++) qv[q * D + d] = qr[d] * a->scale;
             qpos[q] = b->pos[r];
         }
 
         /* Pass 1: logits of every slot for every query of the tile, s: [nq, width]. */
-        const int32_t width_vis = k->tile_logits(a, sq, h, qv, qpos, nq, s, width);
+        const int32_t width_vis = k->tile_logits(a, sq, kvh, qv, qpos, nq, s, width);
         /* Pass 2: fp32 softmax per query over the visible width. */
         for (int32_t q = 0; q < nq; q++) cpu_attn_softmax_row(s + (int64_t)q * width, width_vis);
-        /* Pass 3: outputs and H2O scores. */
+        /* Pass 3: outputs and H2O scores (of the KV head's slots). */
         memset(out, 0, (size_t)(nq * D) * sizeof(float));
-        k->tile_values(a, sq, h, s, qpos, nq, width, width_vis, out);
-        for (int32_t q = 0; q < nq; q++) cpu_attn_store(a, sq->tok_start + i0 + q, h, out + q * D);
+        k->tile_values(a, sq, kvh, s, qpos, nq, width, width_vis, out);
+        for (int32_t q = 0; q < nq; q++)
+            cpu_attn_store(a, sq->tok_start + (q0 + q) / rep, kvh * rep + (q0 + q) % rep,
+                           out + q * D);
     }
 }
 
@@ -268,9 +293,12 @@ void cpu_attn_forward(const struct cpu_attn_args *a)
     /* Tasks: a decode sequence as a whole (all heads, the table's decode_seq) when
      * the table has one and there are enough of them to keep every thread busy, else
      * one task per (sequence, head). head == -1 marks a whole-sequence task. */
-    const int32_t H = a->n_head;
+    /* One task per (sequence, KV head); the whole-sequence decode kernel handles one
+     * query head per KV head only. */
+    const int32_t H = cpu_attn_n_kv(a);
+    CHECK(a->n_head % H == 0);
     int32_t n_decode = 0;
-    if (k->decode_seq && H <= ATTN_MAX_HEADS)
+    if (k->decode_seq && H == a->n_head && H <= ATTN_MAX_HEADS)
         for (int32_t i = 0; i < b->n_seq; i++) n_decode += b->seqs[i].n_tok == 1;
     if (n_decode < 2 * omp_get_max_threads()) n_decode = 0;
     struct { int32_t seq, head; } *task = xmalloc((size_t)MAX(b->n_seq * H, 1) * sizeof *task);
@@ -289,10 +317,12 @@ void cpu_attn_forward(const struct cpu_attn_args *a)
 #pragma omp parallel for schedule(dynamic, 1)
     for (int32_t t = 0; t < n_task; t++) {
         const struct be_seq *sq = &b->seqs[task[t].seq];
-        CHECK(cpu_attn_scratch_floats(sq->n_slots, a->block_size, H) <= a->scratch_stride);
+        CHECK(cpu_attn_scratch_floats(sq->n_slots, a->block_size, a->n_head) <=
+              a->scratch_stride);
         float *s = a->scratch + (int64_t)omp_get_thread_num() * a->scratch_stride;
         if (task[t].head < 0) k->decode_seq(a, sq, s);
-        else attend_seq_head(a, k, sq, task[t].head, s);
+        else
+            attend_seq_kv_head(a, k, sq, task[t].head, s);
     }
     free(task);
 }

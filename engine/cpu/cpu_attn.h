@@ -30,16 +30,25 @@ struct cpu_attn_kernels; /* a kernel set (cpu_attn_impl.h) */
 
 struct cpu_attn_args {
     const struct be_batch *batch;
-    const float *qkv;      /* [n_tok, 3 * n_head * head_dim]: q | k | v, q unscaled */
+    /* [n_tok, (n_head + 2 * n_kv) * head_dim]: q | k | v, q unscaled, q and k
+     * already rotated for rotary models */
+    const float *qkv;
     void *out;             /* [n_tok, n_head * head_dim] */
     enum dtype out_dtype;  /* fp32, or bf16 when it feeds a bf16 GEMM */
     struct cpu_kv_layer kv;
     enum dtype kv_dtype;
-    int32_t layer, n_head, head_dim, block_size; /* n_head: heads of qkv and out */
-    /* The pool may hold more heads than this call attends (a tensor-parallel rank
-     * attends its own): kv and the batch's head_slots index heads 0..kv_n_head-1,
-     * and this call's head h is pool head head0 + h. kv_n_head 0 means n_head. */
+    int32_t layer, n_head, head_dim, block_size; /* n_head: query heads of qkv and out */
+    /* KV heads of qkv (grouped-query attention: query head h reads KV head
+     * h / (n_head / n_kv)); 0 means n_head. */
+    int32_t n_kv;
+    /* The pool may hold more KV heads than this call attends (a tensor-parallel rank
+     * attends its own): kv and the batch's head_slots index KV heads
+     * 0..kv_n_head-1, and this call's KV head h is pool head head0 + h. kv_n_head 0
+     * means n_kv. */
     int32_t head0, kv_n_head;
+    /* Sliding window (Mistral): a query at position t sees only positions
+     * t - window + 1 .. t; 0 = none. */
+    int32_t window;
     float scale;           /* head_dim^-0.5 */
     float *scratch;        /* [n_threads, scratch_stride] attention row buffers */
     int32_t scratch_stride; /* >= max n_slots of any sequence */
@@ -50,8 +59,10 @@ struct cpu_attn_args {
 
 /*
  * Write the batch's new K/V into their slots (pos = the token's position, score =
- * 0), then attend: each query sees the slots whose pos is in [0, its own position],
- * with an fp32 softmax, and adds its probabilities to those slots' scores. Within a
+ * 0), then attend: each query sees the slots whose pos is in [0, its own position]
+ * (and inside the window, when there is one), with an fp32 softmax, and adds its
+ * probabilities to those slots' scores. With GQA a KV head's slots get the sum over
+ * the query heads that read it, added in query-head order by one thread. Within a
  * prefill chunk this is the causal mask; across steps it is plain decode attention;
  * with H2O holes it skips evicted slots. Sums over queries give the prefill column
  * sums of DESIGN section 5 without a second pass.

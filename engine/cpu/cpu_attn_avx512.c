@@ -57,7 +57,9 @@ block_logits16(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const 
                                         _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()));
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int32_t q = 0; q < NQ; q++) {
-        __mmask16 vis = valid & _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos[q]));
+        __mmask16 vis =
+            valid & _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos[q])) &
+            _mm512_cmpgt_epi32_mask(pos, _mm512_set1_epi32(cpu_attn_lo(a, qpos[q])));
         _mm512_storeu_ps(s + q * stride, _mm512_mask_blend_ps(vis, ninf, acc[q]));
     }
 }
@@ -103,7 +105,9 @@ static inline void block_logits16_x4(const struct cpu_attn_args *a, const int64_
         const __m512i pos = _mm512_loadu_si512(a->kv.pos + t[b] * 16);
         __mmask16 vis = (__mmask16)((n_valid[b] >= 16 ? 0xffffu : (1u << n_valid[b]) - 1u) &
                                     _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()) &
-                                    _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos)));
+                                    _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos)) &
+                                    _mm512_cmpgt_epi32_mask(
+                                        pos, _mm512_set1_epi32(cpu_attn_lo(a, qpos))));
         _mm512_storeu_ps(s[b], _mm512_mask_blend_ps(vis, ninf, acc[b]));
     }
 }
@@ -148,16 +152,18 @@ block_logits16_heads(const struct cpu_attn_args *a, int64_t t0, int32_t n_valid,
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int32_t k = 0; k < NH; k++) {
         const __m512i pos = _mm512_loadu_si512(a->kv.pos + (t0 + k) * 16);
-        __mmask16 vis = in_range & _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()) &
-                        _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos));
+        __mmask16 vis =
+            in_range & _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()) &
+            _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos)) &
+            _mm512_cmpgt_epi32_mask(pos, _mm512_set1_epi32(cpu_attn_lo(a, qpos)));
         _mm512_storeu_ps(s + k * stride, _mm512_mask_blend_ps(vis, ninf, acc[k]));
     }
 }
 
-
 /*
  * Pass 1 (tile_logits) for block size 16: a full tile runs block_logits16 with NQ =
- * ATTN_QT; a lone decode query queues its visible blocks and runs them four at a time
+ * ATTN_QT (or 4 or 2: a GQA group's heads of one decode token, sharing each K load);
+ * a lone decode query queues its visible blocks and runs them four at a time
  * (block_logits16_x4), prefetching the K tiles ahead; other tiles run query by query.
  */
 static int32_t tile_logits16(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
@@ -193,6 +199,10 @@ static int32_t tile_logits16(const struct cpu_attn_args *a, const struct be_seq 
             }
         } else if (nq == ATTN_QT) {
             block_logits16(a, t, n_valid, qv, qpos, sb, width, ATTN_QT);
+        } else if (nq == 4) { /* a GQA group of 4 (Llama 3) for one decode token */
+            block_logits16(a, t, n_valid, qv, qpos, sb, width, 4);
+        } else if (nq == 2) {
+            block_logits16(a, t, n_valid, qv, qpos, sb, width, 2);
         } else {
             for (int32_t q = 0; q < nq; q++)
                 block_logits16(a, t, n_valid, qv + q * D, qpos + q, sb + q * width, width, 1);
@@ -221,6 +231,10 @@ static void tile_values16(const struct cpu_attn_args *a, const struct be_seq *sq
         cpu_attn_block_scores(a, t, pb, width, nq, 16);
         if (nq == ATTN_QT) {
             block_values16(a, t, pb, width, out, ATTN_QT);
+        } else if (nq == 4) {
+            block_values16(a, t, pb, width, out, 4);
+        } else if (nq == 2) {
+            block_values16(a, t, pb, width, out, 2);
         } else {
             for (int32_t q = 0; q < nq; q++) {
                 if (bi + 2 < width_vis / 16)

@@ -64,9 +64,21 @@ struct cpu_attn_kernels {
 /* Index of (block, this call's head h) in the pool's [n_blocks, pool heads, ...]
  * arrays, in units of a (block, head) tile. A tensor-parallel rank attends only its
  * heads head0 .. head0 + n_head - 1 of a pool that holds every head. */
+static inline int32_t cpu_attn_n_kv(const struct cpu_attn_args *a)
+{
+    return a->n_kv ? a->n_kv : a->n_head;
+}
+
 static inline int64_t cpu_attn_bh(const struct cpu_attn_args *a, int32_t block, int32_t h)
 {
-    return (int64_t)block * (a->kv_n_head ? a->kv_n_head : a->n_head) + a->head0 + h;
+    return (int64_t)block * (a->kv_n_head ? a->kv_n_head : cpu_attn_n_kv(a)) + a->head0 + h;
+}
+
+/* The slots a query at qpos sees hold positions in (cpu_attn_lo, qpos]: -1 without a
+ * window (every position, and never a free slot's -1), else qpos - window. */
+static inline int32_t cpu_attn_lo(const struct cpu_attn_args *a, int32_t qpos)
+{
+    return a->window > 0 ? qpos - a->window : -1;
 }
 
 /*

@@ -42,17 +42,20 @@ struct cpu_model {
     struct opt_config cfg;
     enum dtype dtype;        /* fp32 or bf16: weights, GEMM inputs, KV */
     float *embed;            /* [vocab, proj] token embedding, fp32 for the lookup */
-    float *pos_embed;        /* [max_pos + 2, hidden] */
+    float *pos_embed;        /* [max_pos + 2, hidden], learned positions only */
+    float *inv_freq;         /* [rope.dims / 2] rotary frequencies, rotary only */
     struct cpu_kv_layer *kv; /* [n_layer] the pool, every head; NULL before kv_alloc */
     int32_t block_size;
 };
 
 struct cpu_layer {
-    float *ln1_w, *ln1_b;  /* [hidden] self_attn_layer_norm */
-    float *ln2_w, *ln2_b;  /* [hidden] final_layer_norm of the layer */
-    struct cpu_linear qkv; /* [hidden] -> [3 * n_head_r * head_dim]: q | k | v */
+    float *ln1_w, *ln1_b;  /* [hidden] the norm before attention (b NULL for RMSNorm) */
+    float *ln2_w, *ln2_b;  /* [hidden] the norm before the MLP */
+    struct cpu_linear qkv; /* [hidden] -> [(n_head_r + 2 n_kv_r) * head_dim]: q | k | v */
     struct cpu_linear out; /* [n_head_r * head_dim] -> [hidden], bias on rank 0 */
-    struct cpu_linear fc1; /* [hidden] -> [ffn_r], ReLU fused */
+    /* [hidden] -> [n_fc1]: fc1 with ReLU fused (n_fc1 = ffn_r), fc1 before GELU
+     * (fp32 out), or SwiGLU's gate | up (n_fc1 = 2 ffn_r, fp32 out) */
+    struct cpu_linear fc1;
     struct cpu_linear fc2; /* [ffn_r] -> [hidden], bias on rank 0 */
 };
 
@@ -60,9 +63,11 @@ struct cpu_ws {
     int32_t cap_tok;
     float *x;       /* [n_tok, hidden] residual stream */
     void *h;        /* [n_tok, max(hidden, proj)] GEMM input (dtype) */
-    float *qkv;     /* [n_tok, 3 * n_head_r * head_dim] */
+    float *qkv;     /* [n_tok, (n_head_r + 2 n_kv_r) * head_dim] */
     void *attn;     /* [n_tok, n_head_r * head_dim] attention output (dtype) */
-    void *ff;       /* [n_tok, ffn_r] fc1 output (dtype) */
+    void *ff;       /* [n_tok, ffn_r] fc2's input (dtype) */
+    float *ff32;    /* [n_tok, 2 * ffn_r] fc1's fp32 output when the activation is ours */
+    float *par;     /* [n_tok, hidden] parallel residual: the attention's output */
     float *tmp;     /* [n_tok, max(hidden, proj)] GEMM output before the residual add */
     float *emb;     /* [n_tok, proj] embedding before project_in */
     float *scratch; /* [scratch_rows, scratch_stride] attention rows */

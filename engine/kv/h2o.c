@@ -106,3 +106,67 @@ int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int3
         if (pos[i] >= 0 && pos[i] < protect_from) best = i;
     return best;
 }
+
+int32_t h2o_select_prefill_window(const float *col, const int32_t *pos, int32_t n,
+                                  int32_t heavy, int32_t recent, int32_t window,
+                                  int32_t *keep, int32_t *scratch)
+{
+    const int64_t B = (int64_t)heavy + recent;
+    if (window <= 0 || n <= B - 1)
+        return h2o_select_prefill(col, pos, n, heavy, recent, keep, scratch);
+    int32_t next = 0;
+    for (int32_t i = 0; i < n; i++)
+        next = pos[i] + 1 > next ? pos[i] + 1 : next;
+    const int32_t lo = next - window; /* inside: position > lo */
+    int32_t *idx = xmalloc((size_t)n * sizeof *idx), n_in = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (pos[i] > lo) idx[n_in++] = i;
+    int32_t got;
+    if (n_in >= B - 1) {
+        /* The H2O rule among the tokens the next query can still see. */
+        float *sc = xmalloc((size_t)n_in * sizeof *sc);
+        int32_t *sp = xmalloc((size_t)n_in * sizeof *sp), *sk = scratch;
+        for (int32_t i = 0; i < n_in; i++) {
+            sc[i] = col[idx[i]];
+            sp[i] = pos[idx[i]];
+        }
+        int32_t *k = xmalloc((size_t)n_in * sizeof *k);
+        got = h2o_select_prefill(sc, sp, n_in, heavy, recent, k, sk);
+        for (int32_t i = 0; i < got; i++)
+            keep[i] = idx[k[i]]; /* idx ascending: keep stays ascending */
+        free(k);
+        free(sc);
+        free(sp);
+    } else {
+        /* Every token inside, then the newest outside up to B - 1 (marked in
+         * scratch, 1 = kept), in slot order. */
+        for (int32_t i = 0; i < n; i++)
+            scratch[i] = pos[i] > lo;
+        int32_t need = (int32_t)(B - 1) - n_in;
+        while (need > 0) {
+            int32_t best = -1;
+            for (int32_t i = 0; i < n; i++)
+                if (!scratch[i] && (best < 0 || pos[i] > pos[best])) best = i;
+            scratch[best] = 1;
+            need--;
+        }
+        got = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (scratch[i]) keep[got++] = i;
+    }
+    free(idx);
+    return got;
+}
+
+int32_t h2o_select_evict_window(const float *score, const int32_t *pos, int32_t n,
+                                int32_t t, int32_t recent, int32_t window)
+{
+    if (window > 0) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < n; i++)
+            if (pos[i] >= 0 && pos[i] <= t + 1 - window && (best < 0 || pos[i] < pos[best]))
+                best = i;
+        if (best >= 0) return best;
+    }
+    return h2o_select_evict(score, pos, n, t, recent);
+}

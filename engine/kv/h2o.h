@@ -31,4 +31,25 @@ int32_t h2o_select_prefill(const float *col, const int32_t *pos, int32_t n, int3
 int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int32_t t,
                          int32_t recent);
 
+/*
+ * Sliding window (Mistral) and H2O: a slot outside the window of the next token
+ * (position <= next - window, next = the largest position + 1) is never attended
+ * again, so it is the first to go. Prefill: when at least B - 1 prompt tokens are
+ * inside the window, h2o_select_prefill runs on those alone (the rest are dropped);
+ * when fewer are, all of them are kept and the newest tokens outside fill the B - 1
+ * (they go first in decode). window <= 0 is h2o_select_prefill. Same contract.
+ */
+int32_t h2o_select_prefill_window(const float *col, const int32_t *pos, int32_t n,
+                                  int32_t heavy, int32_t recent, int32_t window,
+                                  int32_t *keep, int32_t *scratch);
+
+/*
+ * Decode eviction with a sliding window: the oldest slot outside the window of the
+ * next token (position <= t + 1 - window), whatever its score and even among the
+ * R - 1 newest; only when there is none, h2o_select_evict. window <= 0 is
+ * h2o_select_evict.
+ */
+int32_t h2o_select_evict_window(const float *score, const int32_t *pos, int32_t n,
+                                int32_t t, int32_t recent, int32_t window);
+
 #endif

@@ -73,7 +73,8 @@ void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct back
     seq->prefilled = true;
     const int32_t B = kv_budget_slots(&seq->budget), n = seq->n_slots;
     if (seq->budget.policy == KV_POLICY_FULL || n <= B - 1) return;
-    const int32_t L = cfg->n_layer, H = cfg->n_head, bs = pool->block_size, keep_n = B - 1;
+    const int32_t L = cfg->n_layer, H = cfg->n_kv_head, bs = pool->block_size,
+                  keep_n = B - 1;
     CHECK(seq->block_size == bs);
     int32_t *keep = xmalloc((size_t)L * H * (size_t)n * sizeof *keep);
     int32_t *scratch = xmalloc((size_t)n * sizeof *scratch);
@@ -103,8 +104,9 @@ void kv_seq_finish_prefill(struct kv_seq *seq, struct kv_pool *pool, struct back
                 gather_head(seq, lpos, lscore, h, H, n, pos, col);
             }
             int32_t *k = keep + lh * keep_n;
-            int32_t got = h2o_select_prefill(hcol, hpos, n, seq->budget.heavy,
-                                             seq->budget.recent, k, scratch);
+            int32_t got = h2o_select_prefill_window(hcol, hpos, n, seq->budget.heavy,
+                                                    seq->budget.recent,
+                                                    cfg->arch.sliding_window, k, scratch);
             CHECK(got == keep_n);
         }
     }
@@ -140,7 +142,7 @@ static bool evict_begin(struct kv_seq *seq, struct backend *be, const struct opt
     const int32_t B = kv_budget_slots(&seq->budget);
     if (seq->budget.policy == KV_POLICY_FULL || seq->n_slots < B) return false;
     CHECK(seq->n_slots == B);
-    const int32_t L = cfg->n_layer, H = cfg->n_head;
+    const int32_t L = cfg->n_layer, H = cfg->n_kv_head;
     if (!seq->head_slots)
         seq->head_slots = xmalloc((size_t)L * H * sizeof *seq->head_slots);
     seq->n_evicted += (int64_t)L * H; /* every head evicts one token either way */
@@ -159,15 +161,15 @@ static bool evict_begin(struct kv_seq *seq, struct backend *be, const struct opt
 /* Evict one token of head lh (= layer * n_head + head) of seq, the token at
  * position t just attended: gather the head's B slots (all occupied), pick by
  * h2o_select_evict, free the slot and remember the hole. pos / score hold B. */
-static void evict_head(struct kv_seq *seq, struct backend *be, int32_t n_head, int32_t lh,
-                       int32_t t, int32_t *pos, float *score)
+static void evict_head(struct kv_seq *seq, struct backend *be, int32_t n_head,
+                       int32_t window, int32_t lh, int32_t t, int32_t *pos, float *score)
 {
     const int32_t B = kv_budget_slots(&seq->budget), h = lh % n_head;
     int32_t *lpos;
     float *lscore;
     backend_kv_state(be, lh / n_head, &lpos, &lscore);
     gather_head(seq, lpos, lscore, h, n_head, B, pos, score);
-    const int32_t e = h2o_select_evict(score, pos, B, t, seq->budget.recent);
+    const int32_t e = h2o_select_evict_window(score, pos, B, t, seq->budget.recent, window);
     CHECK(e >= 0);
     const int64_t i = state_index(seq, e, h, n_head, seq->block_size);
     lpos[i] = -1;
@@ -184,7 +186,7 @@ void kv_seq_after_decode(struct kv_seq *seq, struct backend *be, const struct op
 void kv_seq_after_decode_many(struct kv_seq *const *seqs, const int32_t *t, int32_t n,
                               struct backend *be, const struct opt_config *cfg)
 {
-    const int32_t LH = cfg->n_layer * cfg->n_head;
+    const int32_t LH = cfg->n_layer * cfg->n_kv_head;
     /* The (sequence, head) pairs to evict, and the largest budget among them. */
     int32_t *which = xmalloc((size_t)MAX(n, 1) * sizeof *which), n_ev = 0, max_b = 1;
     for (int32_t i = 0; i < n; i++)
@@ -202,7 +204,8 @@ void kv_seq_after_decode_many(struct kv_seq *const *seqs, const int32_t *t, int3
 #pragma omp for schedule(static)
         for (int64_t k = 0; k < n_task; k++) {
             const int32_t i = which[k / LH];
-            evict_head(seqs[i], be, cfg->n_head, (int32_t)(k % LH), t[i], pos, score);
+            evict_head(seqs[i], be, cfg->n_kv_head, cfg->arch.sliding_window,
+                       (int32_t)(k % LH), t[i], pos, score);
         }
         free(pos);
         free(score);

@@ -39,7 +39,7 @@ struct kv_seq {
     int32_t cap;
     int32_t n_slots;
     struct kv_budget budget; /* full unless kv_seq_set_budget says otherwise */
-    int32_t *head_slots;     /* [n_layer * n_head] holes, or NULL while heads have room */
+    int32_t *head_slots; /* [n_layer * n_kv_head] holes, or NULL while heads have room */
     int64_t n_evicted;       /* tokens evicted, summed over layers and heads */
     int32_t block_size;      /* the pool's, set by the first kv_seq_grow */
     /* Set by kv_seq_finish_prefill: the prompt is done, so every later batch item of

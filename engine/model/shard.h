@@ -1,15 +1,17 @@
 /*
- * shard.h - which part of each OPT tensor a tensor-parallel rank holds, and reading
- * exactly that part from a checkpoint.
+ * shard.h - which part of each tensor a tensor-parallel rank holds, and reading
+ * exactly that part from a checkpoint, for every family (arch.h names the tensors).
  *
  * Megatron-style sharding over N ranks (DESIGN section 4, docs/tensor-parallel.md):
- * rank r holds heads [r * n_head / N, (r + 1) * n_head / N) of q/k/v (rows of the
- * [hidden, hidden] weights, whole heads) and the matching input columns of out_proj,
- * and fc1 units [r * ffn / N, (r + 1) * ffn / N) (rows of fc1, input columns of
- * fc2). Each rank's out_proj and fc2 then produce a partial sum of the full output
- * and one all-reduce after each makes it whole; their biases belong to rank 0 alone
- * so that they are added once. LayerNorms are replicated. Every backend (CPU ranks,
- * GPU ranks) loads through this file, so the split is written once.
+ * rank r holds query heads [r * n_head / N, (r + 1) * n_head / N) of q and KV heads
+ * [r * n_kv_head / N, (r + 1) * n_kv_head / N) of k and v (whole heads; with GQA a
+ * rank's query heads are exactly those that read its KV heads) and the matching
+ * input columns of out_proj, and fc1 units [r * ffn / N, (r + 1) * ffn / N) (rows of
+ * fc1, or of both gate and up for SwiGLU, and input columns of fc2 / down). Each rank's
+ * out_proj and fc2 then produce a partial sum of the full output and one all-reduce after
+ * each makes it whole; their biases belong to rank 0 alone so that they are added once.
+ * LayerNorms are replicated. Every backend (CPU ranks, GPU ranks) loads through this file,
+ * so the split is written once.
  *
  * Owns: the fp32 host buffers of a struct shard_layer (shard_layer_free).
  * Thread: any; the reads are safe from several rank threads at once.
@@ -26,25 +28,30 @@ struct weights;
 /* Rank `rank` of `size`: its heads and fc1 units. */
 struct shard {
     int32_t rank, size;
-    int32_t head0, n_head; /* heads [head0, head0 + n_head) */
-    int32_t ffn0, n_ffn;   /* fc1 units [ffn0, ffn0 + n_ffn) */
+    int32_t head0, n_head;       /* query heads [head0, head0 + n_head) */
+    int32_t kv_head0, n_kv_head; /* KV heads [kv_head0, kv_head0 + n_kv_head) */
+    int32_t ffn0, n_ffn;         /* fc1 units [ffn0, ffn0 + n_ffn) */
 };
 
 /*
  * The ranges of rank `rank` of `size` for cfg. Returns 0, or ENG_EINVAL (message
- * set, naming the model) when n_head or ffn is not divisible by size.
+ * set, naming the model) when n_head, n_kv_head or ffn is not divisible by size.
  */
 int shard_init(struct shard *s, const struct opt_config *cfg, int32_t rank, int32_t size);
 
-/* One rank's part of one decoder layer, fp32, PyTorch layout ([out, in] rows). */
+/* One rank's part of one decoder layer, fp32, PyTorch layout ([out, in] rows). A
+ * bias the family does not have (arch.h) is NULL. */
 struct shard_layer {
-    float *qkv_w, *qkv_b; /* [3 * n_head_r * head_dim, hidden], [3 * n_head_r * head_dim]:
-                             this rank's rows of q_proj, then k_proj, then v_proj */
+    /* [(n_head_r + 2 * n_kv_head_r) * head_dim, hidden] and its bias: this rank's q
+     * rows, then its k rows, then its v rows (NeoX's fused per-head rows regrouped) */
+    float *qkv_w, *qkv_b;
     float *out_w, *out_b; /* [hidden, n_head_r * head_dim], [hidden] or NULL off rank 0 */
-    float *fc1_w, *fc1_b; /* [n_ffn, hidden], [n_ffn] */
-    float *fc2_w, *fc2_b; /* [hidden, n_ffn], [hidden] or NULL off rank 0 */
-    float *ln1_w, *ln1_b; /* [hidden] self_attn_layer_norm */
-    float *ln2_w, *ln2_b; /* [hidden] final_layer_norm of the layer */
+    /* [n_fc1, hidden], [n_fc1]: fc1 (n_fc1 = n_ffn), or for SwiGLU the gate rows then
+     * the up rows (n_fc1 = 2 * n_ffn, no bias) */
+    float *fc1_w, *fc1_b;
+    float *fc2_w, *fc2_b; /* [hidden, n_ffn], [hidden] or NULL off rank 0 (down_proj) */
+    float *ln1_w, *ln1_b; /* [hidden] the norm before attention (RMSNorm: no bias) */
+    float *ln2_w, *ln2_b; /* [hidden] the norm before the MLP */
 };
 
 /*

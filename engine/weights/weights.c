@@ -65,10 +65,12 @@ const char *weights_shape_str(char *buf, size_t size, int ndim, const int64_t *s
     return buf;
 }
 
-/* Hugging Face spells OPT tensors with any of these prefixes (DESIGN section 3). */
+/* Hugging Face spells OPT tensors with any of these prefixes (DESIGN section 3);
+ * Llama, Mistral and Qwen2 use "model.", GPT-NeoX "gpt_neox." (arch.h names the rest). */
 static const char *strip_prefix(const char *s, size_t *len)
 {
-    static const char *const prefixes[] = {"model.decoder.", "decoder.", "model."};
+    static const char *const prefixes[] = {"model.decoder.", "decoder.", "model.",
+                                           "gpt_neox."};
     for (size_t i = 0; i < ARRAY_LEN(prefixes); i++) {
         size_t n = strlen(prefixes[i]);
         if (*len > n && memcmp(s, prefixes[i], n) == 0) {
@@ -77,6 +79,17 @@ static const char *strip_prefix(const char *s, size_t *len)
         }
     }
     return s;
+}
+
+bool weights_is_mask_buffer(const char *name)
+{
+    static const char *const tails[] = {".attention.bias", ".attention.masked_bias"};
+    const size_t n = strlen(name);
+    for (size_t i = 0; i < ARRAY_LEN(tails); i++) {
+        const size_t k = strlen(tails[i]);
+        if (n >= k && strcmp(name + n - k, tails[i]) == 0) return true;
+    }
+    return false;
 }
 
 static void index_insert(struct weights *w, int32_t idx)

@@ -5,8 +5,9 @@
  * (model.safetensors, sharded safetensors with model.safetensors.index.json,
  * pytorch_model.bin zip archives, sharded .bin with pytorch_model.bin.index.json),
  * or by a deterministic generator for the built-in dummy models. Tensor names are
- * stored without their `model.decoder.` / `decoder.` / `model.` prefix so lookups use
- * one spelling ("layers.0.fc1.weight", "embed_tokens.weight", "lm_head.weight").
+ * stored without their `model.decoder.` / `decoder.` / `model.` / `gpt_neox.` prefix so
+ * lookups use one spelling ("layers.0.fc1.weight", "embed_tokens.weight",
+ * "lm_head.weight"; arch.h has each family's names).
  */
 #ifndef H2O_WEIGHTS_H
 #define H2O_WEIGHTS_H

@@ -1,5 +1,6 @@
 /*
- * weights_dummy.c - deterministic random weights with the real OPT tensor shapes.
+ * weights_dummy.c - deterministic random weights with the real tensor shapes of any
+ * family arch.h describes (OPT, Llama, Qwen2, GPT-NeoX).
  *
  * Like FlexGen's _DUMMY_ weights, these let the server and benchmarks run any OPT
  * size with no download. Nothing is materialised: the table only lists names and
@@ -75,9 +76,63 @@ static void add(struct weights *w, enum weights_fill fill, int ndim, int64_t d0,
     CHECK(err == 0);
 }
 
+/* Every tensor of another family (arch.h), prefix-free, in its checkpoints' names;
+ * norm weights 1 and biases 0, as for OPT. */
+static void build_arch(struct weights *w, const struct opt_config *cfg)
+{
+    const struct model_arch *a = &cfg->arch;
+    const struct arch_names *nm = a->names;
+    const int64_t h = cfg->hidden, ffn = cfg->ffn, D = cfg->head_dim;
+    const int64_t q = (int64_t)cfg->n_head * D, kv = (int64_t)cfg->n_kv_head * D;
+    const enum weights_fill N = WEIGHTS_FILL_NORMAL, ONE = WEIGHTS_FILL_ONE,
+                            ZERO = WEIGHTS_FILL_ZERO;
+    const bool ln_bias = a->norm == ARCH_NORM_LAYERNORM;
+    add(w, N, 2, cfg->vocab_size, h, "%s.weight", nm->embed);
+    if (!cfg->tied_lm_head) add(w, N, 2, cfg->vocab_size, h, "%s.weight", nm->lm_head);
+    add(w, ONE, 1, h, 0, "%s.weight", nm->final_norm);
+    if (ln_bias) add(w, ZERO, 1, h, 0, "%s.bias", nm->final_norm);
+    for (int l = 0; l < cfg->n_layer; l++) {
+        const char *norms[2] = {nm->ln1, nm->ln2};
+        for (int i = 0; i < 2; i++) {
+            add(w, ONE, 1, h, 0, "layers.%d.%s.weight", l, norms[i]);
+            if (ln_bias) add(w, ZERO, 1, h, 0, "layers.%d.%s.bias", l, norms[i]);
+        }
+        if (a->qkv == ARCH_QKV_FUSED_HEADS) {
+            add(w, N, 2, 3 * q, h, "layers.%d.%s.weight", l, nm->qkv);
+            if (a->qkv_bias) add(w, ZERO, 1, 3 * q, 0, "layers.%d.%s.bias", l, nm->qkv);
+        } else {
+            const char *names[3] = {nm->q, nm->k, nm->v};
+            const int64_t rows[3] = {q, kv, kv};
+            for (int i = 0; i < 3; i++) {
+                add(w, N, 2, rows[i], h, "layers.%d.%s.weight", l, names[i]);
+                if (a->qkv_bias)
+                    add(w, ZERO, 1, rows[i], 0, "layers.%d.%s.bias", l, names[i]);
+            }
+        }
+        add(w, N, 2, h, q, "layers.%d.%s.weight", l, nm->o);
+        if (a->o_bias) add(w, ZERO, 1, h, 0, "layers.%d.%s.bias", l, nm->o);
+        if (a->mlp == ARCH_MLP_SWIGLU) {
+            add(w, N, 2, ffn, h, "layers.%d.%s.weight", l, nm->gate);
+            add(w, N, 2, ffn, h, "layers.%d.%s.weight", l, nm->up);
+            add(w, N, 2, h, ffn, "layers.%d.%s.weight", l, nm->down);
+        } else {
+            add(w, N, 2, ffn, h, "layers.%d.%s.weight", l, nm->fc1);
+            add(w, N, 2, h, ffn, "layers.%d.%s.weight", l, nm->fc2);
+            if (a->mlp_bias) {
+                add(w, ZERO, 1, ffn, 0, "layers.%d.%s.bias", l, nm->fc1);
+                add(w, ZERO, 1, h, 0, "layers.%d.%s.bias", l, nm->fc2);
+            }
+        }
+    }
+}
+
 /* Every tensor of HF OPTForCausalLM's decoder, prefix-free; lm_head is tied. */
 void weights_dummy_build(struct weights *w, const struct opt_config *cfg)
 {
+    if (cfg->arch.family != ARCH_OPT) {
+        build_arch(w, cfg);
+        return;
+    }
     const int64_t h = cfg->hidden, proj = cfg->word_embed_proj_dim, ffn = cfg->ffn;
     const enum weights_fill N = WEIGHTS_FILL_NORMAL, ONE = WEIGHTS_FILL_ONE,
                             ZERO = WEIGHTS_FILL_ZERO;

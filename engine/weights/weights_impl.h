@@ -17,6 +17,7 @@
 #include "opt_config.h"
 #include "weights.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -70,6 +71,13 @@ uint64_t weights_hash(const char *s, size_t len);
  * taken (two spellings of one tensor would make lookups ambiguous).
  * Thread: the thread building `w`.
  */
+/* Whether `name` is a causal-mask buffer that GPT-NeoX (and GPT-2-style) checkpoints
+ * carry beside the weights: "...attention.bias" (bool or uint8) and
+ * "...attention.masked_bias". h2oserve builds its own masks, so the readers skip
+ * such a tensor when its dtype is one they do not read, instead of refusing the
+ * checkpoint (published Pythia files have them). */
+bool weights_is_mask_buffer(const char *name);
+
 int weights_add(struct weights *w, const char *raw, size_t raw_len, enum dtype dtype,
                 enum weights_fill fill, int ndim, const int64_t *shape, const uint8_t *data,
                 int32_t file);

@@ -57,6 +57,7 @@ static int load_entry(struct weights *w, int32_t file, const cJSON *e, const uin
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!ds) return err_set(ENG_EFORMAT, "%s: tensor %s: no \"dtype\" string", path, name);
     enum dtype dtype;
+    if (!parse_dtype(ds, &dtype) && weights_is_mask_buffer(name)) return 0;
     if (!parse_dtype(ds, &dtype))
         return err_set(ENG_EUNSUPPORTED,
                        "%s: tensor %s: unsupported dtype %s (F32, F16 and BF16 are read)",

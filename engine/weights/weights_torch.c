@@ -239,6 +239,7 @@ static int add_tensor(struct weights *w, int32_t file, const struct pickle_obj *
     if (key->len > TORCH_MAX_NAME || strlen(name) != key->len)
         return err_set(ENG_EFORMAT, "%s: a tensor name is too long or holds a NUL byte",
                        path);
+    if (t->dtype < 0 && weights_is_mask_buffer(name)) return 0;
     if (t->dtype < 0)
         return err_set(
             ENG_EUNSUPPORTED,

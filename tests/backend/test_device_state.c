@@ -47,7 +47,7 @@ static struct model *load(bool device_state)
 static void check_state(const struct model *mh, const struct eseq *host,
                         const struct model *md, const struct eseq *dev)
 {
-    const int32_t L = mh->cfg.n_layer, H = mh->cfg.n_head;
+    const int32_t L = mh->cfg.n_layer, H = mh->cfg.n_kv_head;
     struct backend *bh = (struct backend *)&mh->be, *bd = (struct backend *)&md->be;
     int32_t *lpos;
     float *lscore;
@@ -151,13 +151,23 @@ TEST(device_state_tp2)
     check_device("dummy:tiny", 2, 1 << 20);
 }
 
+/* Grouped-query attention (the state and the victims per KV head) and Mistral's
+ * window (victims outside the window first, chosen in the decode pass). */
+TEST(llama_family_device_state)
+{
+    check_device("golden-arch/tiny-llama", 1, 7);
+    check_device("golden-arch/tiny-mistral", 1, 1 << 20);
+    check_device("golden-arch/tiny-qwen2", 2, 5);
+    check_device("dummy:llama-tiny", 2, 9);
+}
+
 /* kv_victims answers only for the last forward's sequences. */
 TEST(victims_of_the_last_forward_only)
 {
     struct model *m = load(true);
     CHECK(m);
     int32_t v[64];
-    CHECK(m->cfg.n_layer * m->cfg.n_head <= 64);
+    CHECK(m->cfg.n_layer * m->cfg.n_kv_head <= 64);
     EXPECT_EQ(m->be.ops->kv_victims(m->be.ctx, 0, v), ENG_EINVAL);
     model_destroy(m);
     /* The host-state backend has no victims to give: the engine evicts itself. */
@@ -209,6 +219,7 @@ int main(void)
     RUN(golden_350m_device_state);
     RUN(dummy_tiny_device_state);
     RUN(device_state_tp2);
+    RUN(llama_family_device_state);
     RUN(victims_of_the_last_forward_only);
     RUN(generate_same_tokens);
     return test_done();

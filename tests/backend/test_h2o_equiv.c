@@ -7,7 +7,8 @@
  * head. For several budgets (B below the prompt, B above prompt + generation,
  * R = 1, H = 0, B reached only while decoding), prefill in one chunk or many, each
  * sequence alone or batched with others, 64 greedy decode steps must give the same
- * tokens as the reference and logits within 1e-4. Every step also checks the memory
+ * tokens as the reference and logits within 1e-4; the same for the Llama family
+ * (GQA + RoPE, policy per KV head). Every step also checks the memory
  * bound: after its prompt a sequence holds at most ceil(B / block_size) blocks.
  */
 #include "test.h"
@@ -102,6 +103,44 @@ TEST(dummy_tiny_batched_chunked) { check_model("dummy:tiny", 16, true, 6); }
  * generic (not 16-wide) attention kernels. */
 TEST(dummy_tiny_block_size_5) { check_model("dummy:tiny", 5, true, 11); }
 
+/* Grouped-query attention with rotary positions (4 query heads : 2 KV heads): the
+ * reference keeps every rotated key at its true position and evicts per KV head by
+ * the score summed over the group's query heads; the engine must pick the same
+ * tokens under every budget, evicting in prefill (B < P) and decode. */
+TEST(llama_gqa_rope_alone)
+{
+    check_model("golden-arch/tiny-llama", 16, false, 1 << 20);
+}
+TEST(llama_gqa_rope_batched_chunked)
+{
+    check_model("golden-arch/tiny-llama", 16, true, 7);
+}
+/* Qwen2: q/k/v biases, tied embeddings. */
+TEST(qwen2_gqa_rope_batched_chunked)
+{
+    check_model("golden-arch/tiny-qwen2", 16, true, 5);
+}
+/* Mistral's sliding window of 8 with every budget: B < W (H2O within the window),
+ * B = W, B > W; out-of-window tokens never attended, and the first to go. */
+TEST(mistral_window_alone)
+{
+    check_model("golden-arch/tiny-mistral", 16, false, 1 << 20);
+}
+TEST(mistral_window_batched_chunked)
+{
+    check_model("golden-arch/tiny-mistral", 4, true, 3);
+}
+/* GPT-NeoX: partial rotary (4 of 16 dims), parallel residual, fused q/k/v. */
+TEST(neox_partial_rope_batched_chunked)
+{
+    check_model("golden-arch/tiny-neox", 16, true, 6);
+}
+/* head_dim 32, odd block size: holes across block boundaries, generic kernels. */
+TEST(dummy_llama_tiny_block_size_5)
+{
+    check_model("dummy:llama-tiny", 5, true, 11);
+}
+
 /* The scheduler path (h2oserve generate) picks the same greedy tokens. */
 TEST(generate_matches_reference)
 {
@@ -163,6 +202,13 @@ int main(void)
     RUN(dummy_tiny_alone);
     RUN(dummy_tiny_batched_chunked);
     RUN(dummy_tiny_block_size_5);
+    RUN(llama_gqa_rope_alone);
+    RUN(llama_gqa_rope_batched_chunked);
+    RUN(qwen2_gqa_rope_batched_chunked);
+    RUN(mistral_window_alone);
+    RUN(mistral_window_batched_chunked);
+    RUN(neox_partial_rope_batched_chunked);
+    RUN(dummy_llama_tiny_block_size_5);
     RUN(generate_matches_reference);
     return test_done();
 }

@@ -32,7 +32,8 @@ static struct h2o_ref *load_ref(const char *rel)
 static void check_golden(const char *name)
 {
     char dir[128];
-    snprintf(dir, sizeof dir, "golden/%s", name);
+    /* "tiny-opt" is golden/tiny-opt; "golden-arch/tiny-llama" is itself. */
+    snprintf(dir, sizeof dir, "%s%s", strchr(name, '/') ? "" : "golden/", name);
     struct golden g;
     golden_load(&g, name);
     struct h2o_ref *r = load_ref(dir);
@@ -89,6 +90,15 @@ TEST(full_matches_transformers_tiny_opt)
 TEST(full_matches_transformers_tiny_opt_350m)
 {
     check_golden("tiny-opt-350m");
+}
+
+/* The Llama family (GQA 4 : 2, RoPE; Qwen2's biases and tied head) and GPT-NeoX
+ * (partial rotary, parallel residual) as transformers runs them. */
+TEST(full_matches_transformers_other_families)
+{
+    check_golden("golden-arch/tiny-llama");
+    check_golden("golden-arch/tiny-qwen2");
+    check_golden("golden-arch/tiny-neox");
 }
 
 /* A deterministic prompt of n tokens in [3, vocab). */
@@ -152,6 +162,28 @@ TEST(budget_that_never_fills_equals_full)
         free(full);
         h2o_ref_destroy(r);
     }
+}
+
+/* With GQA the policy is per KV head: dummy:llama-tiny has 2 layers of 2 KV heads
+ * (4 query heads), so 4 kept counts, each H + R - 1 after decoding. */
+TEST(gqa_keeps_per_kv_head)
+{
+    struct h2o_ref *r = load_ref("dummy:llama-tiny");
+    if (!r) {
+        TEST_FAIL("cannot load dummy:llama-tiny");
+        return;
+    }
+    int32_t prompt[40], toks[20], kept[8];
+    for (int32_t i = 0; i < 8; i++)
+        kept[i] = -1;
+    for (int32_t i = 0; i < 40; i++)
+        prompt[i] = 3 + (i * 37) % 500;
+    free(run_policy(r, prompt, 40, (struct h2o_ref_policy){.heavy = 5, .recent = 4}, 20,
+                    toks, kept));
+    for (int32_t i = 0; i < 4; i++)
+        EXPECT_EQ(kept[i], 8);
+    EXPECT_EQ(kept[4], -1); /* nothing past n_layer * n_kv_head written */
+    h2o_ref_destroy(r);
 }
 
 TEST(kept_counts_end_at_budget_minus_one)
@@ -297,6 +329,8 @@ int main(void)
     RUN(decode_rule_by_hand);
     RUN(full_matches_transformers_tiny_opt);
     RUN(full_matches_transformers_tiny_opt_350m);
+    RUN(full_matches_transformers_other_families);
+    RUN(gqa_keeps_per_kv_head);
     RUN(budget_that_never_fills_equals_full);
     RUN(kept_counts_end_at_budget_minus_one);
     RUN(rejects_bad_input);

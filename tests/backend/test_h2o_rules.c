@@ -185,11 +185,75 @@ TEST(budgets_from_ratios_and_counts)
     EXPECT(kv_budget_policy_parse("lru", &p) != 0);
 }
 
+/* Mistral's window composed with H2O (docs/kv-cache.md): a slot outside the next
+ * token's window goes first, whatever its score, even a recent one. */
+TEST(window_decode_evicts_outside_first)
+{
+    /* W = 4, token t = 9 just attended: the next token (10) sees positions > 6. */
+    const int32_t pos[5] = {2, 5, 7, 8, 9};
+    const float score[5] = {9.0f, 0.1f, 0.2f, 0.3f, 0.4f};
+    EXPECT_EQ(h2o_select_evict_window(score, pos, 5, 9, 2, 4), 0); /* oldest outside */
+    /* Nothing outside the window: the H2O rule (argmin among positions < 9). */
+    const int32_t pos2[4] = {7, 8, 9, 6 + 4};
+    const float score2[4] = {0.5f, 0.2f, 0.1f, 0.0f};
+    EXPECT_EQ(h2o_select_evict_window(score2, pos2, 3, 9, 2, 4), 1);
+    /* With R - 1 = 3 protecting 7, 8, 9, position 6 is outside (6 <= 10 - 4) and goes. */
+    const int32_t pos3[4] = {6, 7, 8, 9};
+    const float score3[4] = {5.0f, 0.0f, 0.0f, 0.0f};
+    EXPECT_EQ(h2o_select_evict_window(score3, pos3, 4, 9, 4, 4), 0);
+    /* window 0 is h2o_select_evict, on random cases. */
+    uint64_t st = 7;
+    int32_t p[64];
+    float sc[64];
+    for (int iter = 0; iter < 2000; iter++) {
+        const int32_t n = 1 + (int32_t)(lcg(&st) % 60), R = 1 + (int32_t)(lcg(&st) % 8);
+        for (int32_t i = 0; i < n; i++) {
+            p[i] = (int32_t)(lcg(&st) % 100);
+            sc[i] = tie_value(&st);
+        }
+        if (h2o_select_evict_window(sc, p, n, 100, R, 0) !=
+            h2o_select_evict(sc, p, n, 100, R))
+            TEST_FAIL("iter %d: window 0 differs from h2o_select_evict", iter);
+    }
+}
+
+TEST(window_prefill_keeps_the_window_first)
+{
+    float col[10] = {9, 8, 7, 6, 0.5f, 0.4f, 0.3f, 0.2f, 0.1f, 0.0f};
+    int32_t pos[10], keep[10], scratch[10];
+    for (int32_t j = 0; j < 10; j++)
+        pos[j] = j;
+    /* B = 4, W = 4: exactly B - 1 = 3 prompt tokens (7, 8, 9) are inside the next
+     * token's window; the heavy hitters 0..3 are outside and dropped. */
+    EXPECT_EQ(h2o_select_prefill_window(col, pos, 10, 2, 2, 4, keep, scratch), 3);
+    EXPECT_EQ(keep[0], 7);
+    EXPECT_EQ(keep[1], 8);
+    EXPECT_EQ(keep[2], 9);
+    /* W = 6: positions 5..9 inside; H2O among them: the newest (9) and the two
+     * largest col of 5..8 (5 and 6). */
+    EXPECT_EQ(h2o_select_prefill_window(col, pos, 10, 2, 2, 6, keep, scratch), 3);
+    EXPECT_EQ(keep[0], 5);
+    EXPECT_EQ(keep[1], 6);
+    EXPECT_EQ(keep[2], 9);
+    /* W = 2 < B: the one inside (9) and the newest outside (7, 8) fill B - 1. */
+    EXPECT_EQ(h2o_select_prefill_window(col, pos, 10, 2, 2, 2, keep, scratch), 3);
+    EXPECT_EQ(keep[0], 7);
+    EXPECT_EQ(keep[1], 8);
+    EXPECT_EQ(keep[2], 9);
+    /* No window: the plain rule (0 and 1 heavy, 9 recent). */
+    EXPECT_EQ(h2o_select_prefill_window(col, pos, 10, 2, 2, 0, keep, scratch), 3);
+    EXPECT_EQ(keep[0], 0);
+    EXPECT_EQ(keep[1], 1);
+    EXPECT_EQ(keep[2], 9);
+}
+
 int main(void)
 {
     RUN(prefill_selection_matches_reference);
     RUN(decode_eviction_matches_reference);
     RUN(budgets_from_ratios_and_counts);
     RUN(floor_raises_small_budgets_and_keeps_the_split);
+    RUN(window_decode_evicts_outside_first);
+    RUN(window_prefill_keeps_the_window_first);
     return test_done();
 }

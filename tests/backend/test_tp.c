@@ -151,6 +151,29 @@ TEST(indivisible_heads_refused)
     EXPECT_EQ(model_load(&m, "dummy:tiny", &mo), ENG_EINVAL);
 }
 
+/* The other families with every budget kind: KV heads sharded (tiny-llama: 1 of
+ * its 2 KV heads and the 2 query heads reading it per rank), Mistral's window,
+ * Qwen2's biases, NeoX's fused q/k/v and parallel residual. */
+TEST(llama_family_tp2)
+{
+    check_tp("golden-arch/tiny-llama", 2, 7);
+    check_tp("golden-arch/tiny-mistral", 2, 1 << 20);
+    check_tp("golden-arch/tiny-qwen2", 2, 5);
+    check_tp("golden-arch/tiny-neox", 2, 9);
+    check_tp("golden-arch/tiny-neox", 4, 1 << 20);
+}
+
+/* 2 KV heads do not split over 4 ranks: refused at load, naming the KV heads. */
+TEST(indivisible_kv_heads_refused)
+{
+    struct model_opts mo;
+    erun_opts(&mo, BE_DEVICE_CPU, 4, false);
+    struct model *m = NULL;
+    EXPECT_EQ(model_load(&m, "dummy:llama-tiny", &mo), ENG_EINVAL);
+    EXPECT(strstr(err_msg(), "KV heads") != NULL);
+    EXPECT(m == NULL);
+}
+
 int main(void)
 {
     RUN(golden_tp2);
@@ -162,5 +185,7 @@ int main(void)
     RUN(tp_runs_repeat_bit_for_bit);
     RUN(generate_same_tokens_at_every_tp);
     RUN(indivisible_heads_refused);
+    RUN(llama_family_tp2);
+    RUN(indivisible_kv_heads_refused);
     return test_done();
 }

@@ -85,7 +85,7 @@ expect "recent below 1" 2 "--h2o-recent" -- "$bin" generate --model dummy:tiny -
     --tensor-parallel 2 >"$tmp/tp2" 2>/dev/null
 cmp -s "$tmp/tp1" "$tmp/tp2" && [ -s "$tmp/tp1" ] && ok "tensor parallel 2, same text" \
     || not_ok "tensor parallel 2, same text" "$(cat "$tmp/tp1")" "$(cat "$tmp/tp2")"
-expect "tensor parallel 3 on 4 heads" 1 "not both divisible by 3 ranks" -- \
+expect "tensor parallel 3 on 4 heads" 1 "not all divisible by 3 ranks" -- \
     "$bin" generate --model dummy:tiny --prompt x --tensor-parallel 3
 expect "bad device" 2 "--device wants cpu, cuda or auto" -- \
     "$bin" generate --model dummy:tiny --prompt x --device gpu

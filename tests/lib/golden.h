@@ -29,7 +29,8 @@ struct golden {
     float *data;
 };
 
-/* Load tests/data/golden/<name>/golden.{json,bin}. Aborts on malformed fixtures. */
+/* Load tests/data/golden/<name>/golden.{json,bin}, or tests/data/<name>/... when
+ * name has a folder ("golden-arch/tiny-llama"). Aborts on malformed fixtures. */
 void golden_load(struct golden *g, const char *name);
 
 void golden_free(struct golden *g);

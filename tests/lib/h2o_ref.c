@@ -1,5 +1,7 @@
 /*
- * h2o_ref.c - the dense reference of OPT + H2O that the engine is tested against.
+ * h2o_ref.c - the dense reference of OPT + H2O that the engine is tested against:
+ * loading, the H2O rules, the OPT forward and a run (the other families' loaders and
+ * forwards are in h2o_ref_families.c, on the helpers h2o_ref_impl.h declares).
  *
  * Owns: the model's weights as plain fp32 arrays (struct h2o_ref), and during one
  * h2o_ref_run the dense per-run state (struct ref_run): the K and V of every token
@@ -15,6 +17,7 @@
  * position, so "older" simply means "smaller index".
  */
 #include "h2o_ref.h"
+#include "h2o_ref_impl.h"
 
 #include "err.h"
 #include "model.h"
@@ -35,67 +38,32 @@
 /* Learned positions are looked up at logical position + 2 (DESIGN section 3). */
 #define REF_POS_OFFSET 2
 
-struct ref_layer {
-    float *attn_ln_w, *attn_ln_b; // [hidden] self_attn_layer_norm
-    float *q_w, *k_w, *v_w, *o_w; // [hidden, hidden] (nn.Linear: [out, in])
-    float *q_b, *k_b, *v_b, *o_b; // [hidden]
-    float *ffn_ln_w, *ffn_ln_b;   // [hidden] the layer's final_layer_norm
-    float *fc1_w, *fc1_b;         // [ffn, hidden], [ffn]
-    float *fc2_w, *fc2_b;         // [hidden, ffn], [hidden]
-};
-
-struct h2o_ref {
-    struct opt_config cfg;
-    float *embed_tokens;            // [vocab, proj]
-    float *embed_pos;               // [max_pos + 2, hidden]
-    float *project_in;              // [hidden, proj], NULL when proj == hidden
-    float *project_out;             // [proj, hidden], NULL when proj == hidden
-    float *final_ln_w, *final_ln_b; // [hidden], NULL when post-LN
-    float *lm_head;                 // [vocab, proj]; == embed_tokens when tied
-    struct ref_layer *layers;       // [n_layer]
-};
-
-/* The dense state of one run; T = P + n_steps tokens at most. */
-struct ref_run {
-    int32_t T;
-    float *k, *v; // [n_layer, T, n_head, head_dim]: every token ever seen
-    bool *kept;   // [n_layer, n_head, T]: false = evicted (or not yet seen)
-    float *score; // [n_layer, n_head, T]: accumulated attention (fp32, DESIGN 5)
-    int32_t *pos; // [T]: pos[j] = j, for h2o_ref_select_evict
-    float *p;     // [T]: scratch, one query's attention probabilities
-};
-
 /* ---- Loading ---- */
 
+/* The size check counts what opt_config counts for reports. */
 static int64_t count_params(const struct opt_config *c)
 {
-    const int64_t h = c->hidden, f = c->ffn, d = c->word_embed_proj_dim;
-    int64_t n = (int64_t)c->vocab_size * d + ((int64_t)c->max_pos + 2) * h;
-    if (d != h) n += 2 * h * d;
-    if (!c->tied_lm_head) n += (int64_t)c->vocab_size * d;
-    if (c->ln_before) n += 2 * h;
-    n += (int64_t)c->n_layer * (4 * (h * h + h) + 4 * h + (f * h + f) + (h * f + h));
-    return n;
+    return opt_config_param_count(c);
 }
 
 /*
  * Read tensor `name` of shape [d0] (d1 == 0) or [d0, d1] into a new array *dst.
  * The caller owns *dst even on failure.
  */
-static int read_tensor(const struct weights *w, float **dst, const char *name, int64_t d0,
-                       int64_t d1)
+int h2o_ref_read_tensor(const struct weights *w, float **dst, const char *name, int64_t d0,
+                        int64_t d1)
 {
     const int64_t shape[2] = {d0, d1};
     *dst = xmalloc((size_t)(d0 * (d1 ? d1 : 1)) * sizeof(float));
     return weights_read_f32(w, name, d1 ? 2 : 1, shape, *dst);
 }
 
-static int read_layer_tensor(const struct weights *w, float **dst, int32_t l,
-                             const char *suffix, int64_t d0, int64_t d1)
+int h2o_ref_read_layer_tensor(const struct weights *w, float **dst, int32_t l,
+                              const char *suffix, int64_t d0, int64_t d1)
 {
     char name[128];
     snprintf(name, sizeof name, "layers.%d.%s", (int)l, suffix);
-    return read_tensor(w, dst, name, d0, d1);
+    return h2o_ref_read_tensor(w, dst, name, d0, d1);
 }
 
 static int load_layer(const struct weights *w, struct ref_layer *L, int32_t l,
@@ -104,45 +72,60 @@ static int load_layer(const struct weights *w, struct ref_layer *L, int32_t l,
     const int64_t h = c->hidden, f = c->ffn;
     int err = 0;
     if (!err)
-        err = read_layer_tensor(w, &L->attn_ln_w, l, "self_attn_layer_norm.weight", h, 0);
+        err = h2o_ref_read_layer_tensor(w, &L->attn_ln_w, l, "self_attn_layer_norm.weight",
+                                        h, 0);
     if (!err)
-        err = read_layer_tensor(w, &L->attn_ln_b, l, "self_attn_layer_norm.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->q_w, l, "self_attn.q_proj.weight", h, h);
-    if (!err) err = read_layer_tensor(w, &L->q_b, l, "self_attn.q_proj.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->k_w, l, "self_attn.k_proj.weight", h, h);
-    if (!err) err = read_layer_tensor(w, &L->k_b, l, "self_attn.k_proj.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->v_w, l, "self_attn.v_proj.weight", h, h);
-    if (!err) err = read_layer_tensor(w, &L->v_b, l, "self_attn.v_proj.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->o_w, l, "self_attn.out_proj.weight", h, h);
-    if (!err) err = read_layer_tensor(w, &L->o_b, l, "self_attn.out_proj.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->ffn_ln_w, l, "final_layer_norm.weight", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->ffn_ln_b, l, "final_layer_norm.bias", h, 0);
-    if (!err) err = read_layer_tensor(w, &L->fc1_w, l, "fc1.weight", f, h);
-    if (!err) err = read_layer_tensor(w, &L->fc1_b, l, "fc1.bias", f, 0);
-    if (!err) err = read_layer_tensor(w, &L->fc2_w, l, "fc2.weight", h, f);
-    if (!err) err = read_layer_tensor(w, &L->fc2_b, l, "fc2.bias", h, 0);
+        err = h2o_ref_read_layer_tensor(w, &L->attn_ln_b, l, "self_attn_layer_norm.bias", h,
+                                        0);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->q_w, l, "self_attn.q_proj.weight", h, h);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->q_b, l, "self_attn.q_proj.bias", h, 0);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->k_w, l, "self_attn.k_proj.weight", h, h);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->k_b, l, "self_attn.k_proj.bias", h, 0);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->v_w, l, "self_attn.v_proj.weight", h, h);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->v_b, l, "self_attn.v_proj.bias", h, 0);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->o_w, l, "self_attn.out_proj.weight", h, h);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->o_b, l, "self_attn.out_proj.bias", h, 0);
+    if (!err)
+        err =
+            h2o_ref_read_layer_tensor(w, &L->ffn_ln_w, l, "final_layer_norm.weight", h, 0);
+    if (!err)
+        err = h2o_ref_read_layer_tensor(w, &L->ffn_ln_b, l, "final_layer_norm.bias", h, 0);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->fc1_w, l, "fc1.weight", f, h);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->fc1_b, l, "fc1.bias", f, 0);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->fc2_w, l, "fc2.weight", h, f);
+    if (!err) err = h2o_ref_read_layer_tensor(w, &L->fc2_b, l, "fc2.bias", h, 0);
     return err;
 }
 
 static int load_weights(struct h2o_ref *r, const struct weights *w)
 {
     const struct opt_config *c = &r->cfg;
+    if (c->arch.family == ARCH_GPT_NEOX) return h2o_ref_load_neox(r, w);
+    if (c->arch.family != ARCH_OPT) return h2o_ref_load_llama(r, w);
     const int64_t h = c->hidden, d = c->word_embed_proj_dim;
-    int err = read_tensor(w, &r->embed_tokens, "embed_tokens.weight", c->vocab_size, d);
+    int err =
+        h2o_ref_read_tensor(w, &r->embed_tokens, "embed_tokens.weight", c->vocab_size, d);
     if (!err)
-        err = read_tensor(w, &r->embed_pos, "embed_positions.weight",
-                          (int64_t)c->max_pos + REF_POS_OFFSET, h);
+        err = h2o_ref_read_tensor(w, &r->embed_pos, "embed_positions.weight",
+                                  (int64_t)c->max_pos + REF_POS_OFFSET, h);
     /* project_in / project_out exist exactly when word_embed_proj_dim != hidden (350m). */
-    if (!err && d != h) err = read_tensor(w, &r->project_in, "project_in.weight", h, d);
-    if (!err && d != h) err = read_tensor(w, &r->project_out, "project_out.weight", d, h);
+    if (!err && d != h)
+        err = h2o_ref_read_tensor(w, &r->project_in, "project_in.weight", h, d);
+    if (!err && d != h)
+        err = h2o_ref_read_tensor(w, &r->project_out, "project_out.weight", d, h);
     /* Post-LN models (do_layer_norm_before false) have no final layer norm. */
     if (!err && c->ln_before)
-        err = read_tensor(w, &r->final_ln_w, "final_layer_norm.weight", h, 0);
+        err = h2o_ref_read_tensor(w, &r->final_ln_w, "final_layer_norm.weight", h, 0);
     if (!err && c->ln_before)
-        err = read_tensor(w, &r->final_ln_b, "final_layer_norm.bias", h, 0);
+        err = h2o_ref_read_tensor(w, &r->final_ln_b, "final_layer_norm.bias", h, 0);
     /* No lm_head.weight in the checkpoint: the head is tied to the token embedding. */
     if (!err && weights_has(w, "lm_head.weight"))
-        err = read_tensor(w, &r->lm_head, "lm_head.weight", c->vocab_size, d);
+        err = h2o_ref_read_tensor(w, &r->lm_head, "lm_head.weight", c->vocab_size, d);
     else if (!err)
         r->lm_head = r->embed_tokens;
     r->layers = xcalloc((size_t)c->n_layer, sizeof *r->layers);
@@ -158,6 +141,17 @@ int h2o_ref_create(struct h2o_ref **out, const char *name)
     const bool dummy = strncmp(name, "dummy:", 6) == 0;
     int err = dummy ? opt_config_dummy(&r->cfg, name) : opt_config_load(&r->cfg, name);
     if (err) goto fail;
+    /* Beyond OPT the reference runs the Llama family with plain rotary positions
+     * (no rope_scaling, no sliding window): GQA and RoPE are what it checks. */
+    const struct model_arch *a = &r->cfg.arch;
+    if (a->rope.scaling != ARCH_ROPE_NONE ||
+        (a->family == ARCH_GPT_NEOX && a->act != ARCH_ACT_GELU)) {
+        err = err_set(ENG_EUNSUPPORTED,
+                      "%s: the dense reference runs OPT, the Llama family and GPT-NeoX "
+                      "(exact GELU) without rope_scaling",
+                      name);
+        goto fail;
+    }
     const int64_t n_params = count_params(&r->cfg);
     if (n_params > REF_MAX_PARAMS) {
         err = err_set(ENG_EUNSUPPORTED,
@@ -185,10 +179,10 @@ void h2o_ref_destroy(struct h2o_ref *r)
     if (r->layers) {
         for (int32_t l = 0; l < r->cfg.n_layer; l++) {
             struct ref_layer *L = &r->layers[l];
-            float *all[] = {L->attn_ln_w, L->attn_ln_b, L->q_w,      L->k_w,
-                            L->v_w,       L->o_w,       L->q_b,      L->k_b,
-                            L->v_b,       L->o_b,       L->ffn_ln_w, L->ffn_ln_b,
-                            L->fc1_w,     L->fc1_b,     L->fc2_w,    L->fc2_b};
+            float *all[] = {L->attn_ln_w, L->attn_ln_b, L->q_w,   L->k_w,   L->v_w,
+                            L->o_w,       L->q_b,       L->k_b,   L->v_b,   L->o_b,
+                            L->ffn_ln_w,  L->ffn_ln_b,  L->fc1_w, L->fc1_b, L->fc2_w,
+                            L->fc2_b,     L->gate_w,    L->up_w};
             for (size_t i = 0; i < ARRAY_LEN(all); i++)
                 free(all[i]);
         }
@@ -255,8 +249,8 @@ int32_t h2o_ref_select_evict(const float *score, const int32_t *pos, const bool 
 
 /* y[n_out] = b + W x, with W [n_out, n_in] in nn.Linear's layout; b may be NULL. y must
  * not alias x. */
-static void linear(float *y, const float *W, const float *b, const float *x, int32_t n_out,
-                   int32_t n_in)
+void h2o_ref_linear(float *y, const float *W, const float *b, const float *x, int32_t n_out,
+                    int32_t n_in)
 {
     for (int32_t o = 0; o < n_out; o++) {
         double acc = b ? b[o] : 0.0;
@@ -267,7 +261,8 @@ static void linear(float *y, const float *W, const float *b, const float *x, int
 }
 
 /* y[n] = LayerNorm(x) with eps 1e-5 and the biased variance, as torch does. y may be x. */
-static void layer_norm(float *y, const float *x, const float *w, const float *b, int32_t n)
+void h2o_ref_layer_norm(float *y, const float *x, const float *w, const float *b,
+                        double eps, int32_t n)
 {
     double mean = 0, var = 0;
     for (int32_t i = 0; i < n; i++)
@@ -276,43 +271,56 @@ static void layer_norm(float *y, const float *x, const float *w, const float *b,
     for (int32_t i = 0; i < n; i++)
         var += ((double)x[i] - mean) * ((double)x[i] - mean);
     var /= n;
-    const double inv = 1.0 / sqrt(var + REF_LN_EPS);
+    const double inv = 1.0 / sqrt(var + eps);
     for (int32_t i = 0; i < n; i++)
         y[i] = (float)(((double)x[i] - mean) * inv * w[i] + b[i]);
 }
 
-static size_t kv_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
-                       int32_t j, int32_t h)
+/* OPT's: eps 1e-5. */
+static void layer_norm(float *y, const float *x, const float *w, const float *b, int32_t n)
 {
-    // k/v: [n_layer, T, n_head, head_dim]
-    return (((size_t)l * run->T + j) * c->n_head + h) * c->head_dim;
+    h2o_ref_layer_norm(y, x, w, b, REF_LN_EPS, n);
 }
 
-static size_t head_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
-                         int32_t h)
+size_t h2o_ref_kv_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
+                        int32_t j, int32_t h)
 {
-    // kept/score: [n_layer, n_head, T]
-    return ((size_t)l * c->n_head + h) * run->T;
+    // k/v: [n_layer, T, n_kv_head, head_dim]
+    return (((size_t)l * run->T + j) * c->n_kv_head + h) * c->head_dim;
+}
+
+size_t h2o_ref_head_index(const struct ref_run *run, const struct opt_config *c, int32_t l,
+                          int32_t h)
+{
+    // kept/score: [n_layer, n_kv_head, T]
+    return ((size_t)l * c->n_kv_head + h) * run->T;
 }
 
 /*
- * One query of layer l, head h at position t: softmax(q . k_j) over every token j <= t
+ * One query of layer l, KV head h at position t: softmax(q . k_j) over every token j <= t
  * that is kept (DESIGN 5: "attend over all occupied slots"; in the prompt the j <= t
  * bound is the causal mask). The probabilities go to run->p [T] (0 for tokens not
  * attended) and are added to score[j] (prefill: the column sums col[j]; decode:
  * score[j] += p(j), the new token starting with its own p). ctx [head_dim] = sum p_j v_j.
+ * With GQA every query head of the group calls this for its KV head, so the KV
+ * head's score is the sum over the query heads that share it.
  */
-static void attend(struct ref_run *run, const struct opt_config *c, int32_t l, int32_t h,
-                   int32_t t, const float *q, float *ctx)
+void h2o_ref_attend(struct ref_run *run, const struct opt_config *c, int32_t l, int32_t h,
+                    int32_t t, const float *q, float *ctx)
 {
-    const int32_t hd = c->head_dim;
-    const bool *kept = run->kept + head_index(run, c, l, h);
-    float *score = run->score + head_index(run, c, l, h);
+    const int32_t hd = c->head_dim, W = c->arch.sliding_window;
+    const bool *kept = run->kept + h2o_ref_head_index(run, c, l, h);
+    float *score = run->score + h2o_ref_head_index(run, c, l, h);
+    /* Token j is attended when it is kept and, with a sliding window W (Mistral), one
+     * of the W newest: j > t - W. */
+    bool *vis = xmalloc((size_t)(t + 1) * sizeof *vis);
+    for (int32_t j = 0; j <= t; j++)
+        vis[j] = kept[j] && (W <= 0 || j > t - W);
     double *logit = xmalloc((size_t)(t + 1) * sizeof *logit);
     double max = -INFINITY;
     for (int32_t j = 0; j <= t; j++) {
-        if (!kept[j]) continue;
-        const float *k = run->k + kv_index(run, c, l, j, h);
+        if (!vis[j]) continue;
+        const float *k = run->k + h2o_ref_kv_index(run, c, l, j, h);
         double dot = 0;
         for (int32_t i = 0; i < hd; i++)
             dot += (double)q[i] * k[i];
@@ -323,18 +331,20 @@ static void attend(struct ref_run *run, const struct opt_config *c, int32_t l, i
      * values are what both the context and the H2O scores use. */
     double sum = 0;
     for (int32_t j = 0; j <= t; j++)
-        if (kept[j]) sum += exp(logit[j] - max);
+        if (vis[j]) sum += exp(logit[j] - max);
     for (int32_t j = 0; j < run->T; j++)
-        run->p[j] = j <= t && kept[j] ? (float)(exp(logit[j] - max) / sum) : 0.0f;
+        run->p[j] = j <= t && vis[j] ? (float)(exp(logit[j] - max) / sum) : 0.0f;
     free(logit);
     for (int32_t i = 0; i < hd; i++) {
         double acc = 0;
         for (int32_t j = 0; j <= t; j++)
-            if (kept[j]) acc += (double)run->p[j] * run->v[kv_index(run, c, l, j, h) + i];
+            if (vis[j])
+                acc += (double)run->p[j] * run->v[h2o_ref_kv_index(run, c, l, j, h) + i];
         ctx[i] = (float)acc;
     }
     for (int32_t j = 0; j <= t; j++)
-        if (kept[j]) score[j] += run->p[j];
+        if (vis[j]) score[j] += run->p[j];
+    free(vis);
 }
 
 /*
@@ -343,15 +353,32 @@ static void attend(struct ref_run *run, const struct opt_config *c, int32_t l, i
  * after a decode token (n == 1). It runs after the attention, so the current token
  * itself saw all B tokens when the budget was full.
  */
-static void evict(struct ref_run *run, const struct opt_config *c, int32_t l, int32_t h,
-                  int32_t pos0, int32_t n, struct h2o_ref_policy pol)
+void h2o_ref_evict(struct ref_run *run, const struct opt_config *c, int32_t l, int32_t h,
+                   int32_t pos0, int32_t n, struct h2o_ref_policy pol)
 {
-    bool *kept = run->kept + head_index(run, c, l, h);
-    const float *score = run->score + head_index(run, c, l, h);
+    bool *kept = run->kept + h2o_ref_head_index(run, c, l, h);
+    const float *score = run->score + h2o_ref_head_index(run, c, l, h);
     const int64_t B = (int64_t)pol.heavy + pol.recent;
+    const int32_t W = c->arch.sliding_window;
     if (pos0 == 0) {
         /* Prefill: score already holds col; the evicted tokens' scores are moot. */
-        h2o_ref_select_prefill(score, n, pol.heavy, pol.recent, kept);
+        if (W <= 0 || n <= B - 1 || W - 1 < B - 1) {
+            /* No window, a prompt that fits, or a window narrower than the budget:
+             * the plain rule, or (window) the B - 1 newest, all W - 1 inside the next
+             * token's window among them. */
+            if (W > 0 && n > B - 1)
+                for (int32_t j = 0; j < n; j++)
+                    kept[j] = j >= n - (B - 1);
+            else
+                h2o_ref_select_prefill(score, n, pol.heavy, pol.recent, kept);
+            return;
+        }
+        /* The next token (at n) sees positions n - W + 1 .. n: the W - 1 >= B - 1
+         * prompt tokens from n - W + 1 on; the plain rule among them, the rest go. */
+        const int32_t first = n - W + 1;
+        for (int32_t j = 0; j < first; j++)
+            kept[j] = false;
+        h2o_ref_select_prefill(score + first, W - 1, pol.heavy, pol.recent, kept + first);
         return;
     }
     CHECK(n == 1);
@@ -362,7 +389,13 @@ static void evict(struct ref_run *run, const struct opt_config *c, int32_t l, in
     CHECK(n_kept <= B);
     /* "If all B slots are now occupied, evict argmin score ..." */
     if (n_kept == B) {
-        int32_t victim = h2o_ref_select_evict(score, run->pos, kept, t + 1, t, pol.recent);
+        /* With a window, the oldest kept token the next query (t + 1) cannot see goes
+         * first: j <= t + 1 - W. */
+        int32_t victim = -1;
+        for (int32_t j = 0; W > 0 && j <= t + 1 - W && victim < 0; j++)
+            if (kept[j]) victim = j;
+        if (victim < 0)
+            victim = h2o_ref_select_evict(score, run->pos, kept, t + 1, t, pol.recent);
         CHECK(victim >= 0);
         kept[victim] = false; /* evicted tokens never come back */
     }
@@ -373,10 +406,19 @@ static void evict(struct ref_run *run, const struct opt_config *c, int32_t l, in
  * OPTDecoderLayer), applying the policy in every layer, and write the logits of the
  * last one into logits [vocab].
  */
+
 static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t *tokens,
                     int32_t n, int32_t pos0, struct h2o_ref_policy pol, float *logits)
 {
     const struct opt_config *c = &r->cfg;
+    if (c->arch.family == ARCH_GPT_NEOX) {
+        h2o_ref_forward_neox(r, run, tokens, n, pos0, pol, logits);
+        return;
+    }
+    if (c->arch.family != ARCH_OPT) {
+        h2o_ref_forward_llama(r, run, tokens, n, pos0, pol, logits);
+        return;
+    }
     const int32_t hid = c->hidden, d = c->word_embed_proj_dim, hd = c->head_dim;
     float *x = xmalloc((size_t)n * hid * sizeof *x); // [n, hidden] the residual stream
     float *a = xmalloc((size_t)n * hid * sizeof *a); // [n, hidden] normed input / scratch
@@ -391,7 +433,7 @@ static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t 
         const float *e = r->embed_tokens + (int64_t)tokens[i] * d;
         float *xi = x + (int64_t)i * hid;
         if (r->project_in)
-            linear(xi, r->project_in, NULL, e, hid, d);
+            h2o_ref_linear(xi, r->project_in, NULL, e, hid, d);
         else
             memcpy(xi, e, (size_t)hid * sizeof *xi);
         const float *pe = r->embed_pos + (int64_t)(pos0 + i + REF_POS_OFFSET) * hid;
@@ -413,31 +455,34 @@ static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t 
                 memcpy(ai, xi, (size_t)hid * sizeof *ai);
             /* q is scaled by head_dim^-0.5 after its bias, as HF does. */
             float *qi = q + (int64_t)i * hid;
-            linear(qi, L->q_w, L->q_b, ai, hid, hid);
+            h2o_ref_linear(qi, L->q_w, L->q_b, ai, hid, hid);
             for (int32_t k = 0; k < hid; k++)
                 qi[k] *= scale;
             /* K and V of every token are kept for the whole run; eviction only masks. */
-            linear(run->k + kv_index(run, c, l, pos0 + i, 0), L->k_w, L->k_b, ai, hid, hid);
-            linear(run->v + kv_index(run, c, l, pos0 + i, 0), L->v_w, L->v_b, ai, hid, hid);
+            h2o_ref_linear(run->k + h2o_ref_kv_index(run, c, l, pos0 + i, 0), L->k_w,
+                           L->k_b, ai, hid, hid);
+            h2o_ref_linear(run->v + h2o_ref_kv_index(run, c, l, pos0 + i, 0), L->v_w,
+                           L->v_b, ai, hid, hid);
         }
         /* The new tokens enter the kept set with score 0; causality is attend's j <= t. */
         for (int32_t h = 0; h < c->n_head; h++) {
             for (int32_t i = 0; i < n; i++) {
-                run->kept[head_index(run, c, l, h) + pos0 + i] = true;
-                run->score[head_index(run, c, l, h) + pos0 + i] = 0.0f;
+                run->kept[h2o_ref_head_index(run, c, l, h) + pos0 + i] = true;
+                run->score[h2o_ref_head_index(run, c, l, h) + pos0 + i] = 0.0f;
             }
         }
         for (int32_t i = 0; i < n; i++)
             for (int32_t h = 0; h < c->n_head; h++)
-                attend(run, c, l, h, pos0 + i, q + (int64_t)i * hid + (int64_t)h * hd,
-                       ctx + (int64_t)i * hid + (int64_t)h * hd);
+                h2o_ref_attend(run, c, l, h, pos0 + i,
+                               q + (int64_t)i * hid + (int64_t)h * hd,
+                               ctx + (int64_t)i * hid + (int64_t)h * hd);
         /* Each (layer, head) evicts on its own, after this layer's attention. */
         if (!pol.full)
             for (int32_t h = 0; h < c->n_head; h++)
-                evict(run, c, l, h, pos0, n, pol);
+                h2o_ref_evict(run, c, l, h, pos0, n, pol);
         for (int32_t i = 0; i < n; i++) {
             float *xi = x + (int64_t)i * hid;
-            linear(o, L->o_w, L->o_b, ctx + (int64_t)i * hid, hid, hid);
+            h2o_ref_linear(o, L->o_w, L->o_b, ctx + (int64_t)i * hid, hid, hid);
             for (int32_t k = 0; k < hid; k++)
                 xi[k] += o[k];
             if (!c->ln_before) layer_norm(xi, xi, L->attn_ln_w, L->attn_ln_b, hid);
@@ -451,10 +496,10 @@ static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t 
                 layer_norm(ai, xi, L->ffn_ln_w, L->ffn_ln_b, hid);
             else
                 memcpy(ai, xi, (size_t)hid * sizeof *ai);
-            linear(f, L->fc1_w, L->fc1_b, ai, c->ffn, hid);
+            h2o_ref_linear(f, L->fc1_w, L->fc1_b, ai, c->ffn, hid);
             for (int32_t k = 0; k < c->ffn; k++)
                 f[k] = f[k] > 0.0f ? f[k] : 0.0f;
-            linear(o, L->fc2_w, L->fc2_b, f, hid, c->ffn);
+            h2o_ref_linear(o, L->fc2_w, L->fc2_b, f, hid, c->ffn);
             for (int32_t k = 0; k < hid; k++)
                 xi[k] += o[k];
             if (!c->ln_before) layer_norm(xi, xi, L->ffn_ln_w, L->ffn_ln_b, hid);
@@ -467,10 +512,10 @@ static void forward(const struct h2o_ref *r, struct ref_run *run, const int32_t 
     if (r->final_ln_w) layer_norm(xl, xl, r->final_ln_w, r->final_ln_b, hid);
     const float *hidden_out = xl;
     if (r->project_out) {
-        linear(o, r->project_out, NULL, xl, d, hid);
+        h2o_ref_linear(o, r->project_out, NULL, xl, d, hid);
         hidden_out = o;
     }
-    linear(logits, r->lm_head, NULL, hidden_out, c->vocab_size, d);
+    h2o_ref_linear(logits, r->lm_head, NULL, hidden_out, c->vocab_size, d);
 
     free(x);
     free(a);
@@ -521,8 +566,8 @@ int h2o_ref_run(struct h2o_ref *r, const int32_t *prompt, int32_t P,
     if (err) return err;
 
     struct ref_run run = {.T = P + n_steps};
-    const size_t kv_n = (size_t)c->n_layer * run.T * c->n_head * c->head_dim;
-    const size_t st_n = (size_t)c->n_layer * c->n_head * run.T;
+    const size_t kv_n = (size_t)c->n_layer * run.T * c->n_kv_head * c->head_dim;
+    const size_t st_n = (size_t)c->n_layer * c->n_kv_head * run.T;
     run.k = xcalloc(kv_n, sizeof *run.k);
     run.v = xcalloc(kv_n, sizeof *run.v);
     run.kept = xcalloc(st_n, sizeof *run.kept);
@@ -545,12 +590,12 @@ int h2o_ref_run(struct h2o_ref *r, const int32_t *prompt, int32_t P,
 
     if (out_kept) {
         for (int32_t l = 0; l < c->n_layer; l++) {
-            for (int32_t h = 0; h < c->n_head; h++) {
-                const bool *kept = run.kept + head_index(&run, c, l, h);
+            for (int32_t h = 0; h < c->n_kv_head; h++) {
+                const bool *kept = run.kept + h2o_ref_head_index(&run, c, l, h);
                 int32_t n_kept = 0;
                 for (int32_t j = 0; j < run.T; j++)
                     n_kept += kept[j];
-                out_kept[l * c->n_head + h] = n_kept;
+                out_kept[l * c->n_kv_head + h] = n_kept;
             }
         }
     }

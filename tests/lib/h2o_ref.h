@@ -1,6 +1,11 @@
 /*
- * h2o_ref.h - a dense, obviously-correct reference of OPT inference with the H2O
- * KV-cache policy (DESIGN section 3 for the model, section 5 for the policy).
+ * h2o_ref.h - a dense, obviously-correct reference of OPT inference, of the Llama
+ * family (RMSNorm, SwiGLU, rotary positions, grouped-query attention) and of
+ * GPT-NeoX (partial rotary, parallel residual, fused q/k/v, GELU), with the
+ * H2O KV-cache policy (DESIGN section 3 for the model, section 5 for the policy;
+ * docs/kv-cache.md for GQA: the policy is per KV head, a KV head's score the sum
+ * over the query heads sharing it; a sliding window masks tokens outside it and
+ * evicts them first).
  *
  * Test-only. It shares nothing with the engine's forward, KV cache or H2O code: the
  * weights are read once into plain fp32 arrays, every token's K and V are kept for
@@ -49,7 +54,7 @@ struct h2o_ref_policy {
  * out_tokens [n_steps]: the decode tokens fed (may be NULL when n_steps == 0).
  * out_logits [(n_steps + 1) * vocab]: row 0 = logits after the last prompt token,
  * row k + 1 = logits after feeding decode token k.
- * out_kept [n_layer * n_head] (may be NULL): after the run, how many tokens each
+ * out_kept [n_layer * n_kv_head] (may be NULL): after the run, how many tokens each
  * (layer, head) still keeps.
  * Returns 0, or ENG_EINVAL (with a message) for a bad policy, token id, or a run
  * longer than the model's max_position_embeddings.

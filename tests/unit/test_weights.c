@@ -251,6 +251,32 @@ TEST(bad_safetensors_headers)
     BAD_HEADER("{\"__metadata__\": {}}", 0, ENG_EFORMAT, "no tensors");
 }
 
+/* GPT-NeoX's causal-mask buffers (bool) are skipped; the weights beside them load,
+ * and a bool tensor under any other name is still refused. */
+TEST(neox_mask_buffers_are_skipped)
+{
+    const char *dir = tdir_new();
+    const char *hdr =
+        "{\"gpt_neox.layers.0.attention.bias\": {\"dtype\": \"BOOL\", \"shape\": [2, 2],"
+        " \"data_offsets\": [0, 4]},"
+        " \"gpt_neox.layers.0.attention.dense.weight\": {\"dtype\": \"F32\","
+        " \"shape\": [1], \"data_offsets\": [4, 8]}}";
+    struct tbuf b = {0};
+    st_build_raw(&b, hdr, strlen(hdr));
+    for (int i = 0; i < 8; i++)
+        tbuf_add(&b, "", 1);
+    tfile_write(dir, "model.safetensors", b.p, b.n);
+    struct weights *w = NULL;
+    EXPECT_EQ(weights_open(&w, dir), 0);
+    EXPECT(weights_has(w, "layers.0.attention.dense.weight"));
+    EXPECT(!weights_has(w, "layers.0.attention.bias"));
+    weights_close(w);
+    free(b.p);
+    BAD_HEADER("{\"layers.0.mask\": {\"dtype\": \"BOOL\", \"shape\": [2],"
+               " \"data_offsets\": [0, 2]}}",
+               2, ENG_EUNSUPPORTED, "layers.0.mask");
+}
+
 TEST(truncated_safetensors)
 {
     struct tbuf b = {0};
@@ -472,6 +498,7 @@ int main(void)
 {
     init_halves();
     RUN(safetensors_reads_fp32_fp16_bf16_under_one_spelling);
+    RUN(neox_mask_buffers_are_skipped);
     RUN(read_checks_name_and_shape);
     RUN(safetensors_shards_follow_the_index);
     RUN(shard_index_errors_name_index_shard_and_tensor);
