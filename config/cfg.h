@@ -89,6 +89,7 @@ struct cfg {
     /* model */
     char *model; /* checkpoint folder, "default" or "dummy:NAME"; default MODEL_DEFAULT */
     char *served_model_name; /* the id clients use; NULL = the loaded model's name */
+    char *chat_template;     /* --chat-template FILE; NULL = the model folder's */
     enum be_device device;   /* default auto */
     double gpu_memory_utilization; /* default 0.9 */
     enum cfg_dtype dtype;    /* default auto */

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Whether slot a ranks before slot b as a heavy hitter: larger score, then older. */
