@@ -24,7 +24,7 @@ time.tzset()
 import transformers
 from transformers.utils import chat_template_utils as ctu
 
-NOW = 1722000000  # 2024-07-26 13:20:00 UTC
+NOW = 1736942400  # 2025-01-15 12:00:00 UTC: not Llama 3.1's default date
 
 
 class FixedDatetime(dt.datetime):
@@ -63,6 +63,40 @@ TRICKY = {
 }
 A_TRICKY = {"role": "assistant", "content": "  {{ not jinja }} {% raw %} <s> </s>\n"}
 
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city, e.g. Zürich"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+U_WEATHER = {"role": "user", "content": "What's the weather in Zürich?"}
+A_CALL = {
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [{"id": "call12345", "type": "function",
+                    "function": {"name": "get_weather",
+                                 "arguments": {"city": "Zürich", "unit": "celsius"}}}],
+}
+T_RESULT = {"role": "tool", "tool_call_id": "call12345", "name": "get_weather",
+            "content": "{\"temperature\": 21.5, \"sky\": \"clear\"}"}
+
+# templates whose models take tools; only they get the tool conversations
+TOOL_TEMPLATES = {"llama3.1", "llama3.2", "qwen2.5", "mistral-v0.3"}
+TOOL_CONVERSATIONS = [
+    ("tools", [SYS, U_WEATHER], True),
+    ("tools_no_system", [U_WEATHER], True),
+    ("tool_call_round", [U_WEATHER, A_CALL, T_RESULT], True),
+]
+
 CONVERSATIONS = [
     ("user", [U1], True),
     ("user_no_prompt", [U1], False),
@@ -85,18 +119,27 @@ def main():
         name = path.stem
         src = path.read_text(encoding="utf-8")
         bos, eos = TOKENS[name]
-        for conv_name, msgs, agp in CONVERSATIONS:
+        convs = [(c, m, a, None) for c, m, a in CONVERSATIONS]
+        if name in TOOL_TEMPLATES:
+            convs += [(c, m, a, [WEATHER_TOOL]) for c, m, a in TOOL_CONVERSATIONS]
+        for conv_name, msgs, agp, tools in convs:
             case = {"template": path.name, "name": conv_name, "messages": msgs,
                     "add_generation_prompt": agp, "bos_token": bos, "eos_token": eos}
+            if tools:
+                case["tools"] = tools
             try:
                 # transformers passes only the special tokens a tokenizer has: with no
                 # BOS (Qwen2) bos_token is undefined in the template, not None.
                 toks = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v}
                 rendered, _ = ctu.render_jinja_template(
-                    conversations=[msgs], chat_template=src, add_generation_prompt=agp, **toks)
+                    conversations=[msgs], chat_template=src, add_generation_prompt=agp, tools=tools,
+                    **toks)
                 case["expected"] = rendered[0]
             except Exception as e:  # raise_exception, or a template bug on this input
                 case["error"] = str(e)
+                # TemplateError: raise_exception's message, which the C side must give
+                # too; anything else (a TypeError on None content) need only fail
+                case["error_type"] = type(e).__name__
             out["cases"].append(case)
     (HERE / "expected.json").write_text(
         json.dumps(out, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
