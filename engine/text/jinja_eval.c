@@ -117,7 +117,7 @@ static int loop_attr(struct jinja_state *s, const struct jnode *n, const struct 
 static int get_attr(struct jinja_state *s, const struct jnode *n, struct jv obj,
                     const char *name, struct jv *out)
 {
-    if (obj.t == JV_UNDEF) return undefined_err(s, n, obj);
+    if (obj.t == JV_UNDEF) return undefined_err(s, n->a, obj);
     if (obj.t == JV_DICT || obj.t == JV_NS) {
         struct jv *v = jdict_get(obj.u.dict, name, strlen(name));
         *out = v ? *v : jv_undef(name);
@@ -219,7 +219,7 @@ static int get_slice(struct jinja_state *s, const struct jnode *n, struct jv obj
     }
     long long st = b[2].t == JV_INT ? b[2].u.i : 1, start, stop;
     if (st == 0) return jerr(s, n, ENG_EINVAL, "slice step cannot be zero");
-    if (obj.t == JV_UNDEF) return undefined_err(s, n, obj);
+    if (obj.t == JV_UNDEF) return undefined_err(s, n->a, obj);
     if (obj.t == JV_LIST) {
         slice_bounds((long long)obj.u.list->n, b, &start, &stop, st);
         struct jlist *l = jlist_new(s);
@@ -523,12 +523,12 @@ static int eval_call(struct jinja_state *s, const struct jnode *n, struct jv *ou
                                 a.n_kw, out);
         }
         if (obj.t != JV_DICT && obj.t != JV_NS && obj.t != JV_UNDEF)
-            return jerr(s, n, ENG_EUNSUPPORTED, "method '%s' of a %s is not supported",
+            return jerr(s, n->a, ENG_EUNSUPPORTED, "method '%s' of a %s is not supported",
                         n->a->name, jv_type_name(obj));
     }
     struct jv f;
     if (jinja_eval(s, n->a, &f)) return -1;
-    if (f.t == JV_UNDEF) return undefined_err(s, n, f);
+    if (f.t == JV_UNDEF) return undefined_err(s, n->a, f);
     if (f.t != JV_MACRO && f.t != JV_FUNC)
         return jerr(s, n, ENG_EINVAL, "a %s is not callable", jv_type_name(f));
     if (eval_args(s, n, &a)) return -1;
@@ -690,7 +690,10 @@ static int exec_for(struct jinja_state *s, const struct jnode *n)
     lp->items = items;
     struct jv loopv = {.t = JV_LOOP, .u.loop = lp};
     for (size_t i = 0; !rc && items && i < items->n; i++) {
+        /* each iteration starts from the outer scope again: a `set` in the body lasts
+         * until the end of its iteration (Jinja: x = x + i reads the outer x each time) */
         lp->index0 = i;
+        f->vars.n = 0;
         rc = set_var(s, f, "loop", loopv) || bind_loop_vars(s, n, f, items->v[i]);
         if (!rc) rc = exec_body(s, n->body, n->n_body);
         if (s->loop_ctl == 1) {

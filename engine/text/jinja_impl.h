@@ -71,6 +71,7 @@ struct jv {
 struct jlist {
     struct jv *v;
     size_t n, cap;
+    int tuple; /* a dict's (key, value) pair: prints as ('k', 1), as Python does */
 };
 
 struct jdict {

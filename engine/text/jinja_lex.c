@@ -30,6 +30,8 @@ struct lexer {
     struct jinja_arena *ar;
     char *err;
     int code;
+    size_t w_pos; /* lex_where's cursor: src[w_pos] is at w_line, w_col */
+    int w_line, w_col;
 };
 
 static int lex_err(struct lexer *L, int line, int col, int code, const char *fmt, ...)
@@ -49,19 +51,20 @@ static int lex_err(struct lexer *L, int line, int col, int code, const char *fmt
     return -1;
 }
 
-/* Line and column (1-based) of src[pos]; recomputed by scanning, as errors are rare
- * and positions are needed only per token. */
-static void lex_where(const struct lexer *L, size_t pos, int *line, int *col)
+/* Line and column (1-based, columns in code points) of src[pos]. Tokens come in order,
+ * so the scan goes on from the last position asked (a template of n bytes costs O(n)). */
+static void lex_where(struct lexer *L, size_t pos, int *line, int *col)
 {
-    int ln = 1, c = 1;
-    for (size_t i = 0; i < pos && i < L->n; i++) {
+    if (pos < L->w_pos) L->w_pos = 0, L->w_line = 1, L->w_col = 1;
+    for (size_t i = L->w_pos; i < pos && i < L->n; i++) {
         if (L->src[i] == '\n')
-            ln++, c = 1;
+            L->w_line++, L->w_col = 1;
         else if (((unsigned char)L->src[i] & 0xC0) != 0x80)
-            c++;
+            L->w_col++;
     }
-    *line = ln;
-    *col = c;
+    L->w_pos = MAX(L->w_pos, MIN(pos, L->n));
+    *line = L->w_line;
+    *col = L->w_col;
 }
 
 static struct jtok *lex_push(struct lexer *L, enum jtok_kind k, size_t at)
@@ -299,7 +302,7 @@ int jinja_lex(struct jinja_arena *ar, const char *src0, size_t n0, struct jtok *
     if (n && src[n - 1] == '\n') n--;
     src[n] = 0;
 
-    struct lexer L = {.src = src, .n = n, .ar = ar};
+    struct lexer L = {.src = src, .n = n, .ar = ar, .w_line = 1, .w_col = 1};
     int strip_lead = 0, trim_nl = 0;
     while (L.pos <= n) {
         size_t ts = L.pos;

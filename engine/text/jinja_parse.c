@@ -267,7 +267,7 @@ static struct jnode *parse_postfix(struct parser *P, struct jnode *n)
             next(P);
             if (cur(P)->kind != JT_NAME)
                 return perr(P, cur(P), ENG_EUNSUPPORTED, "expected a name after '.'"), NULL;
-            struct jnode *a = node(P, JN_ATTR, t);
+            struct jnode *a = node(P, JN_ATTR, cur(P)); /* errors point at the name */
             a->a = n;
             a->name = tok_str(P, next(P));
             n = a;
@@ -316,6 +316,7 @@ static int starts_test_arg(struct parser *P)
 {
     struct jtok *t = cur(P);
     if (t->kind == JT_STR || t->kind == JT_INT || t->kind == JT_FLOAT) return 1;
+    if (is_op(t, "[") || is_op(t, "{")) return 1;
     if (t->kind != JT_NAME) return 0;
     static const char *const stop[] = {"and", "or", "else", "if", "in", "not", "is"};
     for (size_t i = 0; i < ARRAY_LEN(stop); i++)
@@ -362,6 +363,7 @@ static struct jnode *parse_filters(struct parser *P, struct jnode *n)
                 if (parse_args(P, f)) return NULL;
             } else if (starts_test_arg(P)) {
                 struct jnode *arg = parse_primary(P);
+                if (arg) arg = parse_postfix(P, arg);
                 if (!arg) return NULL;
                 push_node(P, &f->args, &f->n_args, arg);
             }
@@ -372,14 +374,16 @@ static struct jnode *parse_filters(struct parser *P, struct jnode *n)
     }
 }
 
-static struct jnode *parse_unary(struct parser *P)
+/* with_filter 0: the operand of a unary minus, whose filters apply to the negated value
+ * (-3|abs is 3), as in Jinja's parse_unary. */
+static struct jnode *parse_unary_f(struct parser *P, int with_filter)
 {
     struct jtok *t = cur(P);
     if (enter(P)) return NULL;
     struct jnode *n;
     if (is_op(t, "-") || is_op(t, "+")) {
         next(P);
-        struct jnode *x = parse_unary(P);
+        struct jnode *x = parse_unary_f(P, 0);
         if (!x) return NULL;
         if (t->op[0] == '-') {
             n = node(P, JN_NEG, t);
@@ -391,9 +395,14 @@ static struct jnode *parse_unary(struct parser *P)
         n = parse_primary(P);
         if (n) n = parse_postfix(P, n);
     }
-    if (n) n = parse_filters(P, n);
+    if (n && with_filter) n = parse_filters(P, n);
     P->nest--;
     return n;
+}
+
+static struct jnode *parse_unary(struct parser *P)
+{
+    return parse_unary_f(P, 1);
 }
 
 static struct jnode *binop(struct parser *P, const struct jtok *t, enum jop op,

@@ -238,6 +238,7 @@ int jdict_items(struct jinja_state *s, struct jv d, int what, struct jv *out)
             if (!pair || jlist_push(s, pair, d.u.dict->k[i]) ||
                 jlist_push(s, pair, d.u.dict->v[i]))
                 return -1;
+            pair->tuple = 1;
             item = (struct jv){.t = JV_LIST, .u.list = pair};
         }
         if (jlist_push(s, l, item)) return -1;
@@ -279,17 +280,15 @@ int jinja_method(struct jinja_state *s, const struct jnode *at, struct jv obj,
     if (!strcmp(name, "startswith") || !strcmp(name, "endswith")) {
         int ends = name[0] == 'e', r = 0;
         if (n != 1) return jerr(s, at, ENG_EINVAL, "%s() takes one argument", name);
-        struct jlist one = {.v = (struct jv *)args, .n = 1};
-        const struct jlist *cands = args[0].t == JV_LIST ? args[0].u.list : &one;
-        for (size_t i = 0; i < cands->n; i++) {
-            struct jv c = cands->v[i];
-            if (c.t != JV_STR)
-                return jerr(s, at, ENG_EINVAL, "%s(): the argument must be a string", name);
-            if (c.u.str.n <= obj.u.str.n &&
-                !memcmp(obj.u.str.s + (ends ? obj.u.str.n - c.u.str.n : 0), c.u.str.s,
-                        c.u.str.n))
-                r = 1;
-        }
+        /* (Python also takes a tuple of prefixes; the subset has no tuples) */
+        struct jv c = args[0];
+        if (c.t != JV_STR)
+            return jerr(s, at, ENG_EINVAL, "%s(): the argument must be a string, not %s",
+                        name, jv_type_name(c));
+        if (c.u.str.n <= obj.u.str.n &&
+            !memcmp(obj.u.str.s + (ends ? obj.u.str.n - c.u.str.n : 0), c.u.str.s,
+                    c.u.str.n))
+            r = 1;
         *out = jv_bool(r);
         return 0;
     }

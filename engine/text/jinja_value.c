@@ -362,11 +362,12 @@ static int jv_to_str_l(struct jinja_state *s, struct jbuf *b, struct jv v, int l
     case JV_FLOAT: float_repr(v.u.f, num, sizeof num); return jbuf_str(s, b, num);
     case JV_STR: return jbuf_add(s, b, v.u.str.s, v.u.str.n);
     case JV_LIST:
-        if (jbuf_str(s, b, "[")) return -1;
+        if (jbuf_str(s, b, v.u.list->tuple ? "(" : "[")) return -1;
         for (size_t i = 0; i < v.u.list->n; i++)
             if ((i && jbuf_str(s, b, ", ")) || jv_repr(s, b, v.u.list->v[i], level + 1))
                 return -1;
-        return jbuf_str(s, b, "]");
+        if (v.u.list->tuple && v.u.list->n == 1 && jbuf_str(s, b, ",")) return -1;
+        return jbuf_str(s, b, v.u.list->tuple ? ")" : "]");
     case JV_DICT:
         if (jbuf_str(s, b, "{")) return -1;
         for (size_t i = 0; i < v.u.dict->n; i++)
