@@ -22,8 +22,9 @@ struct jinja_template;
 
 /* Bounds that keep a hostile template from taking the server down. 0 = the default. */
 struct jinja_limits {
-    size_t max_output; /* bytes rendered (default 1 MiB) */
-    size_t max_memory; /* bytes of values a render may create (default 64 MiB) */
+    size_t max_output; /* bytes rendered (default 8 MiB) */
+    size_t max_memory; /* bytes of values a render may create, its input included
+                        * (default 256 MiB) */
     long max_steps;    /* expression and statement evaluations (default 10 million) */
     int max_depth;     /* nested evaluation and macro calls (default 200) */
 };

@@ -285,7 +285,7 @@ static int contains(struct jinja_state *s, const struct jnode *n, struct jv need
     }
     if (hay.t == JV_LIST) {
         for (size_t i = 0; i < hay.u.list->n; i++)
-            if (jv_equal(needle, hay.u.list->v[i])) return *out = 1, 0;
+            if (jv_equal(s, needle, hay.u.list->v[i])) return *out = 1, 0;
         return 0;
     }
     if (hay.t == JV_DICT || hay.t == JV_NS) {
@@ -415,8 +415,8 @@ static int binop(struct jinja_state *s, const struct jnode *n, struct jv *out)
     if (jinja_eval(s, n->a, &a) || jinja_eval(s, n->b, &b)) return -1;
     int r, c = 0;
     switch (n->op) {
-    case JO_EQ: *out = jv_bool(jv_equal(a, b)); return 0;
-    case JO_NE: *out = jv_bool(!jv_equal(a, b)); return 0;
+    case JO_EQ: *out = jv_bool(jv_equal(s, a, b)); return 0;
+    case JO_NE: *out = jv_bool(!jv_equal(s, a, b)); return 0;
     case JO_IN:
     case JO_NOTIN:
         if (contains(s, n, a, b, &r)) return -1;
@@ -765,8 +765,8 @@ int jinja_render(const struct jinja_template *t, const cJSON *vars,
                  const struct jinja_render_opts *o, char **out, size_t *len, char **err)
 {
     struct jinja_render_opts opts = o ? *o : (struct jinja_render_opts){0};
-    if (!opts.limits.max_output) opts.limits.max_output = (size_t)1 << 20;
-    if (!opts.limits.max_memory) opts.limits.max_memory = (size_t)64 << 20;
+    if (!opts.limits.max_output) opts.limits.max_output = (size_t)8 << 20;
+    if (!opts.limits.max_memory) opts.limits.max_memory = (size_t)256 << 20;
     if (!opts.limits.max_steps) opts.limits.max_steps = 10 * 1000 * 1000;
     if (!opts.limits.max_depth) opts.limits.max_depth = 200;
     if (!opts.now) opts.now = (int64_t)time(NULL);

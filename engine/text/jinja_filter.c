@@ -383,7 +383,7 @@ int jinja_test(struct jinja_state *s, const struct jnode *at, const char *name, 
         struct jv c;
         if (t != JV_STR) return *out = 0, 0;
         if (jstr_case_filter(s, v, name, &c)) return -1;
-        *out = jv_equal(c, v);
+        *out = jv_equal(s, c, v);
     } else if (!strcmp(name, "even") || !strcmp(name, "odd") ||
                !strcmp(name, "divisibleby")) {
         long long d = 2;
@@ -401,7 +401,7 @@ int jinja_test(struct jinja_state *s, const struct jnode *at, const char *name, 
         *out = 0;
         if (h.t == JV_LIST)
             for (size_t i = 0; i < h.u.list->n; i++)
-                *out |= jv_equal(v, h.u.list->v[i]);
+                *out |= jv_equal(s, v, h.u.list->v[i]);
         else if (h.t == JV_DICT && t == JV_STR)
             *out = jdict_get(h.u.dict, v.u.str.s, v.u.str.n) != NULL;
         else if (h.t == JV_STR && t == JV_STR)
@@ -413,11 +413,12 @@ int jinja_test(struct jinja_state *s, const struct jnode *at, const char *name, 
         /* comparisons: eq equalto sameas ne lt lessthan le gt greaterthan ge */
         if (n != 1) return jerr(s, at, ENG_EINVAL, "test '%s' needs one argument", name);
         if (!strcmp(name, "eq") || !strcmp(name, "equalto"))
-            *out = jv_equal(v, args[0]);
+            *out = jv_equal(s, v, args[0]);
         else if (!strcmp(name, "sameas"))
-            *out = t == args[0].t && (t == JV_NONE || t == JV_BOOL) && jv_equal(v, args[0]);
+            *out =
+                t == args[0].t && (t == JV_NONE || t == JV_BOOL) && jv_equal(s, v, args[0]);
         else if (!strcmp(name, "ne"))
-            *out = !jv_equal(v, args[0]);
+            *out = !jv_equal(s, v, args[0]);
         else {
             int c;
             if (num_cmp(v, args[0], &c))

@@ -210,7 +210,8 @@ int jdict_set(struct jinja_state *s, struct jdict *d, struct jv k, struct jv v);
 struct jv *jdict_get(const struct jdict *d, const char *k, size_t kn);
 
 int jv_truthy(struct jv v);
-int jv_equal(struct jv a, struct jv b);
+/* Python's ==; values nested deeper than 100 levels set an error on the render. */
+int jv_equal(struct jinja_state *s, struct jv a, struct jv b);
 const char *jv_type_name(struct jv v);
 
 /* A growable string in the render's arena, for str(), repr() and JSON. */

@@ -200,8 +200,13 @@ static double jv_num(struct jv v)
     return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-int jv_equal(struct jv a, struct jv b)
+static int jv_equal_l(struct jinja_state *s, struct jv a, struct jv b, int level)
 {
+    if (level > 100) {
+        /* the render fails at its next step: no answer is given for such values */
+        jerr(s, NULL, ENG_EUNSUPPORTED, "comparing values nested deeper than 100 levels");
+        return 0;
+    }
     /* Python: True == 1 and 1 == 1.0 */
     if (jv_is_num(a) && jv_is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT)
@@ -216,14 +221,14 @@ int jv_equal(struct jv a, struct jv b)
     case JV_LIST:
         if (a.u.list->n != b.u.list->n) return 0;
         for (size_t i = 0; i < a.u.list->n; i++)
-            if (!jv_equal(a.u.list->v[i], b.u.list->v[i])) return 0;
+            if (!jv_equal_l(s, a.u.list->v[i], b.u.list->v[i], level + 1)) return 0;
         return 1;
     case JV_DICT:
         if (a.u.dict->n != b.u.dict->n) return 0;
         for (size_t i = 0; i < a.u.dict->n; i++) {
             struct jv k = a.u.dict->k[i];
             struct jv *o = jdict_get(b.u.dict, k.u.str.s, k.u.str.n);
-            if (!o || !jv_equal(a.u.dict->v[i], *o)) return 0;
+            if (!o || !jv_equal_l(s, a.u.dict->v[i], *o, level + 1)) return 0;
         }
         return 1;
     case JV_NS: return a.u.dict == b.u.dict;
@@ -231,6 +236,11 @@ int jv_equal(struct jv a, struct jv b)
     case JV_FUNC: return a.u.func == b.u.func;
     default: return 0;
     }
+}
+
+int jv_equal(struct jinja_state *s, struct jv a, struct jv b)
+{
+    return jv_equal_l(s, a, b, 0);
 }
 
 const char *jv_type_name(struct jv v)

@@ -65,6 +65,7 @@ TEST(families_match_transformers)
     cJSON_ArrayForEach(c, cases)
     {
         const char *file = str_or_null(c, "template"), *name = str_or_null(c, "name");
+        CHECK(file && name);
         char label[128];
         snprintf(label, sizeof label, "%s/%s", file, name);
         if (strcmp(file, last_file)) {

@@ -157,16 +157,18 @@ TEST(runtime_errors_say_what_and_where)
     free(err);
 }
 
-/* A template that is (str)^k: nested parentheses, for the parser's depth limit. */
+/* open^k mid close^k: nested brackets or blocks, for the depth limits. Caller frees. */
 static char *nested(const char *open, const char *mid, const char *close, int k)
 {
-    size_t n = strlen(open) * (size_t)k + strlen(mid) + strlen(close) * (size_t)k + 1;
-    char *s = xmalloc(n), *p = s;
-    for (int i = 0; i < k; i++)
-        p += sprintf(p, "%s", open);
-    p += sprintf(p, "%s", mid);
-    for (int i = 0; i < k; i++)
-        p += sprintf(p, "%s", close);
+    size_t lo = strlen(open), lm = strlen(mid), lc = strlen(close);
+    char *s = xmalloc(lo * (size_t)k + lm + lc * (size_t)k + 1), *p = s;
+    for (int i = 0; i < k; i++, p += lo)
+        memcpy(p, open, lo);
+    memcpy(p, mid, lm);
+    p += lm;
+    for (int i = 0; i < k; i++, p += lc)
+        memcpy(p, close, lc);
+    *p = 0;
     return s;
 }
 
@@ -174,9 +176,7 @@ TEST(hostile_templates_stop_at_a_limit)
 {
     char *out, *err;
     /* deep nesting: refused while compiling, before any stack is at risk */
-    char *src = nested("{{ (", "1", ") }}", 1);
-    free(src);
-    src = nested("(", "1", ")", 100000);
+    char *src = nested("(", "1", ")", 100000);
     char *tpl = xmalloc(strlen(src) + 8);
     sprintf(tpl, "{{ %s }}", src);
     expect_error(tpl, ENG_EUNSUPPORTED, "nesting deeper than");
@@ -232,14 +232,14 @@ TEST(hostile_templates_stop_at_a_limit)
     EXPECT_EQ(render("{{ 'x' * 1000000000 }}", NULL, NULL, &out, &err), ENG_ENOSPC);
     free(err);
 
-    /* output: 1 MiB by default */
-    EXPECT_EQ(render("{% for i in range(100000) %}0123456789abcdef{% endfor %}", NULL, NULL,
-                     &out, &err),
+    /* output: 8 MiB by default; here 1 MiB */
+    struct jinja_render_opts small = {.limits = {.max_output = 1 << 20}};
+    EXPECT_EQ(render("{% for i in range(100000) %}0123456789abcdef{% endfor %}", NULL,
+                     &small, &out, &err),
               ENG_ENOSPC);
     EXPECT(err && strstr(err, "longer than"));
     free(err);
-    struct jinja_render_opts big = {.limits = {.max_output = 4 << 20}};
-    EXPECT_EQ(render("{% for i in range(100000) %}0123456789abcdef{% endfor %}", NULL, &big,
+    EXPECT_EQ(render("{% for i in range(100000) %}0123456789abcdef{% endfor %}", NULL, NULL,
                      &out, &err),
               0);
     EXPECT_EQ(strlen(out), 1600000);
@@ -255,6 +255,14 @@ TEST(hostile_templates_stop_at_a_limit)
     EXPECT_EQ(render("{% macro f(x) %}[{{ f(x + 1) }}]{% endmacro %}{{ f(1) }}", NULL, NULL,
                      &out, &err),
               ENG_ENOSPC);
+    free(err);
+
+    /* a list nested a thousand deep, built by the template, then compared */
+    EXPECT_EQ(render("{% set ns = namespace(x=[]) %}{% for i in range(1000) %}"
+                     "{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x == ns.x }}",
+                     NULL, NULL, &out, &err),
+              ENG_EUNSUPPORTED);
+    EXPECT(err && strstr(err, "nested deeper"));
     free(err);
 
     /* a deeply nested JSON value printed or tojson'd */
