@@ -29,16 +29,16 @@ static int step(struct jinja_state *s, const struct jnode *n)
 {
     if (s->err) return -1;
     if (++s->steps > s->o->limits.max_steps)
-        return jerr(s, n, ENG_ENOSPC, "the chat template ran more than %ld steps",
-                    s->o->limits.max_steps);
+        return jinja_err(s, n, ENG_ENOSPC, "the chat template ran more than %ld steps",
+                         s->o->limits.max_steps);
     return 0;
 }
 
 static int out_add(struct jinja_state *s, const struct jnode *at, const char *p, size_t n)
 {
     if (s->out_n + n > s->o->limits.max_output)
-        return jerr(s, at, ENG_ENOSPC, "the rendered prompt is longer than %zu bytes",
-                    s->o->limits.max_output);
+        return jinja_err(s, at, ENG_ENOSPC, "the rendered prompt is longer than %zu bytes",
+                         s->o->limits.max_output);
     if (s->out_n + n + 1 > s->out_cap) {
         s->out_cap = MAX(s->out_cap * 2, s->out_n + n + 1);
         s->out = xrealloc(s->out, s->out_cap);
@@ -53,7 +53,7 @@ static struct jv lookup(struct jinja_state *s, const char *name)
 {
     size_t n = strlen(name);
     for (struct jframe *f = s->frame; f; f = f->parent) {
-        struct jv *v = jdict_get(&f->vars, name, n);
+        struct jv *v = jinja_dict_get(&f->vars, name, n);
         if (v) return *v;
     }
     static const struct {
@@ -67,18 +67,18 @@ static struct jv lookup(struct jinja_state *s, const char *name)
     for (size_t i = 0; i < ARRAY_LEN(globals); i++)
         if (!strcmp(name, globals[i].name))
             return (struct jv){.t = JV_FUNC, .u.func = globals[i].func};
-    return jv_undef(name);
+    return jinja_v_undef(name);
 }
 
 static int set_var(struct jinja_state *s, struct jframe *f, const char *name, struct jv v)
 {
-    return jdict_set(s, &f->vars, jv_str(name, strlen(name)), v);
+    return jinja_dict_set(s, &f->vars, jinja_v_str(name, strlen(name)), v);
 }
 
 static int undefined_err(struct jinja_state *s, const struct jnode *n, struct jv v)
 {
-    return jerr(s, n, ENG_EINVAL, "'%s' is undefined",
-                v.undef_name ? v.undef_name : "value");
+    return jinja_err(s, n, ENG_EINVAL, "'%s' is undefined",
+                     v.undef_name ? v.undef_name : "value");
 }
 
 /* ---- attribute, item and slice ---- */
@@ -88,29 +88,29 @@ static int loop_attr(struct jinja_state *s, const struct jnode *n, const struct 
 {
     long long len = (long long)l->items->n, i0 = (long long)l->index0;
     if (!strcmp(name, "index"))
-        *out = jv_int(i0 + 1);
+        *out = jinja_v_int(i0 + 1);
     else if (!strcmp(name, "index0"))
-        *out = jv_int(i0);
+        *out = jinja_v_int(i0);
     else if (!strcmp(name, "first"))
-        *out = jv_bool(i0 == 0);
+        *out = jinja_v_bool(i0 == 0);
     else if (!strcmp(name, "last"))
-        *out = jv_bool(i0 == len - 1);
+        *out = jinja_v_bool(i0 == len - 1);
     else if (!strcmp(name, "length"))
-        *out = jv_int(len);
+        *out = jinja_v_int(len);
     else if (!strcmp(name, "revindex"))
-        *out = jv_int(len - i0);
+        *out = jinja_v_int(len - i0);
     else if (!strcmp(name, "revindex0"))
-        *out = jv_int(len - i0 - 1);
+        *out = jinja_v_int(len - i0 - 1);
     else if (!strcmp(name, "depth"))
-        *out = jv_int(1);
+        *out = jinja_v_int(1);
     else if (!strcmp(name, "depth0"))
-        *out = jv_int(0);
+        *out = jinja_v_int(0);
     else if (!strcmp(name, "previtem"))
-        *out = i0 > 0 ? l->items->v[i0 - 1] : jv_undef("loop.previtem");
+        *out = i0 > 0 ? l->items->v[i0 - 1] : jinja_v_undef("loop.previtem");
     else if (!strcmp(name, "nextitem"))
-        *out = i0 + 1 < len ? l->items->v[i0 + 1] : jv_undef("loop.nextitem");
+        *out = i0 + 1 < len ? l->items->v[i0 + 1] : jinja_v_undef("loop.nextitem");
     else
-        return jerr(s, n, ENG_EUNSUPPORTED, "loop.%s is not supported", name);
+        return jinja_err(s, n, ENG_EUNSUPPORTED, "loop.%s is not supported", name);
     return 0;
 }
 
@@ -119,12 +119,12 @@ static int get_attr(struct jinja_state *s, const struct jnode *n, struct jv obj,
 {
     if (obj.t == JV_UNDEF) return undefined_err(s, n->a, obj);
     if (obj.t == JV_DICT || obj.t == JV_NS) {
-        struct jv *v = jdict_get(obj.u.dict, name, strlen(name));
-        *out = v ? *v : jv_undef(name);
+        struct jv *v = jinja_dict_get(obj.u.dict, name, strlen(name));
+        *out = v ? *v : jinja_v_undef(name);
         return 0;
     }
     if (obj.t == JV_LOOP) return loop_attr(s, n, obj.u.loop, name, out);
-    *out = jv_undef(name); /* Jinja: a missing attribute is undefined, not an error */
+    *out = jinja_v_undef(name); /* Jinja: a missing attribute is undefined, not an error */
     return 0;
 }
 
@@ -133,7 +133,7 @@ static size_t *cp_offsets(struct jinja_state *s, struct jv str, size_t *n_cp)
 {
     size_t *off = jinja_alloc(&s->ar, (str.u.str.n + 1) * sizeof *off), k = 0;
     if (!off) {
-        jerr(s, NULL, ENG_ENOSPC, "the chat template used too much memory");
+        jinja_err(s, NULL, ENG_ENOSPC, "the chat template used too much memory");
         return NULL;
     }
     for (size_t i = 0; i < str.u.str.n; i++)
@@ -147,10 +147,10 @@ static int get_item(struct jinja_state *s, const struct jnode *n, struct jv obj,
                     struct jv key, struct jv *out)
 {
     if (obj.t == JV_UNDEF) return undefined_err(s, n, obj);
-    *out = jv_undef("item");
+    *out = jinja_v_undef("item");
     if (obj.t == JV_DICT || obj.t == JV_NS) {
         if (key.t == JV_STR) {
-            struct jv *v = jdict_get(obj.u.dict, key.u.str.s, key.u.str.n);
+            struct jv *v = jinja_dict_get(obj.u.dict, key.u.str.s, key.u.str.n);
             if (v)
                 *out = *v;
             else
@@ -175,16 +175,17 @@ static int get_item(struct jinja_state *s, const struct jnode *n, struct jv obj,
         if (!off) return -1;
         if (i < 0) i += (long long)ncp;
         if (i >= 0 && i < (long long)ncp)
-            *out = jv_str(obj.u.str.s + off[i], off[i + 1] - off[i]);
+            *out = jinja_v_str(obj.u.str.s + off[i], off[i + 1] - off[i]);
         return 0;
     }
     if (obj.t == JV_LIST || obj.t == JV_STR) {
         if (key.t == JV_STR)
             return 0; /* 'abc'['x']: Jinja tries the attribute: undefined */
-        return jerr(s, n, ENG_EINVAL, "%s indices must be integers, not %s",
-                    jv_type_name(obj), jv_type_name(key));
+        return jinja_err(s, n, ENG_EINVAL, "%s indices must be integers, not %s",
+                         jinja_v_type_name(obj), jinja_v_type_name(key));
     }
-    return jerr(s, n, ENG_EINVAL, "'%s' object is not subscriptable", jv_type_name(obj));
+    return jinja_err(s, n, ENG_EINVAL, "'%s' object is not subscriptable",
+                     jinja_v_type_name(obj));
 }
 
 /* Python's slice.indices(): clamp start / stop for the step's direction. */
@@ -211,21 +212,21 @@ static int get_slice(struct jinja_state *s, const struct jnode *n, struct jv obj
 {
     struct jv b[3];
     for (int k = 0; k < 3; k++) {
-        b[k] = jv_none();
+        b[k] = jinja_v_none();
         if (n->args[k] && jinja_eval(s, n->args[k], &b[k])) return -1;
-        if (b[k].t == JV_BOOL) b[k] = jv_int(b[k].u.b);
+        if (b[k].t == JV_BOOL) b[k] = jinja_v_int(b[k].u.b);
         if (b[k].t != JV_NONE && b[k].t != JV_INT)
-            return jerr(s, n, ENG_EINVAL, "slice indices must be integers or none");
+            return jinja_err(s, n, ENG_EINVAL, "slice indices must be integers or none");
     }
     long long st = b[2].t == JV_INT ? b[2].u.i : 1, start, stop;
-    if (st == 0) return jerr(s, n, ENG_EINVAL, "slice step cannot be zero");
+    if (st == 0) return jinja_err(s, n, ENG_EINVAL, "slice step cannot be zero");
     if (obj.t == JV_UNDEF) return undefined_err(s, n->a, obj);
     if (obj.t == JV_LIST) {
         slice_bounds((long long)obj.u.list->n, b, &start, &stop, st);
-        struct jlist *l = jlist_new(s);
+        struct jlist *l = jinja_list_new(s);
         if (!l) return -1;
         for (long long i = start; st > 0 ? i < stop : i > stop; i += st)
-            if (jlist_push(s, l, obj.u.list->v[i])) return -1;
+            if (jinja_list_push(s, l, obj.u.list->v[i])) return -1;
         *out = (struct jv){.t = JV_LIST, .u.list = l};
         return 0;
     }
@@ -235,11 +236,13 @@ static int get_slice(struct jinja_state *s, const struct jnode *n, struct jv obj
         slice_bounds((long long)ncp, b, &start, &stop, st);
         struct jbuf buf = {0};
         for (long long i = start; st > 0 ? i < stop : i > stop; i += st)
-            if (jbuf_add(s, &buf, obj.u.str.s + off[i], off[i + 1] - off[i])) return -1;
-        *out = jv_str(buf.p ? buf.p : "", buf.n);
+            if (jinja_buf_add(s, &buf, obj.u.str.s + off[i], off[i + 1] - off[i]))
+                return -1;
+        *out = jinja_v_str(buf.p ? buf.p : "", buf.n);
         return 0;
     }
-    return jerr(s, n, ENG_EINVAL, "'%s' object is not subscriptable", jv_type_name(obj));
+    return jinja_err(s, n, ENG_EINVAL, "'%s' object is not subscriptable",
+                     jinja_v_type_name(obj));
 }
 
 /* ---- operators ---- */
@@ -266,8 +269,8 @@ static int optype_err(struct jinja_state *s, const struct jnode *n, const char *
 {
     if (a.t == JV_UNDEF) return undefined_err(s, n, a);
     if (b.t == JV_UNDEF) return undefined_err(s, n, b);
-    return jerr(s, n, ENG_EINVAL, "unsupported operand types for %s: '%s' and '%s'", op,
-                jv_type_name(a), jv_type_name(b));
+    return jinja_err(s, n, ENG_EINVAL, "unsupported operand types for %s: '%s' and '%s'",
+                     op, jinja_v_type_name(a), jinja_v_type_name(b));
 }
 
 static int contains(struct jinja_state *s, const struct jnode *n, struct jv needle,
@@ -276,7 +279,8 @@ static int contains(struct jinja_state *s, const struct jnode *n, struct jv need
     *out = 0;
     if (hay.t == JV_STR) {
         if (needle.t != JV_STR)
-            return jerr(s, n, ENG_EINVAL, "'in <string>' requires a string on the left");
+            return jinja_err(s, n, ENG_EINVAL,
+                             "'in <string>' requires a string on the left");
         if (!needle.u.str.n) return *out = 1, 0;
         for (size_t i = 0; i + needle.u.str.n <= hay.u.str.n; i++)
             if (!memcmp(hay.u.str.s + i, needle.u.str.s, needle.u.str.n))
@@ -285,17 +289,17 @@ static int contains(struct jinja_state *s, const struct jnode *n, struct jv need
     }
     if (hay.t == JV_LIST) {
         for (size_t i = 0; i < hay.u.list->n; i++)
-            if (jv_equal(s, needle, hay.u.list->v[i])) return *out = 1, 0;
+            if (jinja_v_equal(s, needle, hay.u.list->v[i])) return *out = 1, 0;
         return 0;
     }
     if (hay.t == JV_DICT || hay.t == JV_NS) {
         if (needle.t == JV_STR)
-            *out = jdict_get(hay.u.dict, needle.u.str.s, needle.u.str.n) != NULL;
+            *out = jinja_dict_get(hay.u.dict, needle.u.str.s, needle.u.str.n) != NULL;
         return 0;
     }
     if (hay.t == JV_UNDEF) return 0; /* iterating an Undefined gives nothing */
-    return jerr(s, n, ENG_EINVAL, "argument of type '%s' is not iterable",
-                jv_type_name(hay));
+    return jinja_err(s, n, ENG_EINVAL, "argument of type '%s' is not iterable",
+                     jinja_v_type_name(hay));
 }
 
 static int compare(struct jinja_state *s, const struct jnode *n, struct jv a, struct jv b,
@@ -331,7 +335,8 @@ static int arith(struct jinja_state *s, const struct jnode *n, struct jv a, stru
         case JO_MUL: ovf = __builtin_mul_overflow(x, y, &r); break;
         case JO_FLOORDIV:
         case JO_MOD:
-            if (y == 0) return jerr(s, n, ENG_EINVAL, "integer division or modulo by zero");
+            if (y == 0)
+                return jinja_err(s, n, ENG_EINVAL, "integer division or modulo by zero");
             if (x == LLONG_MIN && y == -1) {
                 ovf = 1;
                 break;
@@ -343,8 +348,8 @@ static int arith(struct jinja_state *s, const struct jnode *n, struct jv a, stru
             break;
         default: break;
         }
-        if (ovf) return jerr(s, n, ENG_EUNSUPPORTED, "integer overflow in '%s'", op);
-        *out = jv_int(r);
+        if (ovf) return jinja_err(s, n, ENG_EUNSUPPORTED, "integer overflow in '%s'", op);
+        *out = jinja_v_int(r);
         return 0;
     }
     if (is_num(a) && is_num(b)) {
@@ -356,7 +361,7 @@ static int arith(struct jinja_state *s, const struct jnode *n, struct jv a, stru
         case JO_DIV:
         case JO_FLOORDIV:
         case JO_MOD:
-            if (y == 0) return jerr(s, n, ENG_EINVAL, "division by zero");
+            if (y == 0) return jinja_err(s, n, ENG_EINVAL, "division by zero");
             r = n->op == JO_DIV        ? x / y
                 : n->op == JO_FLOORDIV ? floor(x / y)
                                        : x - floor(x / y) * y;
@@ -366,30 +371,31 @@ static int arith(struct jinja_state *s, const struct jnode *n, struct jv a, stru
                 long long acc = 1, base = as_int(a);
                 for (long long e = as_int(b); e > 0; e--)
                     if (__builtin_mul_overflow(acc, base, &acc))
-                        return jerr(s, n, ENG_EUNSUPPORTED, "integer overflow in '**'");
-                *out = jv_int(acc);
+                        return jinja_err(s, n, ENG_EUNSUPPORTED,
+                                         "integer overflow in '**'");
+                *out = jinja_v_int(acc);
                 return 0;
             }
             r = pow(x, y);
         }
-        *out = jv_float(r);
+        *out = jinja_v_float(r);
         return 0;
     }
     if (n->op == JO_ADD && a.t == JV_STR && b.t == JV_STR) {
         struct jbuf buf = {0};
-        if (jbuf_add(s, &buf, a.u.str.s, a.u.str.n) ||
-            jbuf_add(s, &buf, b.u.str.s, b.u.str.n))
+        if (jinja_buf_add(s, &buf, a.u.str.s, a.u.str.n) ||
+            jinja_buf_add(s, &buf, b.u.str.s, b.u.str.n))
             return -1;
-        *out = jv_str(buf.p ? buf.p : "", buf.n);
+        *out = jinja_v_str(buf.p ? buf.p : "", buf.n);
         return 0;
     }
     if (n->op == JO_ADD && a.t == JV_LIST && b.t == JV_LIST) {
-        struct jlist *l = jlist_new(s);
+        struct jlist *l = jinja_list_new(s);
         if (!l) return -1;
         for (size_t i = 0; i < a.u.list->n; i++)
-            if (jlist_push(s, l, a.u.list->v[i])) return -1;
+            if (jinja_list_push(s, l, a.u.list->v[i])) return -1;
         for (size_t i = 0; i < b.u.list->n; i++)
-            if (jlist_push(s, l, b.u.list->v[i])) return -1;
+            if (jinja_list_push(s, l, b.u.list->v[i])) return -1;
         *out = (struct jv){.t = JV_LIST, .u.list = l};
         return 0;
     }
@@ -399,13 +405,14 @@ static int arith(struct jinja_state *s, const struct jnode *n, struct jv a, stru
         long long times = as_int(a.t == JV_STR ? b : a);
         struct jbuf buf = {0};
         for (long long i = 0; i < times; i++) {
-            if (step(s, n) || jbuf_add(s, &buf, str.u.str.s, str.u.str.n)) return -1;
+            if (step(s, n) || jinja_buf_add(s, &buf, str.u.str.s, str.u.str.n)) return -1;
         }
-        *out = jv_str(buf.p ? buf.p : "", buf.n);
+        *out = jinja_v_str(buf.p ? buf.p : "", buf.n);
         return 0;
     }
     if (n->op == JO_MOD && a.t == JV_STR)
-        return jerr(s, n, ENG_EUNSUPPORTED, "string formatting with '%%' is not supported");
+        return jinja_err(s, n, ENG_EUNSUPPORTED,
+                         "string formatting with '%%' is not supported");
     return optype_err(s, n, op, a, b);
 }
 
@@ -415,31 +422,43 @@ static int binop(struct jinja_state *s, const struct jnode *n, struct jv *out)
     if (jinja_eval(s, n->a, &a) || jinja_eval(s, n->b, &b)) return -1;
     int r, c = 0;
     switch (n->op) {
-    case JO_EQ: *out = jv_bool(jv_equal(s, a, b)); return 0;
-    case JO_NE: *out = jv_bool(!jv_equal(s, a, b)); return 0;
+    case JO_EQ: *out = jinja_v_bool(jinja_v_equal(s, a, b)); return 0;
+    case JO_NE: *out = jinja_v_bool(!jinja_v_equal(s, a, b)); return 0;
     case JO_IN:
     case JO_NOTIN:
         if (contains(s, n, a, b, &r)) return -1;
-        *out = jv_bool(n->op == JO_IN ? r : !r);
+        *out = jinja_v_bool(n->op == JO_IN ? r : !r);
         return 0;
     case JO_LT:
     case JO_LE:
     case JO_GT:
     case JO_GE:
         if (compare(s, n, a, b, &c)) return -1;
-        *out = jv_bool(n->op == JO_LT   ? c < 0
-                       : n->op == JO_LE ? c <= 0
-                       : n->op == JO_GT ? c > 0
-                                        : c >= 0);
+        *out = jinja_v_bool(n->op == JO_LT   ? c < 0
+                            : n->op == JO_LE ? c <= 0
+                            : n->op == JO_GT ? c > 0
+                                             : c >= 0);
         return 0;
     case JO_CONCAT: {
         struct jbuf buf = {0};
-        if (jv_to_str(s, &buf, a) || jv_to_str(s, &buf, b)) return -1;
-        *out = jv_str(buf.p ? buf.p : "", buf.n);
+        if (jinja_v_to_str(s, &buf, a) || jinja_v_to_str(s, &buf, b)) return -1;
+        *out = jinja_v_str(buf.p ? buf.p : "", buf.n);
         return 0;
     }
     default: return arith(s, n, a, b, out);
     }
+}
+
+/* Render `body` and give its output as a string instead of writing it (a macro call's
+ * value, a block set): the output buffer is cut back to where it was. */
+static int capture(struct jinja_state *s, struct jnode *const *body, int n, struct jv *out)
+{
+    size_t start = s->out_n;
+    if (exec_body(s, body, n)) return -1;
+    if (jinja_v_str_dup(s, s->out ? s->out + start : "", s->out_n - start, out)) return -1;
+    s->out_n = start;
+    if (s->out) s->out[start] = 0;
+    return 0;
 }
 
 /* ---- calls ---- */
@@ -456,7 +475,7 @@ static int eval_args(struct jinja_state *s, const struct jnode *n, struct jargs 
     a->pos = jinja_alloc(&s->ar, sizeof *a->pos * (size_t)(n->n_args + 1));
     a->kw = jinja_alloc(&s->ar, sizeof *a->kw * (size_t)(n->n_kwargs + 1));
     if (!a->pos || !a->kw)
-        return jerr(s, n, ENG_ENOSPC, "the chat template used too much memory");
+        return jinja_err(s, n, ENG_ENOSPC, "the chat template used too much memory");
     for (int i = 0; i < n->n_args; i++)
         if (jinja_eval(s, n->args[i], &a->pos[i])) return -1;
     for (int i = 0; i < n->n_kwargs; i++)
@@ -468,16 +487,16 @@ static int call_macro(struct jinja_state *s, const struct jnode *at, const struc
                       const struct jargs *a, struct jv *out)
 {
     if (a->n_pos > m->n_args)
-        return jerr(s, at, ENG_EINVAL, "macro '%s' takes %d arguments, %d given", m->name,
-                    m->n_args, a->n_pos);
+        return jinja_err(s, at, ENG_EINVAL, "macro '%s' takes %d arguments, %d given",
+                         m->name, m->n_args, a->n_pos);
     if (++s->depth > s->o->limits.max_depth)
-        return jerr(s, at, ENG_ENOSPC, "macro calls nested deeper than %d",
-                    s->o->limits.max_depth);
+        return jinja_err(s, at, ENG_ENOSPC, "macro calls nested deeper than %d",
+                         s->o->limits.max_depth);
     struct jframe *f = jinja_alloc(&s->ar, sizeof *f), *saved = s->frame;
-    if (!f) return jerr(s, at, ENG_ENOSPC, "the chat template used too much memory");
+    if (!f) return jinja_err(s, at, ENG_ENOSPC, "the chat template used too much memory");
     f->parent = s->top;
     for (int i = 0; i < m->n_args; i++) {
-        struct jv v = jv_undef(m->kwnames[i]);
+        struct jv v = jinja_v_undef(m->kwnames[i]);
         int found = 0;
         if (i < a->n_pos) v = a->pos[i], found = 1;
         for (int k = 0; k < a->n_kw; k++)
@@ -495,20 +514,15 @@ static int call_macro(struct jinja_state *s, const struct jnode *at, const struc
         for (int i = 0; i < m->n_args; i++)
             known |= !strcmp(at->kwnames[k], m->kwnames[i]);
         if (!known)
-            return jerr(s, at, ENG_EINVAL, "macro '%s' has no argument '%s'", m->name,
-                        at->kwnames[k]);
+            return jinja_err(s, at, ENG_EINVAL, "macro '%s' has no argument '%s'", m->name,
+                             at->kwnames[k]);
     }
-    /* The macro's output is its value: render into the buffer, then cut it out. */
-    size_t start = s->out_n;
+    /* The macro's output is its value. */
     s->frame = f;
-    int rc = exec_body(s, m->body, m->n_body);
+    int rc = capture(s, m->body, m->n_body, out);
     s->frame = saved;
     s->depth--;
-    if (rc) return -1;
-    if (jv_str_dup(s, s->out ? s->out + start : "", s->out_n - start, out)) return -1;
-    s->out_n = start;
-    if (s->out) s->out[start] = 0;
-    return 0;
+    return rc;
 }
 
 static int eval_call(struct jinja_state *s, const struct jnode *n, struct jv *out)
@@ -523,14 +537,15 @@ static int eval_call(struct jinja_state *s, const struct jnode *n, struct jv *ou
                                 a.n_kw, out);
         }
         if (obj.t != JV_DICT && obj.t != JV_NS && obj.t != JV_UNDEF)
-            return jerr(s, n->a, ENG_EUNSUPPORTED, "method '%s' of a %s is not supported",
-                        n->a->name, jv_type_name(obj));
+            return jinja_err(s, n->a, ENG_EUNSUPPORTED,
+                             "method '%s' of a %s is not supported", n->a->name,
+                             jinja_v_type_name(obj));
     }
     struct jv f;
     if (jinja_eval(s, n->a, &f)) return -1;
     if (f.t == JV_UNDEF) return undefined_err(s, n->a, f);
     if (f.t != JV_MACRO && f.t != JV_FUNC)
-        return jerr(s, n, ENG_EINVAL, "a %s is not callable", jv_type_name(f));
+        return jinja_err(s, n, ENG_EINVAL, "a %s is not callable", jinja_v_type_name(f));
     if (eval_args(s, n, &a)) return -1;
     if (f.t == JV_MACRO) return call_macro(s, n, f.u.macro, &a, out);
     return jinja_call_func(s, n, f.u.func, a.pos, a.n_pos, n->kwnames, a.kw, a.n_kw, out);
@@ -544,23 +559,24 @@ int jinja_eval(struct jinja_state *s, const struct jnode *n, struct jv *out)
     case JN_CONST: *out = n->val; return 0;
     case JN_NAME: *out = lookup(s, n->name); return 0;
     case JN_LIST: {
-        struct jlist *l = jlist_new(s);
+        struct jlist *l = jinja_list_new(s);
         if (!l) return -1;
+        l->tuple = n->tuple;
         for (int i = 0; i < n->n_args; i++)
-            if (jinja_eval(s, n->args[i], &a) || jlist_push(s, l, a)) return -1;
+            if (jinja_eval(s, n->args[i], &a) || jinja_list_push(s, l, a)) return -1;
         *out = (struct jv){.t = JV_LIST, .u.list = l};
         return 0;
     }
     case JN_DICT: {
-        struct jdict *d = jdict_new(s);
+        struct jdict *d = jinja_dict_new(s);
         if (!d) return -1;
         for (int i = 0; i + 1 < n->n_args; i += 2) {
             if (jinja_eval(s, n->args[i], &a) || jinja_eval(s, n->args[i + 1], &b))
                 return -1;
             if (a.t != JV_STR)
-                return jerr(s, n->args[i], ENG_EUNSUPPORTED,
-                            "dict keys other than strings");
-            if (jdict_set(s, d, a, b)) return -1;
+                return jinja_err(s, n->args[i], ENG_EUNSUPPORTED,
+                                 "dict keys other than strings");
+            if (jinja_dict_set(s, d, a, b)) return -1;
         }
         *out = (struct jv){.t = JV_DICT, .u.dict = d};
         return 0;
@@ -586,42 +602,42 @@ int jinja_eval(struct jinja_state *s, const struct jnode *n, struct jv *out)
         int r;
         if (jinja_eval(s, n->a, &a) || eval_args(s, n, &x)) return -1;
         if (jinja_test(s, n, n->name, a, x.pos, x.n_pos, &r)) return -1;
-        *out = jv_bool(n->negated ? !r : r);
+        *out = jinja_v_bool(n->negated ? !r : r);
         return 0;
     }
     case JN_NOT:
         if (jinja_eval(s, n->a, &a)) return -1;
-        *out = jv_bool(!jv_truthy(a));
+        *out = jinja_v_bool(!jinja_v_truthy(a));
         return 0;
     case JN_NEG:
         if (jinja_eval(s, n->a, &a)) return -1;
         if (a.t == JV_INT && a.u.i != LLONG_MIN)
-            *out = jv_int(-a.u.i);
+            *out = jinja_v_int(-a.u.i);
         else if (a.t == JV_FLOAT)
-            *out = jv_float(-a.u.f);
+            *out = jinja_v_float(-a.u.f);
         else if (a.t == JV_BOOL)
-            *out = jv_int(-a.u.b);
+            *out = jinja_v_int(-a.u.b);
         else
-            return jerr(s, n, ENG_EINVAL, "bad operand type for unary -: '%s'",
-                        jv_type_name(a));
+            return jinja_err(s, n, ENG_EINVAL, "bad operand type for unary -: '%s'",
+                             jinja_v_type_name(a));
         return 0;
     case JN_AND:
     case JN_OR:
         /* Python returns the operand that decided: `a or b` is a when a is true */
         if (jinja_eval(s, n->a, &a)) return -1;
-        if (jv_truthy(a) == (n->kind == JN_OR)) {
+        if (jinja_v_truthy(a) == (n->kind == JN_OR)) {
             *out = a;
             return 0;
         }
         return jinja_eval(s, n->b, out);
     case JN_COND:
         if (jinja_eval(s, n->b, &b)) return -1;
-        if (jv_truthy(b)) return jinja_eval(s, n->a, out);
+        if (jinja_v_truthy(b)) return jinja_eval(s, n->a, out);
         if (n->c) return jinja_eval(s, n->c, out);
-        *out = jv_undef("(an if without else)");
+        *out = jinja_v_undef("(an if without else)");
         return 0;
     case JN_BINOP: return binop(s, n, out);
-    default: return jerr(s, n, ENG_EFORMAT, "a statement where an expression belongs");
+    default: return jinja_err(s, n, ENG_EFORMAT, "a statement where an expression belongs");
     }
 }
 
@@ -635,24 +651,24 @@ static int iter_items(struct jinja_state *s, const struct jnode *n, struct jv v,
         *out = v.u.list;
         return 0;
     }
-    struct jlist *l = jlist_new(s);
+    struct jlist *l = jinja_list_new(s);
     if (!l) return -1;
     *out = l;
     if (v.t == JV_UNDEF) return 0;
     if (v.t == JV_DICT) {
         for (size_t i = 0; i < v.u.dict->n; i++)
-            if (jlist_push(s, l, v.u.dict->k[i])) return -1;
+            if (jinja_list_push(s, l, v.u.dict->k[i])) return -1;
         return 0;
     }
     if (v.t == JV_STR) {
         size_t ncp, *off = cp_offsets(s, v, &ncp);
         if (!off) return -1;
         for (size_t i = 0; i < ncp; i++)
-            if (jlist_push(s, l, jv_str(v.u.str.s + off[i], off[i + 1] - off[i])))
+            if (jinja_list_push(s, l, jinja_v_str(v.u.str.s + off[i], off[i + 1] - off[i])))
                 return -1;
         return 0;
     }
-    return jerr(s, n, ENG_EINVAL, "'%s' object is not iterable", jv_type_name(v));
+    return jinja_err(s, n, ENG_EINVAL, "'%s' object is not iterable", jinja_v_type_name(v));
 }
 
 static int bind_loop_vars(struct jinja_state *s, const struct jnode *n, struct jframe *f,
@@ -660,8 +676,8 @@ static int bind_loop_vars(struct jinja_state *s, const struct jnode *n, struct j
 {
     if (!n->name2) return set_var(s, f, n->name, item);
     if (item.t != JV_LIST || item.u.list->n != 2)
-        return jerr(s, n, ENG_EINVAL, "cannot unpack a %s into two names",
-                    jv_type_name(item));
+        return jinja_err(s, n, ENG_EINVAL, "cannot unpack a %s into two names",
+                         jinja_v_type_name(item));
     return set_var(s, f, n->name, item.u.list->v[0]) ||
            set_var(s, f, n->name2, item.u.list->v[1]);
 }
@@ -673,17 +689,18 @@ static int exec_for(struct jinja_state *s, const struct jnode *n)
     if (jinja_eval(s, n->a, &it) || iter_items(s, n->a, it, &items)) return -1;
     struct jframe *f = jinja_alloc(&s->ar, sizeof *f), *saved = s->frame;
     struct jloop *lp = jinja_alloc(&s->ar, sizeof *lp);
-    if (!f || !lp) return jerr(s, n, ENG_ENOSPC, "the chat template used too much memory");
+    if (!f || !lp)
+        return jinja_err(s, n, ENG_ENOSPC, "the chat template used too much memory");
     f->parent = saved;
     s->frame = f;
     int rc = 0;
     if (n->b) { /* `for x in xs if cond`: the loop (and loop.length) sees the kept ones */
-        struct jlist *kept = jlist_new(s);
+        struct jlist *kept = jinja_list_new(s);
         if (!kept) rc = -1;
         for (size_t i = 0; !rc && i < items->n; i++) {
             struct jv c;
             rc = bind_loop_vars(s, n, f, items->v[i]) || jinja_eval(s, n->b, &c);
-            if (!rc && jv_truthy(c)) rc = jlist_push(s, kept, items->v[i]);
+            if (!rc && jinja_v_truthy(c)) rc = jinja_list_push(s, kept, items->v[i]);
         }
         items = kept;
     }
@@ -720,25 +737,25 @@ static int exec_stmt(struct jinja_state *s, const struct jnode *n)
         if (jinja_eval(s, n->a, &v)) return -1;
         if (v.t == JV_STR) return out_add(s, n, v.u.str.s, v.u.str.n);
         struct jbuf b = {0};
-        if (jv_to_str(s, &b, v))
-            return jerr(s, n, ENG_EUNSUPPORTED, "cannot print this value");
+        if (jinja_v_to_str(s, &b, v))
+            return jinja_err(s, n, ENG_EUNSUPPORTED, "cannot print this value");
         return out_add(s, n, b.p ? b.p : "", b.n);
     }
     case JN_IF:
         if (jinja_eval(s, n->a, &v)) return -1;
-        return jv_truthy(v) ? exec_body(s, n->body, n->n_body)
-                            : exec_body(s, n->orelse, n->n_orelse);
+        return jinja_v_truthy(v) ? exec_body(s, n->body, n->n_body)
+                                 : exec_body(s, n->orelse, n->n_orelse);
     case JN_FOR: return exec_for(s, n);
     case JN_SET:
-        if (jinja_eval(s, n->a, &v)) return -1;
+        if (n->a ? jinja_eval(s, n->a, &v) : capture(s, n->body, n->n_body, &v)) return -1;
         if (n->attr) {
             struct jv ns = lookup(s, n->name);
             if (ns.t != JV_NS)
-                return jerr(s, n, ENG_EINVAL,
-                            "cannot assign attribute on a %s (only on a "
-                            "namespace())",
-                            jv_type_name(ns));
-            return jdict_set(s, ns.u.dict, jv_str(n->attr, strlen(n->attr)), v);
+                return jinja_err(s, n, ENG_EINVAL,
+                                 "cannot assign attribute on a %s (only on a "
+                                 "namespace())",
+                                 jinja_v_type_name(ns));
+            return jinja_dict_set(s, ns.u.dict, jinja_v_str(n->attr, strlen(n->attr)), v);
         }
         return set_var(s, s->frame, n->name, v);
     case JN_MACRO:
@@ -746,15 +763,15 @@ static int exec_stmt(struct jinja_state *s, const struct jnode *n)
     case JN_BREAK: s->loop_ctl = 1; return 0;
     case JN_CONTINUE: s->loop_ctl = 2; return 0;
     case JN_BLOCKSEQ: return exec_body(s, n->body, n->n_body);
-    default: return jerr(s, n, ENG_EFORMAT, "an expression where a statement belongs");
+    default: return jinja_err(s, n, ENG_EFORMAT, "an expression where a statement belongs");
     }
 }
 
 static int exec_body(struct jinja_state *s, struct jnode *const *body, int n)
 {
     if (++s->depth > s->o->limits.max_depth)
-        return jerr(s, n ? body[0] : NULL, ENG_ENOSPC, "blocks nested deeper than %d",
-                    s->o->limits.max_depth);
+        return jinja_err(s, n ? body[0] : NULL, ENG_ENOSPC, "blocks nested deeper than %d",
+                         s->o->limits.max_depth);
     for (int i = 0; i < n && !s->loop_ctl; i++)
         if (exec_stmt(s, body[i])) return -1;
     s->depth--;
@@ -783,10 +800,10 @@ int jinja_render(const struct jinja_template *t, const cJSON *vars,
     s.top = s.frame = top;
     int rc = 0;
     if (vars && !cJSON_IsObject(vars))
-        rc = jerr(&s, NULL, ENG_EINVAL, "variables must be an object");
+        rc = jinja_err(&s, NULL, ENG_EINVAL, "variables must be an object");
     for (const cJSON *c = vars ? vars->child : NULL; !rc && c; c = c->next) {
         struct jv v;
-        rc = jv_from_cjson(&s, c, &v) || set_var(&s, g, c->string, v);
+        rc = jinja_v_from_cjson(&s, c, &v) || set_var(&s, g, c->string, v);
     }
     if (!rc) rc = exec_body(&s, t->root->body, t->root->n_body);
     jinja_arena_free(&s.ar);

@@ -29,7 +29,7 @@ void jinja_arena_free(struct jinja_arena *a);
 
 /* ---- values ---- */
 
-enum jv_type {
+enum jinja_v_type {
     JV_UNDEF, /* a name or key that does not exist: prints "", is false */
     JV_NONE,
     JV_BOOL,
@@ -50,7 +50,7 @@ struct jnode;
 struct jloop;
 
 struct jv {
-    enum jv_type t;
+    enum jinja_v_type t;
     union {
         int b;
         long long i;
@@ -95,7 +95,7 @@ enum jnode_kind {
     JN_OUTPUT, /* a */
     JN_IF,     /* a: cond, body, orelse */
     JN_FOR,    /* name, name2 (unpacking), a: iterable, b: filter, body, orelse */
-    JN_SET,    /* name (or name.attr when attr), a: value */
+    JN_SET,    /* name (or name.attr when attr), a: value; a NULL: the body's output */
     JN_MACRO,  /* name, params[n_args] with defaults args[], body */
     JN_BREAK,
     JN_CONTINUE,
@@ -143,6 +143,7 @@ struct jnode {
     int line, col;
     enum jop op;
     int negated; /* JN_TEST: `is not` */
+    int tuple;   /* JN_LIST: written (a, b): prints as a tuple */
     const char *name, *name2, *attr;
     struct jv val; /* JN_CONST; JN_TEXT's text in val.u.str */
     struct jnode *a, *b, *c;
@@ -189,47 +190,53 @@ struct jinja_state {
 };
 
 /* Set the render's error (the first one wins) at node `n` (may be NULL). Returns -1 so
- * that callers can `return jerr(...)`. */
-int jerr(struct jinja_state *s, const struct jnode *n, int code, const char *fmt, ...)
+ * that callers can `return jinja_err(...)`. */
+int jinja_err(struct jinja_state *s, const struct jnode *n, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-struct jv jv_undef(const char *name);
-struct jv jv_none(void);
-struct jv jv_bool(int b);
-struct jv jv_int(long long i);
-struct jv jv_float(double f);
+struct jv jinja_v_undef(const char *name);
+struct jv jinja_v_none(void);
+struct jv jinja_v_bool(int b);
+struct jv jinja_v_int(long long i);
+struct jv jinja_v_float(double f);
 /* A string value that points at `p` (not copied: p must outlive the render). */
-struct jv jv_str(const char *p, size_t n);
+struct jv jinja_v_str(const char *p, size_t n);
 /* A copy of p[0..n) in the render's arena; JV_UNDEF with an error set when full. */
-int jv_str_dup(struct jinja_state *s, const char *p, size_t n, struct jv *out);
-struct jlist *jlist_new(struct jinja_state *s);
-int jlist_push(struct jinja_state *s, struct jlist *l, struct jv v);
-struct jdict *jdict_new(struct jinja_state *s);
-int jdict_set(struct jinja_state *s, struct jdict *d, struct jv k, struct jv v);
+int jinja_v_str_dup(struct jinja_state *s, const char *p, size_t n, struct jv *out);
+struct jlist *jinja_list_new(struct jinja_state *s);
+int jinja_list_push(struct jinja_state *s, struct jlist *l, struct jv v);
+struct jdict *jinja_dict_new(struct jinja_state *s);
+int jinja_dict_set(struct jinja_state *s, struct jdict *d, struct jv k, struct jv v);
 /* The value of key k, or NULL. */
-struct jv *jdict_get(const struct jdict *d, const char *k, size_t kn);
+struct jv *jinja_dict_get(const struct jdict *d, const char *k, size_t kn);
 
-int jv_truthy(struct jv v);
+int jinja_v_truthy(struct jv v);
 /* Python's ==; values nested deeper than 100 levels set an error on the render. */
-int jv_equal(struct jinja_state *s, struct jv a, struct jv b);
-const char *jv_type_name(struct jv v);
+int jinja_v_equal(struct jinja_state *s, struct jv a, struct jv b);
+const char *jinja_v_type_name(struct jv v);
 
 /* A growable string in the render's arena, for str(), repr() and JSON. */
 struct jbuf {
     char *p;
     size_t n, cap;
 };
-int jbuf_add(struct jinja_state *s, struct jbuf *b, const char *p, size_t n);
+int jinja_buf_add(struct jinja_state *s, struct jbuf *b, const char *p, size_t n);
 
 /* Append str(v) as Python prints it (None, True, 1.5, ['a', 1]); JV_UNDEF as "". */
-int jv_to_str(struct jinja_state *s, struct jbuf *b, struct jv v);
-/* As a value: strings as they are, anything else through jv_to_str. */
-int jv_stringify(struct jinja_state *s, struct jv v, struct jv *out);
-/* Append json.dumps(v, ensure_ascii=False, indent=indent (< 0: None), sort_keys). */
-int jv_to_json(struct jinja_state *s, const struct jnode *at, struct jbuf *b, struct jv v,
-               int indent, int sort_keys, int level);
+int jinja_v_to_str(struct jinja_state *s, struct jbuf *b, struct jv v);
+/* As a value: strings as they are, anything else through jinja_v_to_str. */
+int jinja_v_stringify(struct jinja_state *s, struct jv v, struct jv *out);
+/* json.dumps's layout: indent < 0 is None; the separators (NULL: Python's defaults,
+ * ", " / ": ", or "," / ": " with an indent). */
+struct jjson_fmt {
+    int indent, sort_keys;
+    const char *item_sep, *key_sep;
+};
+/* Append json.dumps(v, ensure_ascii=False, indent, separators, sort_keys). */
+int jinja_v_to_json(struct jinja_state *s, const struct jnode *at, struct jbuf *b,
+                    struct jv v, const struct jjson_fmt *f, int level);
 /* A cJSON tree as values (copied into the arena). */
-int jv_from_cjson(struct jinja_state *s, const struct cJSON *j, struct jv *out);
+int jinja_v_from_cjson(struct jinja_state *s, const struct cJSON *j, struct jv *out);
 
 /* Evaluate an expression (jinja_eval.c). */
 int jinja_eval(struct jinja_state *s, const struct jnode *n, struct jv *out);

@@ -67,6 +67,15 @@ static struct jtok *next(struct parser *P)
     return t;
 }
 
+/* Whether [p, e) is all digits (and not empty). */
+static int is_digit_str(const char *p, const char *e)
+{
+    if (p >= e) return 0;
+    for (; p < e; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return 1;
+}
+
 static int is_op(const struct jtok *t, const char *op)
 {
     return t->kind == JT_OP && !strcmp(t->op, op);
@@ -136,6 +145,9 @@ static int parse_args(struct parser *P, struct jnode *n)
 {
     next(P);
     while (!is_op(cur(P), ")")) {
+        if (is_op(cur(P), "*") || is_op(cur(P), "**"))
+            return perr(P, cur(P), ENG_EUNSUPPORTED,
+                        "*args and **kwargs are not supported");
         if (cur(P)->kind == JT_NAME && is_op(peek(P, 1), "=")) {
             const char *k = tok_str(P, next(P));
             next(P);
@@ -167,11 +179,11 @@ static struct jnode *parse_primary(struct parser *P)
         next(P);
         n = node(P, JN_CONST, t);
         if (is_name(t, "true") || is_name(t, "True"))
-            n->val = jv_bool(1);
+            n->val = jinja_v_bool(1);
         else if (is_name(t, "false") || is_name(t, "False"))
-            n->val = jv_bool(0);
+            n->val = jinja_v_bool(0);
         else if (is_name(t, "none") || is_name(t, "None"))
-            n->val = jv_none();
+            n->val = jinja_v_none();
         else {
             n->kind = JN_NAME;
             n->name = tok_str(P, t);
@@ -190,7 +202,7 @@ static struct jnode *parse_primary(struct parser *P)
             next(P);
         }
         n = node(P, JN_CONST, t);
-        n->val = jv_str(s, len);
+        n->val = jinja_v_str(s, len);
         return n;
     }
     if (t->kind == JT_INT || t->kind == JT_FLOAT) {
@@ -203,19 +215,36 @@ static struct jnode *parse_primary(struct parser *P)
         n = node(P, JN_CONST, t);
         errno = 0;
         if (t->kind == JT_INT)
-            n->val = jv_int(strtoll(buf, NULL, 10));
+            n->val = jinja_v_int(strtoll(buf, NULL, 10));
         else
-            n->val = jv_float(strtod(buf, NULL));
+            n->val = jinja_v_float(strtod(buf, NULL));
         if (errno) return perr(P, t, ENG_EUNSUPPORTED, "number out of range"), NULL;
         return n;
     }
     if (is_op(t, "(")) {
         next(P);
+        if (is_op(cur(P), ")")) { /* () : the empty tuple */
+            next(P);
+            n = node(P, JN_LIST, t);
+            n->tuple = 1;
+            return n;
+        }
         struct jnode *e = parse_expr(P);
         if (!e) return NULL;
         if (is_op(cur(P), ",")) {
-            /* a tuple: a list here (it prints as [a, b], not (a, b): refused instead) */
-            return perr(P, cur(P), ENG_EUNSUPPORTED, "tuples are not supported"), NULL;
+            /* a tuple: a list that prints as (a, b) ('in' and tojson's separators use
+             * them) */
+            n = node(P, JN_LIST, t);
+            n->tuple = 1;
+            push_node(P, &n->args, &n->n_args, e);
+            while (is_op(cur(P), ",")) {
+                next(P);
+                if (is_op(cur(P), ")")) break;
+                struct jnode *x = parse_expr(P);
+                if (!x) return NULL;
+                push_node(P, &n->args, &n->n_args, x);
+            }
+            e = n;
         }
         if (expect_op(P, ")")) return NULL;
         return e;
@@ -263,7 +292,24 @@ static struct jnode *parse_postfix(struct parser *P, struct jnode *n)
 {
     for (;;) {
         struct jtok *t = cur(P);
-        if (is_op(t, ".")) {
+        if (is_op(t, ".") && (peek(P, 1)->kind == JT_INT || peek(P, 1)->kind == JT_FLOAT)) {
+            /* x.0 is x[0] in Jinja; x.0.1 lexes as x . 0.1: two subscripts */
+            next(P);
+            struct jtok *nt = next(P);
+            char *end;
+            long long i0 = strtoll(nt->s, &end, 10);
+            for (int k = 0; k < 2; k++) {
+                struct jnode *it = node(P, JN_ITEM, nt), *key = node(P, JN_CONST, nt);
+                key->val = jinja_v_int(i0);
+                it->a = n;
+                it->b = key;
+                n = it;
+                if (nt->kind != JT_FLOAT) break;
+                if (*end != '.' || !is_digit_str(end + 1, nt->s + nt->n))
+                    return perr(P, nt, ENG_EFORMAT, "bad subscript after '.'"), NULL;
+                i0 = strtoll(end + 1, NULL, 10);
+            }
+        } else if (is_op(t, ".")) {
             next(P);
             if (cur(P)->kind != JT_NAME)
                 return perr(P, cur(P), ENG_EUNSUPPORTED, "expected a name after '.'"), NULL;
@@ -612,7 +658,7 @@ static int parse_body(struct parser *P, const struct jtok *open, const char *con
         }
         if (t->kind == JT_TEXT) {
             struct jnode *n = node(P, JN_TEXT, t);
-            n->val = jv_str(t->s, t->n);
+            n->val = jinja_v_str(t->s, t->n);
             push_node(P, body, n_body, n);
             next(P);
         } else if (t->kind == JT_VAR_BEGIN) {
@@ -710,9 +756,14 @@ static int parse_set(struct parser *P, struct jnode *n)
     if (is_op(cur(P), ","))
         return perr(P, cur(P), ENG_EUNSUPPORTED,
                     "set with several targets is not supported");
-    if (cur(P)->kind == JT_BLOCK_END)
-        return perr(P, cur(P), ENG_EUNSUPPORTED,
-                    "block set ({%% set x %%}...{%% endset %%}) is not supported");
+    if (cur(P)->kind == JT_BLOCK_END) {
+        /* {% set x %}...{% endset %}: x is what the body renders */
+        static const char *const ends[] = {"endset", NULL};
+        struct jtok *open = cur(P);
+        next(P);
+        if (parse_body(P, open, ends, &n->body, &n->n_body) < 0) return -1;
+        return expect_end(P);
+    }
     if (expect_op(P, "=")) return -1;
     n->a = parse_expr(P);
     if (!n->a) return -1;

@@ -58,7 +58,7 @@ void jinja_arena_free(struct jinja_arena *a)
     a->used = 0;
 }
 
-int jerr(struct jinja_state *s, const struct jnode *n, int code, const char *fmt, ...)
+int jinja_err(struct jinja_state *s, const struct jnode *n, int code, const char *fmt, ...)
 {
     if (s->err) return -1;
     char msg[512];
@@ -81,51 +81,51 @@ static void *salloc(struct jinja_state *s, size_t n)
 {
     void *p = jinja_alloc(&s->ar, n);
     if (!p)
-        jerr(s, NULL, ENG_ENOSPC, "the chat template used more than %zu bytes",
-             s->ar.limit);
+        jinja_err(s, NULL, ENG_ENOSPC, "the chat template used more than %zu bytes",
+                  s->ar.limit);
     return p;
 }
 
-struct jv jv_undef(const char *name)
+struct jv jinja_v_undef(const char *name)
 {
     return (struct jv){.t = JV_UNDEF, .undef_name = name};
 }
-struct jv jv_none(void)
+struct jv jinja_v_none(void)
 {
     return (struct jv){.t = JV_NONE};
 }
-struct jv jv_bool(int b)
+struct jv jinja_v_bool(int b)
 {
     return (struct jv){.t = JV_BOOL, .u.b = !!b};
 }
-struct jv jv_int(long long i)
+struct jv jinja_v_int(long long i)
 {
     return (struct jv){.t = JV_INT, .u.i = i};
 }
-struct jv jv_float(double f)
+struct jv jinja_v_float(double f)
 {
     return (struct jv){.t = JV_FLOAT, .u.f = f};
 }
-struct jv jv_str(const char *p, size_t n)
+struct jv jinja_v_str(const char *p, size_t n)
 {
     return (struct jv){.t = JV_STR, .u.str = {p, n}};
 }
 
-int jv_str_dup(struct jinja_state *s, const char *p, size_t n, struct jv *out)
+int jinja_v_str_dup(struct jinja_state *s, const char *p, size_t n, struct jv *out)
 {
     char *c = salloc(s, n + 1);
     if (!c) return -1;
     if (n) memcpy(c, p, n);
-    *out = jv_str(c, n);
+    *out = jinja_v_str(c, n);
     return 0;
 }
 
-struct jlist *jlist_new(struct jinja_state *s)
+struct jlist *jinja_list_new(struct jinja_state *s)
 {
     return salloc(s, sizeof(struct jlist));
 }
 
-int jlist_push(struct jinja_state *s, struct jlist *l, struct jv v)
+int jinja_list_push(struct jinja_state *s, struct jlist *l, struct jv v)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 8;
@@ -139,21 +139,21 @@ int jlist_push(struct jinja_state *s, struct jlist *l, struct jv v)
     return 0;
 }
 
-struct jdict *jdict_new(struct jinja_state *s)
+struct jdict *jinja_dict_new(struct jinja_state *s)
 {
     return salloc(s, sizeof(struct jdict));
 }
 
-struct jv *jdict_get(const struct jdict *d, const char *k, size_t kn)
+struct jv *jinja_dict_get(const struct jdict *d, const char *k, size_t kn)
 {
     for (size_t i = 0; i < d->n; i++)
         if (d->k[i].u.str.n == kn && !memcmp(d->k[i].u.str.s, k, kn)) return &d->v[i];
     return NULL;
 }
 
-int jdict_set(struct jinja_state *s, struct jdict *d, struct jv k, struct jv v)
+int jinja_dict_set(struct jinja_state *s, struct jdict *d, struct jv k, struct jv v)
 {
-    struct jv *old = jdict_get(d, k.u.str.s, k.u.str.n);
+    struct jv *old = jinja_dict_get(d, k.u.str.s, k.u.str.n);
     if (old) {
         *old = v;
         return 0;
@@ -175,7 +175,7 @@ int jdict_set(struct jinja_state *s, struct jdict *d, struct jv k, struct jv v)
     return 0;
 }
 
-int jv_truthy(struct jv v)
+int jinja_v_truthy(struct jv v)
 {
     switch (v.t) {
     case JV_UNDEF:
@@ -190,28 +190,29 @@ int jv_truthy(struct jv v)
     }
 }
 
-static int jv_is_num(struct jv v)
+static int jinja_v_is_num(struct jv v)
 {
     return v.t == JV_BOOL || v.t == JV_INT || v.t == JV_FLOAT;
 }
 
-static double jv_num(struct jv v)
+static double jinja_v_num(struct jv v)
 {
     return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-static int jv_equal_l(struct jinja_state *s, struct jv a, struct jv b, int level)
+static int jinja_v_equal_l(struct jinja_state *s, struct jv a, struct jv b, int level)
 {
     if (level > 100) {
         /* the render fails at its next step: no answer is given for such values */
-        jerr(s, NULL, ENG_EUNSUPPORTED, "comparing values nested deeper than 100 levels");
+        jinja_err(s, NULL, ENG_EUNSUPPORTED,
+                  "comparing values nested deeper than 100 levels");
         return 0;
     }
     /* Python: True == 1 and 1 == 1.0 */
-    if (jv_is_num(a) && jv_is_num(b)) {
+    if (jinja_v_is_num(a) && jinja_v_is_num(b)) {
         if (a.t != JV_FLOAT && b.t != JV_FLOAT)
             return (a.t == JV_INT ? a.u.i : a.u.b) == (b.t == JV_INT ? b.u.i : b.u.b);
-        return jv_num(a) == jv_num(b);
+        return jinja_v_num(a) == jinja_v_num(b);
     }
     if (a.t != b.t) return 0;
     switch (a.t) {
@@ -221,14 +222,14 @@ static int jv_equal_l(struct jinja_state *s, struct jv a, struct jv b, int level
     case JV_LIST:
         if (a.u.list->n != b.u.list->n) return 0;
         for (size_t i = 0; i < a.u.list->n; i++)
-            if (!jv_equal_l(s, a.u.list->v[i], b.u.list->v[i], level + 1)) return 0;
+            if (!jinja_v_equal_l(s, a.u.list->v[i], b.u.list->v[i], level + 1)) return 0;
         return 1;
     case JV_DICT:
         if (a.u.dict->n != b.u.dict->n) return 0;
         for (size_t i = 0; i < a.u.dict->n; i++) {
             struct jv k = a.u.dict->k[i];
-            struct jv *o = jdict_get(b.u.dict, k.u.str.s, k.u.str.n);
-            if (!o || !jv_equal_l(s, a.u.dict->v[i], *o, level + 1)) return 0;
+            struct jv *o = jinja_dict_get(b.u.dict, k.u.str.s, k.u.str.n);
+            if (!o || !jinja_v_equal_l(s, a.u.dict->v[i], *o, level + 1)) return 0;
         }
         return 1;
     case JV_NS: return a.u.dict == b.u.dict;
@@ -238,12 +239,12 @@ static int jv_equal_l(struct jinja_state *s, struct jv a, struct jv b, int level
     }
 }
 
-int jv_equal(struct jinja_state *s, struct jv a, struct jv b)
+int jinja_v_equal(struct jinja_state *s, struct jv a, struct jv b)
 {
-    return jv_equal_l(s, a, b, 0);
+    return jinja_v_equal_l(s, a, b, 0);
 }
 
-const char *jv_type_name(struct jv v)
+const char *jinja_v_type_name(struct jv v)
 {
     static const char *const names[] = {"undefined", "none",  "bool",     "int",
                                         "float",     "str",   "list",     "dict",
@@ -251,7 +252,7 @@ const char *jv_type_name(struct jv v)
     return names[v.t];
 }
 
-int jbuf_add(struct jinja_state *s, struct jbuf *b, const char *p, size_t n)
+int jinja_buf_add(struct jinja_state *s, struct jbuf *b, const char *p, size_t n)
 {
     if (b->n + n + 1 > b->cap) {
         size_t cap = MAX(b->cap * 2, b->n + n + 1);
@@ -268,9 +269,9 @@ int jbuf_add(struct jinja_state *s, struct jbuf *b, const char *p, size_t n)
     return 0;
 }
 
-static int jbuf_str(struct jinja_state *s, struct jbuf *b, const char *z)
+static int jinja_buf_str(struct jinja_state *s, struct jbuf *b, const char *z)
 {
-    return jbuf_add(s, b, z, strlen(z));
+    return jinja_buf_add(s, b, z, strlen(z));
 }
 
 /* Python's repr(float): the shortest digits that read back as the same double, in
@@ -333,7 +334,7 @@ static int str_repr(struct jinja_state *s, struct jbuf *b, const char *p, size_t
 {
     int sq = memchr(p, '\'', n) != NULL, dq = memchr(p, '"', n) != NULL;
     char q = (sq && !dq) ? '"' : '\'';
-    if (jbuf_add(s, b, &q, 1)) return -1;
+    if (jinja_buf_add(s, b, &q, 1)) return -1;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
         char esc[8];
@@ -352,73 +353,76 @@ static int str_repr(struct jinja_state *s, struct jbuf *b, const char *p, size_t
             snprintf(esc, sizeof esc, "\\x%02x", c);
             e = esc;
         }
-        if (e ? jbuf_str(s, b, e) : jbuf_add(s, b, p + i, 1)) return -1;
+        if (e ? jinja_buf_str(s, b, e) : jinja_buf_add(s, b, p + i, 1)) return -1;
     }
-    return jbuf_add(s, b, &q, 1);
+    return jinja_buf_add(s, b, &q, 1);
 }
 
-static int jv_repr(struct jinja_state *s, struct jbuf *b, struct jv v, int level);
+static int jinja_v_repr(struct jinja_state *s, struct jbuf *b, struct jv v, int level);
 
-static int jv_to_str_l(struct jinja_state *s, struct jbuf *b, struct jv v, int level)
+static int jinja_v_to_str_l(struct jinja_state *s, struct jbuf *b, struct jv v, int level)
 {
     char num[64];
     if (level > 100)
-        return jerr(s, NULL, ENG_EUNSUPPORTED, "a value nested deeper than 100 levels");
+        return jinja_err(s, NULL, ENG_EUNSUPPORTED,
+                         "a value nested deeper than 100 levels");
     switch (v.t) {
     case JV_UNDEF: return 0;
-    case JV_NONE: return jbuf_str(s, b, "None");
-    case JV_BOOL: return jbuf_str(s, b, v.u.b ? "True" : "False");
-    case JV_INT: snprintf(num, sizeof num, "%lld", v.u.i); return jbuf_str(s, b, num);
-    case JV_FLOAT: float_repr(v.u.f, num, sizeof num); return jbuf_str(s, b, num);
-    case JV_STR: return jbuf_add(s, b, v.u.str.s, v.u.str.n);
+    case JV_NONE: return jinja_buf_str(s, b, "None");
+    case JV_BOOL: return jinja_buf_str(s, b, v.u.b ? "True" : "False");
+    case JV_INT: snprintf(num, sizeof num, "%lld", v.u.i); return jinja_buf_str(s, b, num);
+    case JV_FLOAT: float_repr(v.u.f, num, sizeof num); return jinja_buf_str(s, b, num);
+    case JV_STR: return jinja_buf_add(s, b, v.u.str.s, v.u.str.n);
     case JV_LIST:
-        if (jbuf_str(s, b, v.u.list->tuple ? "(" : "[")) return -1;
+        if (jinja_buf_str(s, b, v.u.list->tuple ? "(" : "[")) return -1;
         for (size_t i = 0; i < v.u.list->n; i++)
-            if ((i && jbuf_str(s, b, ", ")) || jv_repr(s, b, v.u.list->v[i], level + 1))
+            if ((i && jinja_buf_str(s, b, ", ")) ||
+                jinja_v_repr(s, b, v.u.list->v[i], level + 1))
                 return -1;
-        if (v.u.list->tuple && v.u.list->n == 1 && jbuf_str(s, b, ",")) return -1;
-        return jbuf_str(s, b, v.u.list->tuple ? ")" : "]");
+        if (v.u.list->tuple && v.u.list->n == 1 && jinja_buf_str(s, b, ",")) return -1;
+        return jinja_buf_str(s, b, v.u.list->tuple ? ")" : "]");
     case JV_DICT:
-        if (jbuf_str(s, b, "{")) return -1;
+        if (jinja_buf_str(s, b, "{")) return -1;
         for (size_t i = 0; i < v.u.dict->n; i++)
-            if ((i && jbuf_str(s, b, ", ")) || jv_repr(s, b, v.u.dict->k[i], level + 1) ||
-                jbuf_str(s, b, ": ") || jv_repr(s, b, v.u.dict->v[i], level + 1))
+            if ((i && jinja_buf_str(s, b, ", ")) ||
+                jinja_v_repr(s, b, v.u.dict->k[i], level + 1) ||
+                jinja_buf_str(s, b, ": ") || jinja_v_repr(s, b, v.u.dict->v[i], level + 1))
                 return -1;
-        return jbuf_str(s, b, "}");
+        return jinja_buf_str(s, b, "}");
     default:
-        return jerr(s, NULL, ENG_EUNSUPPORTED, "printing a %s is not supported",
-                    jv_type_name(v));
+        return jinja_err(s, NULL, ENG_EUNSUPPORTED, "printing a %s is not supported",
+                         jinja_v_type_name(v));
     }
 }
 
-static int jv_repr(struct jinja_state *s, struct jbuf *b, struct jv v, int level)
+static int jinja_v_repr(struct jinja_state *s, struct jbuf *b, struct jv v, int level)
 {
     if (v.t == JV_STR) return str_repr(s, b, v.u.str.s, v.u.str.n);
     if (v.t == JV_UNDEF)
-        return jerr(s, NULL, ENG_EUNSUPPORTED, "printing an undefined item");
-    return jv_to_str_l(s, b, v, level);
+        return jinja_err(s, NULL, ENG_EUNSUPPORTED, "printing an undefined item");
+    return jinja_v_to_str_l(s, b, v, level);
 }
 
-int jv_to_str(struct jinja_state *s, struct jbuf *b, struct jv v)
+int jinja_v_to_str(struct jinja_state *s, struct jbuf *b, struct jv v)
 {
-    return jv_to_str_l(s, b, v, 0);
+    return jinja_v_to_str_l(s, b, v, 0);
 }
 
-int jv_stringify(struct jinja_state *s, struct jv v, struct jv *out)
+int jinja_v_stringify(struct jinja_state *s, struct jv v, struct jv *out)
 {
     if (v.t == JV_STR) {
         *out = v;
         return 0;
     }
     struct jbuf b = {0};
-    if (jv_to_str(s, &b, v)) return -1;
-    *out = jv_str(b.p ? b.p : "", b.n);
+    if (jinja_v_to_str(s, &b, v)) return -1;
+    *out = jinja_v_str(b.p ? b.p : "", b.n);
     return 0;
 }
 
 static int json_str(struct jinja_state *s, struct jbuf *b, const char *p, size_t n)
 {
-    if (jbuf_str(s, b, "\"")) return -1;
+    if (jinja_buf_str(s, b, "\"")) return -1;
     size_t run = 0; /* bytes copied as they are, in one call */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)p[i];
@@ -446,54 +450,56 @@ static int json_str(struct jinja_state *s, struct jbuf *b, const char *p, size_t
             run++;
             continue;
         }
-        if (jbuf_add(s, b, p + i - run, run) || jbuf_str(s, b, e)) return -1;
+        if (jinja_buf_add(s, b, p + i - run, run) || jinja_buf_str(s, b, e)) return -1;
         run = 0;
     }
-    if (jbuf_add(s, b, p + n - run, run)) return -1;
-    return jbuf_str(s, b, "\"");
+    if (jinja_buf_add(s, b, p + n - run, run)) return -1;
+    return jinja_buf_str(s, b, "\"");
 }
 
 static int json_nl(struct jinja_state *s, struct jbuf *b, int indent, int level)
 {
-    if (jbuf_str(s, b, "\n")) return -1;
+    if (jinja_buf_str(s, b, "\n")) return -1;
     for (int i = 0; i < indent * level; i++)
-        if (jbuf_str(s, b, " ")) return -1;
+        if (jinja_buf_str(s, b, " ")) return -1;
     return 0;
 }
 
-int jv_to_json(struct jinja_state *s, const struct jnode *at, struct jbuf *b, struct jv v,
-               int indent, int sort_keys, int level)
+int jinja_v_to_json(struct jinja_state *s, const struct jnode *at, struct jbuf *b,
+                    struct jv v, const struct jjson_fmt *f, int level)
 {
     char num[64];
-    if (level > 100) return jerr(s, at, ENG_EUNSUPPORTED, "tojson: nested too deep");
-    const char *item_sep = indent >= 0 ? "," : ", ";
+    if (level > 100) return jinja_err(s, at, ENG_EUNSUPPORTED, "tojson: nested too deep");
+    int indent = f->indent, sort_keys = f->sort_keys;
+    const char *item_sep = f->item_sep ? f->item_sep : indent >= 0 ? "," : ", ";
+    const char *key_sep = f->key_sep ? f->key_sep : ": ";
     switch (v.t) {
-    case JV_NONE: return jbuf_str(s, b, "null");
-    case JV_BOOL: return jbuf_str(s, b, v.u.b ? "true" : "false");
-    case JV_INT: snprintf(num, sizeof num, "%lld", v.u.i); return jbuf_str(s, b, num);
+    case JV_NONE: return jinja_buf_str(s, b, "null");
+    case JV_BOOL: return jinja_buf_str(s, b, v.u.b ? "true" : "false");
+    case JV_INT: snprintf(num, sizeof num, "%lld", v.u.i); return jinja_buf_str(s, b, num);
     case JV_FLOAT:
         float_repr(v.u.f, num, sizeof num);
         if (isnan(v.u.f))
             snprintf(num, sizeof num, "NaN");
         else if (isinf(v.u.f))
             snprintf(num, sizeof num, v.u.f > 0 ? "Infinity" : "-Infinity");
-        return jbuf_str(s, b, num);
+        return jinja_buf_str(s, b, num);
     case JV_STR: return json_str(s, b, v.u.str.s, v.u.str.n);
     case JV_LIST: {
         struct jlist *l = v.u.list;
-        if (!l->n) return jbuf_str(s, b, "[]");
-        if (jbuf_str(s, b, "[")) return -1;
+        if (!l->n) return jinja_buf_str(s, b, "[]");
+        if (jinja_buf_str(s, b, "[")) return -1;
         for (size_t i = 0; i < l->n; i++) {
-            if (i && jbuf_str(s, b, item_sep)) return -1;
+            if (i && jinja_buf_str(s, b, item_sep)) return -1;
             if (indent >= 0 && json_nl(s, b, indent, level + 1)) return -1;
-            if (jv_to_json(s, at, b, l->v[i], indent, sort_keys, level + 1)) return -1;
+            if (jinja_v_to_json(s, at, b, l->v[i], f, level + 1)) return -1;
         }
         if (indent >= 0 && json_nl(s, b, indent, level)) return -1;
-        return jbuf_str(s, b, "]");
+        return jinja_buf_str(s, b, "]");
     }
     case JV_DICT: {
         struct jdict *d = v.u.dict;
-        if (!d->n) return jbuf_str(s, b, "{}");
+        if (!d->n) return jinja_buf_str(s, b, "{}");
         size_t *ord = salloc(s, d->n * sizeof *ord);
         if (!ord) return -1;
         for (size_t i = 0; i < d->n; i++)
@@ -509,59 +515,60 @@ int jv_to_json(struct jinja_state *s, const struct jnode *at, struct jbuf *b, st
                     ord[j] = ord[j - 1];
                     ord[j - 1] = t;
                 }
-        if (jbuf_str(s, b, "{")) return -1;
+        if (jinja_buf_str(s, b, "{")) return -1;
         for (size_t i = 0; i < d->n; i++) {
-            if (i && jbuf_str(s, b, item_sep)) return -1;
+            if (i && jinja_buf_str(s, b, item_sep)) return -1;
             if (indent >= 0 && json_nl(s, b, indent, level + 1)) return -1;
             struct jv k = d->k[ord[i]];
-            if (json_str(s, b, k.u.str.s, k.u.str.n) || jbuf_str(s, b, ": ") ||
-                jv_to_json(s, at, b, d->v[ord[i]], indent, sort_keys, level + 1))
+            if (json_str(s, b, k.u.str.s, k.u.str.n) || jinja_buf_str(s, b, key_sep) ||
+                jinja_v_to_json(s, at, b, d->v[ord[i]], f, level + 1))
                 return -1;
         }
         if (indent >= 0 && json_nl(s, b, indent, level)) return -1;
-        return jbuf_str(s, b, "}");
+        return jinja_buf_str(s, b, "}");
     }
     default:
-        return jerr(s, at, ENG_EINVAL, "tojson: object of type %s is not JSON serializable",
-                    v.t == JV_UNDEF ? "Undefined" : jv_type_name(v));
+        return jinja_err(s, at, ENG_EINVAL,
+                         "tojson: object of type %s is not JSON serializable",
+                         v.t == JV_UNDEF ? "Undefined" : jinja_v_type_name(v));
     }
 }
 
-int jv_from_cjson(struct jinja_state *s, const cJSON *j, struct jv *out)
+int jinja_v_from_cjson(struct jinja_state *s, const cJSON *j, struct jv *out)
 {
     if (cJSON_IsNull(j))
-        *out = jv_none();
+        *out = jinja_v_none();
     else if (cJSON_IsBool(j))
-        *out = jv_bool(cJSON_IsTrue(j));
+        *out = jinja_v_bool(cJSON_IsTrue(j));
     else if (cJSON_IsNumber(j)) {
         /* cJSON keeps no int/float distinction: an integral value is an int */
         double d = j->valuedouble;
         if (d == floor(d) && fabs(d) < 9007199254740992.0)
-            *out = jv_int((long long)d);
+            *out = jinja_v_int((long long)d);
         else
-            *out = jv_float(d);
+            *out = jinja_v_float(d);
     } else if (cJSON_IsString(j)) {
-        return jv_str_dup(s, j->valuestring, strlen(j->valuestring), out);
+        return jinja_v_str_dup(s, j->valuestring, strlen(j->valuestring), out);
     } else if (cJSON_IsArray(j)) {
-        struct jlist *l = jlist_new(s);
+        struct jlist *l = jinja_list_new(s);
         if (!l) return -1;
         for (const cJSON *c = j->child; c; c = c->next) {
             struct jv v;
-            if (jv_from_cjson(s, c, &v) || jlist_push(s, l, v)) return -1;
+            if (jinja_v_from_cjson(s, c, &v) || jinja_list_push(s, l, v)) return -1;
         }
         *out = (struct jv){.t = JV_LIST, .u.list = l};
     } else if (cJSON_IsObject(j)) {
-        struct jdict *d = jdict_new(s);
+        struct jdict *d = jinja_dict_new(s);
         if (!d) return -1;
         for (const cJSON *c = j->child; c; c = c->next) {
             struct jv k, v;
-            if (jv_str_dup(s, c->string, strlen(c->string), &k) ||
-                jv_from_cjson(s, c, &v) || jdict_set(s, d, k, v))
+            if (jinja_v_str_dup(s, c->string, strlen(c->string), &k) ||
+                jinja_v_from_cjson(s, c, &v) || jinja_dict_set(s, d, k, v))
                 return -1;
         }
         *out = (struct jv){.t = JV_DICT, .u.dict = d};
     } else {
-        return jerr(s, NULL, ENG_EINVAL, "a variable that is not JSON");
+        return jinja_err(s, NULL, ENG_EINVAL, "a variable that is not JSON");
     }
     return 0;
 }

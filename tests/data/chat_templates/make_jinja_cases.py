@@ -76,6 +76,12 @@ CASES = [
     ("{% macro tag(name, v='d') %}<{{ name }}={{ v }}>{% endmacro %}{{ tag('a') }}{{ tag('b', 'x') }}{{ tag(v='y', name='c') }}", {}),
     ("{% macro f(x) %}{% if x > 0 %}{{ x }}{{ f(x - 1) }}{% endif %}{% endmacro %}{{ f(3) }}", {}),
     ("{% set d = {'a': 1} %}{{ d.get('a') }} {{ d.get('b') }} {{ d.get('b', 2) }} {{ d.keys()|list }} {{ d.values()|list }} {{ d.items()|list }}", {}),
+    ("{% set x %}a{{ 1 + 1 }}{% endset %}[{{ x }}] {% set y -%}\n  trimmed\n{%- endset %}[{{ y }}]", {}),
+    # tuples
+    ("{{ (1, 'a') }} {{ (1,) }} {{ () }} {{ 'b' in ('a', 'b') }} {{ messages[0].role in ('user', 'system') }}",
+     {"messages": M}),
+    ("{% for a, b in [(1, 2), (3, 4)] %}{{ a + b }}{% endfor %} {{ {'a': 1}|items|list }}", {}),
+    ("{{ messages.0.role }} {{ [[1, 2]].0.1 }}", {"messages": M}),
     # tests
     ("{{ x is defined }} {{ y is defined }} {{ y is undefined }} {{ none is none }} {{ x is not none }}", {"x": 1}),
     ("{{ 'a' is string }} {{ 1 is number }} {{ 1 is integer }} {{ 1.5 is float }} {{ true is boolean }} {{ 1 is string }}", {}),
@@ -97,6 +103,9 @@ CASES = [
     ("{{ {'b': 1, 'a': {'c': [1, {}]}}|tojson(indent=2) }}", {}),
     ("{{ {'b': 1, 'a': 2}|tojson(sort_keys=true) }} {{ 'x'|tojson }} {{ none|tojson }} {{ [1, 'a']|tojson(indent=4) }}", {}),
     ("{{ '<b>&'|safe }} {{ 'x'|tojson }}", {}),
+    ("{{ {'a': [1, 2], 'b': 'x'}|tojson(separators=(',', ':')) }} {{ [1, {'k': 2}]|tojson(indent=2, separators=(', ', ' = ')) }}", {}),
+    ("[{{ 'a\nb\n\nc'|indent }}] [{{ 'a\nb'|indent(2, true) }}] [{{ 'a\n\nb\n'|indent(width='> ', blank=true) }}] [{{ 'x\r\ny'|indent(1) }}]", {}),
+    ("{{ '{\n  \"k\": 1\n}'|indent(4) }}|{{ ''|indent(first=true) }}|", {}),
     # string methods
     ("[{{ '  a  '.strip() }}] [{{ '  a  '.lstrip() }}] [{{ '  a  '.rstrip() }}] [{{ 'xxaxx'.strip('x') }}] [{{ '\\u00a0a\\u3000'.strip() }}]", {}),
     ("{{ 'hello'.startswith('he') }} {{ 'hello'.endswith('lo') }} {{ 'hello'.startswith('lo') }}", {}),
