@@ -306,7 +306,7 @@ int jinja_lex(struct jinja_arena *ar, const char *src0, size_t n0, struct jtok *
     int strip_lead = 0, trim_nl = 0;
     while (L.pos <= n) {
         size_t ts = L.pos;
-        while (ts + 1 < n && !(src[ts] == '{' && strchr("{%#", src[ts + 1])))
+        while (ts + 1 < n && !(src[ts] == '{' && src[ts + 1] && strchr("{%#", src[ts + 1])))
             ts++;
         if (ts + 1 >= n) {
             lex_text(&L, L.pos, n, strip_lead, trim_nl, 0, 0);
