@@ -166,6 +166,8 @@ static int get_item(struct jinja_state *s, const struct jnode *n, struct jv obj,
     if ((obj.t == JV_LIST || obj.t == JV_STR) && (key.t == JV_INT || key.t == JV_BOOL)) {
         long long i = key.t == JV_INT ? key.u.i : key.u.b;
         if (obj.t == JV_LIST) {
+            /* a generator or a dict view has no [i]: Jinja gives undefined */
+            if (obj.u.list->kind == JL_GEN || obj.u.list->kind >= JL_KEYS) return 0;
             long long len = (long long)obj.u.list->n;
             if (i < 0) i += len;
             if (i >= 0 && i < len) *out = obj.u.list->v[i];
@@ -222,9 +224,15 @@ static int get_slice(struct jinja_state *s, const struct jnode *n, struct jv obj
     if (st == 0) return jinja_err(s, n, ENG_EINVAL, "slice step cannot be zero");
     if (obj.t == JV_UNDEF) return undefined_err(s, n->a, obj);
     if (obj.t == JV_LIST) {
+        int kind = obj.u.list->kind;
+        if (kind == JL_GEN || kind >= JL_KEYS) { /* not subscriptable: undefined */
+            *out = jinja_v_undef("(a slice)");
+            return 0;
+        }
         slice_bounds((long long)obj.u.list->n, b, &start, &stop, st);
         struct jlist *l = jinja_list_new(s);
         if (!l) return -1;
+        l->kind = kind; /* a tuple's slice is a tuple, a range's a range */
         for (long long i = start; st > 0 ? i < stop : i > stop; i += st)
             if (jinja_list_push(s, l, obj.u.list->v[i])) return -1;
         *out = (struct jv){.t = JV_LIST, .u.list = l};
@@ -288,6 +296,7 @@ static int contains(struct jinja_state *s, const struct jnode *n, struct jv need
         return 0;
     }
     if (hay.t == JV_LIST) {
+        if (jinja_list_walk(s, n, hay.u.list)) return -1;
         for (size_t i = 0; i < hay.u.list->n; i++)
             if (jinja_v_equal(s, needle, hay.u.list->v[i])) return *out = 1, 0;
         return 0;
@@ -389,9 +398,12 @@ static int arith(struct jinja_state *s, const struct jnode *n, struct jv a, stru
         *out = jinja_v_str(buf.p ? buf.p : "", buf.n);
         return 0;
     }
-    if (n->op == JO_ADD && a.t == JV_LIST && b.t == JV_LIST) {
+    if (n->op == JO_ADD && a.t == JV_LIST && b.t == JV_LIST &&
+        a.u.list->kind == b.u.list->kind &&
+        (a.u.list->kind == JL_LIST || a.u.list->kind == JL_TUPLE)) {
         struct jlist *l = jinja_list_new(s);
         if (!l) return -1;
+        l->kind = a.u.list->kind;
         for (size_t i = 0; i < a.u.list->n; i++)
             if (jinja_list_push(s, l, a.u.list->v[i])) return -1;
         for (size_t i = 0; i < b.u.list->n; i++)
@@ -561,7 +573,7 @@ int jinja_eval(struct jinja_state *s, const struct jnode *n, struct jv *out)
     case JN_LIST: {
         struct jlist *l = jinja_list_new(s);
         if (!l) return -1;
-        l->tuple = n->tuple;
+        l->kind = n->tuple ? JL_TUPLE : JL_LIST;
         for (int i = 0; i < n->n_args; i++)
             if (jinja_eval(s, n->args[i], &a) || jinja_list_push(s, l, a)) return -1;
         *out = (struct jv){.t = JV_LIST, .u.list = l};
@@ -649,7 +661,7 @@ static int iter_items(struct jinja_state *s, const struct jnode *n, struct jv v,
 {
     if (v.t == JV_LIST) {
         *out = v.u.list;
-        return 0;
+        return jinja_list_walk(s, n, v.u.list);
     }
     struct jlist *l = jinja_list_new(s);
     if (!l) return -1;

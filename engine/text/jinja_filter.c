@@ -70,7 +70,7 @@ static int as_list(struct jinja_state *s, const struct jnode *at, struct jv v,
 {
     if (v.t == JV_LIST) {
         *out = v.u.list;
-        return 0;
+        return jinja_list_walk(s, at, v.u.list);
     }
     struct jlist *l = jinja_list_new(s);
     if (!l) return -1;
@@ -140,6 +140,7 @@ static int filter_select(struct jinja_state *s, const struct jnode *at, const ch
         }
         if (r == keep && jinja_list_push(s, l, in->v[i])) return -1;
     }
+    l->kind = JL_GEN;
     *out = (struct jv){.t = JV_LIST, .u.list = l};
     return 0;
 }
@@ -308,6 +309,8 @@ int jinja_filter(struct jinja_state *s, const struct jnode *at, const char *name
     if (!strcmp(name, "length") || !strcmp(name, "count")) {
         if (v.t == JV_STR)
             *out = jinja_v_int((long long)utf8_len(v));
+        else if (v.t == JV_LIST && v.u.list->kind == JL_GEN)
+            return jinja_err(s, at, ENG_EINVAL, "object of type 'generator' has no len()");
         else if (v.t == JV_LIST)
             *out = jinja_v_int((long long)v.u.list->n);
         else if (v.t == JV_DICT || v.t == JV_NS)
@@ -323,16 +326,28 @@ int jinja_filter(struct jinja_state *s, const struct jnode *at, const char *name
         if (v.t != JV_DICT && v.t != JV_UNDEF)
             return jinja_err(s, at, ENG_EINVAL, "items: a %s is not a mapping",
                              jinja_v_type_name(v));
-        return jinja_str_dict_items(s, v, 2, out);
+        if (jinja_str_dict_items(s, v, 2, out)) return -1;
+        out->u.list->kind = JL_GEN; /* Jinja's items filter yields: a generator */
+        return 0;
     }
     if (!strcmp(name, "list")) {
         struct jlist *l;
         if (as_list(s, at, v, &l)) return -1;
+        if (l->kind != JL_LIST) { /* list(x): a list, whatever x was */
+            struct jlist *c = jinja_list_new(s);
+            if (!c) return -1;
+            for (size_t i = 0; i < l->n; i++)
+                if (jinja_list_push(s, c, l->v[i])) return -1;
+            l = c;
+        }
         *out = (struct jv){.t = JV_LIST, .u.list = l};
         return 0;
     }
     if (!strcmp(name, "first") || !strcmp(name, "last") || !strcmp(name, "reverse")) {
         struct jlist *l;
+        int was_gen = v.t == JV_LIST && v.u.list->kind == JL_GEN;
+        if (name[0] == 'l' && was_gen)
+            return jinja_err(s, at, ENG_EINVAL, "'generator' object is not reversible");
         if (as_list(s, at, v, &l)) return -1;
         if (name[0] == 'f')
             *out = l->n ? l->v[0] : jinja_v_undef("first");
@@ -348,6 +363,8 @@ int jinja_filter(struct jinja_state *s, const struct jnode *at, const char *name
                 struct jv empty = jinja_v_str("", 0);
                 return filter_join(s, at, joined, &empty, 1, NULL, NULL, 0, out);
             }
+            /* reversed(x) is an iterator; Jinja lists a generator first (do_reverse) */
+            r->kind = was_gen ? JL_LIST : JL_GEN;
             *out = (struct jv){.t = JV_LIST, .u.list = r};
         }
         return 0;
@@ -365,6 +382,7 @@ int jinja_filter(struct jinja_state *s, const struct jnode *at, const char *name
             if (x.t == JV_UNDEF && def) x = *def;
             if (jinja_list_push(s, l, x)) return -1;
         }
+        l->kind = JL_GEN;
         *out = (struct jv){.t = JV_LIST, .u.list = l};
         return 0;
     }
@@ -468,8 +486,9 @@ int jinja_test(struct jinja_state *s, const struct jnode *at, const char *name, 
     /* an Undefined is iterable (it iterates as nothing), as in Jinja */
     else if (!strcmp(name, "iterable"))
         *out = t == JV_STR || t == JV_LIST || t == JV_DICT || t == JV_UNDEF;
-    else if (!strcmp(name, "sequence"))
-        *out = t == JV_STR || t == JV_LIST || t == JV_DICT;
+    else if (!strcmp(name, "sequence")) /* len() and [i]: not a generator nor a dict view */
+        *out = t == JV_STR || t == JV_DICT ||
+               (t == JV_LIST && (v.u.list->kind <= JL_TUPLE || v.u.list->kind == JL_RANGE));
     else if (!strcmp(name, "callable"))
         *out = t == JV_MACRO || t == JV_FUNC;
     else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {

@@ -45,6 +45,7 @@ enum jinja_v_type {
 };
 
 struct jlist;
+struct jinja_state;
 struct jdict;
 struct jnode;
 struct jloop;
@@ -71,8 +72,26 @@ struct jv {
 struct jlist {
     struct jv *v;
     size_t n, cap;
-    int tuple; /* a dict's (key, value) pair: prints as ('k', 1), as Python does */
+    int kind;     /* enum jlist_kind */
+    int consumed; /* JL_GEN: walked once already */
 };
+
+/* What Python object a list stands for: it decides printing, len(), truthiness and
+ * equality, which differ between them (a generator is always true and has no len()). */
+enum jlist_kind {
+    JL_LIST,
+    JL_TUPLE,  /* (a, b), a dict's (key, value) pair */
+    JL_GEN,    /* a generator or iterator: select, map, |items, reversed(); walked once */
+    JL_RANGE,  /* range(): prints as range(0, 3), refused here */
+    JL_KEYS,   /* dict.keys(): prints as dict_keys([...]) */
+    JL_VALUES, /* dict.values() */
+    JL_ITEMS,  /* dict.items() */
+};
+
+/* The items of list value `l` for walking them (a for loop, join, |list, `in`, ...).
+ * A generator may be walked once: a second walk would see nothing in Python, which this
+ * refuses (ENG_EUNSUPPORTED) rather than guess. Returns 0 or -1. */
+int jinja_list_walk(struct jinja_state *s, const struct jnode *at, struct jlist *l);
 
 struct jdict {
     struct jv *k; /* JV_STR keys (JSON objects and dict literals have only those) */

@@ -239,11 +239,12 @@ int jinja_str_dict_items(struct jinja_state *s, struct jv d, int what, struct jv
             if (!pair || jinja_list_push(s, pair, d.u.dict->k[i]) ||
                 jinja_list_push(s, pair, d.u.dict->v[i]))
                 return -1;
-            pair->tuple = 1;
+            pair->kind = JL_TUPLE;
             item = (struct jv){.t = JV_LIST, .u.list = pair};
         }
         if (jinja_list_push(s, l, item)) return -1;
     }
+    l->kind = what == 0 ? JL_KEYS : what == 1 ? JL_VALUES : JL_ITEMS;
     *out = (struct jv){.t = JV_LIST, .u.list = l};
     return 0;
 }
@@ -337,6 +338,7 @@ int jinja_method(struct jinja_state *s, const struct jnode *at, struct jv obj,
     if (!strcmp(name, "join")) {
         if (n != 1 || args[0].t != JV_LIST)
             return jinja_err(s, at, ENG_EINVAL, "join() takes a list of strings");
+        if (jinja_list_walk(s, at, args[0].u.list)) return -1;
         struct jbuf b = {0};
         for (size_t i = 0; i < args[0].u.list->n; i++) {
             struct jv it = args[0].u.list->v[i];
@@ -431,6 +433,7 @@ int jinja_call_func(struct jinja_state *s, const struct jnode *at, int func,
             if (jinja_list_push(s, l, jinja_v_int(i))) return -1;
             if (__builtin_add_overflow(i, st, &i)) break;
         }
+        l->kind = JL_RANGE;
         *out = (struct jv){.t = JV_LIST, .u.list = l};
         return 0;
     }

@@ -125,6 +125,18 @@ struct jlist *jinja_list_new(struct jinja_state *s)
     return salloc(s, sizeof(struct jlist));
 }
 
+int jinja_list_walk(struct jinja_state *s, const struct jnode *at, struct jlist *l)
+{
+    if (l->kind != JL_GEN) return 0;
+    if (l->consumed)
+        return jinja_err(
+            s, at, ENG_EUNSUPPORTED,
+            "a generator (from select, map, items, reverse) used a second time: "
+            "Jinja would find it empty; add |list where it is made");
+    l->consumed = 1;
+    return 0;
+}
+
 int jinja_list_push(struct jinja_state *s, struct jlist *l, struct jv v)
 {
     if (l->n == l->cap) {
@@ -184,7 +196,8 @@ int jinja_v_truthy(struct jv v)
     case JV_INT: return v.u.i != 0;
     case JV_FLOAT: return v.u.f != 0;
     case JV_STR: return v.u.str.n != 0;
-    case JV_LIST: return v.u.list->n != 0;
+    case JV_LIST:
+        return v.u.list->kind == JL_GEN || v.u.list->n != 0; /* a generator: true */
     case JV_DICT: return v.u.dict->n != 0;
     default: return 1;
     }
@@ -220,6 +233,12 @@ static int jinja_v_equal_l(struct jinja_state *s, struct jv a, struct jv b, int 
     case JV_NONE: return 1;
     case JV_STR: return a.u.str.n == b.u.str.n && !memcmp(a.u.str.s, b.u.str.s, a.u.str.n);
     case JV_LIST:
+        if (a.u.list->kind != b.u.list->kind) return 0; /* (1, 2) != [1, 2] */
+        if (a.u.list->kind == JL_GEN) return a.u.list == b.u.list;
+        if (a.u.list->kind >= JL_KEYS) {
+            jinja_err(s, NULL, ENG_EUNSUPPORTED, "comparing dict views");
+            return 0;
+        }
         if (a.u.list->n != b.u.list->n) return 0;
         for (size_t i = 0; i < a.u.list->n; i++)
             if (!jinja_v_equal_l(s, a.u.list->v[i], b.u.list->v[i], level + 1)) return 0;
@@ -373,14 +392,25 @@ static int jinja_v_to_str_l(struct jinja_state *s, struct jbuf *b, struct jv v, 
     case JV_INT: snprintf(num, sizeof num, "%lld", v.u.i); return jinja_buf_str(s, b, num);
     case JV_FLOAT: float_repr(v.u.f, num, sizeof num); return jinja_buf_str(s, b, num);
     case JV_STR: return jinja_buf_add(s, b, v.u.str.s, v.u.str.n);
-    case JV_LIST:
-        if (jinja_buf_str(s, b, v.u.list->tuple ? "(" : "[")) return -1;
+    case JV_LIST: {
+        static const char *const view[] = {[JL_KEYS] = "dict_keys(",
+                                           [JL_VALUES] = "dict_values(",
+                                           [JL_ITEMS] = "dict_items("};
+        int k = v.u.list->kind;
+        if (k == JL_GEN || k == JL_RANGE)
+            return jinja_err(s, NULL, ENG_EUNSUPPORTED,
+                             "printing a %s (Python prints its repr; add |list)",
+                             k == JL_GEN ? "generator" : "range");
+        if (k >= JL_KEYS && jinja_buf_str(s, b, view[k])) return -1;
+        if (jinja_buf_str(s, b, k == JL_TUPLE ? "(" : "[")) return -1;
         for (size_t i = 0; i < v.u.list->n; i++)
             if ((i && jinja_buf_str(s, b, ", ")) ||
                 jinja_v_repr(s, b, v.u.list->v[i], level + 1))
                 return -1;
-        if (v.u.list->tuple && v.u.list->n == 1 && jinja_buf_str(s, b, ",")) return -1;
-        return jinja_buf_str(s, b, v.u.list->tuple ? ")" : "]");
+        if (k == JL_TUPLE && v.u.list->n == 1 && jinja_buf_str(s, b, ",")) return -1;
+        if (jinja_buf_str(s, b, k == JL_TUPLE ? ")" : "]")) return -1;
+        return k >= JL_KEYS ? jinja_buf_str(s, b, ")") : 0;
+    }
     case JV_DICT:
         if (jinja_buf_str(s, b, "{")) return -1;
         for (size_t i = 0; i < v.u.dict->n; i++)
@@ -487,6 +517,11 @@ int jinja_v_to_json(struct jinja_state *s, const struct jnode *at, struct jbuf *
     case JV_STR: return json_str(s, b, v.u.str.s, v.u.str.n);
     case JV_LIST: {
         struct jlist *l = v.u.list;
+        if (l->kind != JL_LIST && l->kind != JL_TUPLE)
+            return jinja_err(s, at, ENG_EINVAL, "tojson: a %s is not JSON serializable",
+                             l->kind == JL_GEN     ? "generator"
+                             : l->kind == JL_RANGE ? "range"
+                                                   : "dict view");
         if (!l->n) return jinja_buf_str(s, b, "[]");
         if (jinja_buf_str(s, b, "[")) return -1;
         for (size_t i = 0; i < l->n; i++) {

@@ -148,6 +148,13 @@ TEST(unsupported_constructs_name_themselves_and_where)
     expect_error("{% for x in [1] %}{{ loop.cycle('a', 'b') }}{% endfor %}",
                  ENG_EUNSUPPORTED, "method 'cycle' of a loop");
     expect_error("{{ 9223372036854775807 + 1 }}", ENG_EUNSUPPORTED, "integer overflow");
+    /* a generator prints as <generator object ... at 0x7f...> in Jinja, a range as
+     * range(0, 3); and a generator walked twice is empty the second time */
+    expect_error("{{ [1]|select }}", ENG_EUNSUPPORTED, "printing a generator");
+    expect_error("{{ range(3) }}", ENG_EUNSUPPORTED, "printing a range");
+    expect_error("{% set g = [1, 2]|select %}{{ g|join }}{{ g|join }}", ENG_EUNSUPPORTED,
+                 "line 1, column 45: a generator (from select, map, items, reverse) used a "
+                 "second time");
 }
 
 TEST(syntax_errors_are_located)

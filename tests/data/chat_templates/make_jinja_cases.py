@@ -82,6 +82,13 @@ CASES = [
      {"messages": M}),
     ("{% for a, b in [(1, 2), (3, 4)] %}{{ a + b }}{% endfor %} {{ {'a': 1}|items|list }}", {}),
     ("{{ messages.0.role }} {{ [[1, 2]].0.1 }}", {"messages": M}),
+    # generators, dict views and tuples are not lists
+    ("{{ 'yes' if []|select else 'no' }} {{ 'yes' if []|list else 'no' }} {{ []|selectattr('a')|list|length }} {{ [3, 1]|reverse|list }} {{ [3, 1]|reverse|join(',') }}", {}),
+    ("{{ {'a': 1}.items() }} {{ {'a': 1}.keys() }} {{ {'a': 1}.values() }} {{ {'a': 1}.keys()|length }} {{ (1, 2) == [1, 2] }} {{ (1, 2) == (1, 2) }}", {}),
+    ("{{ [1]|select is sequence }} {{ [1] is sequence }} {{ range(2) is sequence }} {{ ([1]|select)[0] is defined }} {{ 1 in [1, 2]|select }}", {}),
+    ("{{ []|select|length }}", {}),
+    ("{{ [1]|select|last }}", {}),
+    ("{{ [1]|select|tojson }}", {}),
     # tests
     ("{{ x is defined }} {{ y is defined }} {{ y is undefined }} {{ none is none }} {{ x is not none }}", {"x": 1}),
     ("{{ 'a' is string }} {{ 1 is number }} {{ 1 is integer }} {{ 1.5 is float }} {{ true is boolean }} {{ 1 is string }}", {}),
