@@ -495,8 +495,14 @@ static int eval_args(struct jinja_state *s, const struct jnode *n, struct jargs 
     return 0;
 }
 
+/*
+ * Call macro `m` (or a {% call %} body: m is the JN_CALLBLOCK) with `a`. Its scope sits
+ * on `parent` (the template's for a macro, the call site's for a caller()); `caller`, when
+ * not NULL, is bound as the macro's `caller`.
+ */
 static int call_macro(struct jinja_state *s, const struct jnode *at, const struct jnode *m,
-                      const struct jargs *a, struct jv *out)
+                      const struct jargs *a, struct jframe *parent, const struct jv *caller,
+                      struct jv *out)
 {
     if (a->n_pos > m->n_args)
         return jinja_err(s, at, ENG_EINVAL, "macro '%s' takes %d arguments, %d given",
@@ -506,7 +512,8 @@ static int call_macro(struct jinja_state *s, const struct jnode *at, const struc
                          s->o->limits.max_depth);
     struct jframe *f = jinja_alloc(&s->ar, sizeof *f), *saved = s->frame;
     if (!f) return jinja_err(s, at, ENG_ENOSPC, "the chat template used too much memory");
-    f->parent = s->top;
+    f->parent = parent ? parent : s->top;
+    if (caller && set_var(s, f, "caller", *caller)) return -1;
     for (int i = 0; i < m->n_args; i++) {
         struct jv v = jinja_v_undef(m->kwnames[i]);
         int found = 0;
@@ -556,10 +563,12 @@ static int eval_call(struct jinja_state *s, const struct jnode *n, struct jv *ou
     struct jv f;
     if (jinja_eval(s, n->a, &f)) return -1;
     if (f.t == JV_UNDEF) return undefined_err(s, n->a, f);
-    if (f.t != JV_MACRO && f.t != JV_FUNC)
+    if (f.t != JV_MACRO && f.t != JV_FUNC && f.t != JV_CALLER)
         return jinja_err(s, n, ENG_EINVAL, "a %s is not callable", jinja_v_type_name(f));
     if (eval_args(s, n, &a)) return -1;
-    if (f.t == JV_MACRO) return call_macro(s, n, f.u.macro, &a, out);
+    if (f.t == JV_MACRO) return call_macro(s, n, f.u.macro, &a, NULL, NULL, out);
+    if (f.t == JV_CALLER)
+        return call_macro(s, n, f.u.caller->node, &a, f.u.caller->frame, NULL, out);
     return jinja_call_func(s, n, f.u.func, a.pos, a.n_pos, n->kwnames, a.kw, a.n_kw, out);
 }
 
@@ -775,6 +784,25 @@ static int exec_stmt(struct jinja_state *s, const struct jnode *n)
     case JN_BREAK: s->loop_ctl = 1; return 0;
     case JN_CONTINUE: s->loop_ctl = 2; return 0;
     case JN_BLOCKSEQ: return exec_body(s, n->body, n->n_body);
+    case JN_CALLBLOCK: {
+        /* {% call m(args) %}body{% endcall %}: m runs with `caller` rendering the body
+         * in this scope; what m renders is the output */
+        struct jv f;
+        struct jargs a;
+        struct jcaller *c = jinja_alloc(&s->ar, sizeof *c);
+        if (!c)
+            return jinja_err(s, n, ENG_ENOSPC, "the chat template used too much memory");
+        c->node = n;
+        c->frame = s->frame;
+        struct jv cv = {.t = JV_CALLER, .u.caller = c};
+        if (jinja_eval(s, n->a->a, &f)) return -1;
+        if (f.t != JV_MACRO)
+            return jinja_err(s, n->a, ENG_EUNSUPPORTED,
+                             "{%% call %%} needs a macro, not %s", jinja_v_type_name(f));
+        if (eval_args(s, n->a, &a) || call_macro(s, n->a, f.u.macro, &a, NULL, &cv, &v))
+            return -1;
+        return out_add(s, n, v.u.str.s, v.u.str.n);
+    }
     default: return jinja_err(s, n, ENG_EFORMAT, "an expression where a statement belongs");
     }
 }

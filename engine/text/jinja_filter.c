@@ -490,7 +490,7 @@ int jinja_test(struct jinja_state *s, const struct jnode *at, const char *name, 
         *out = t == JV_STR || t == JV_DICT ||
                (t == JV_LIST && (v.u.list->kind <= JL_TUPLE || v.u.list->kind == JL_RANGE));
     else if (!strcmp(name, "callable"))
-        *out = t == JV_MACRO || t == JV_FUNC;
+        *out = t == JV_MACRO || t == JV_FUNC || t == JV_CALLER;
     else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         struct jv c;
         if (t != JV_STR) return *out = 0, 0;

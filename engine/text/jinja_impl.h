@@ -38,10 +38,11 @@ enum jinja_v_type {
     JV_STR,
     JV_LIST,
     JV_DICT,
-    JV_NS,    /* namespace(): a dict whose attributes `set ns.x = ...` may assign */
-    JV_MACRO, /* a {% macro %} */
-    JV_FUNC,  /* a built-in global: raise_exception, strftime_now, namespace, range */
-    JV_LOOP,  /* a for loop's `loop` */
+    JV_NS,     /* namespace(): a dict whose attributes `set ns.x = ...` may assign */
+    JV_MACRO,  /* a {% macro %} */
+    JV_FUNC,   /* a built-in global: raise_exception, strftime_now, namespace, range */
+    JV_LOOP,   /* a for loop's `loop` */
+    JV_CALLER, /* `caller` inside a macro called by {% call %}: renders the call's body */
 };
 
 struct jlist;
@@ -49,6 +50,7 @@ struct jinja_state;
 struct jdict;
 struct jnode;
 struct jloop;
+struct jcaller;
 
 struct jv {
     enum jinja_v_type t;
@@ -65,6 +67,7 @@ struct jv {
         const struct jnode *macro;
         int func; /* enum jfunc */
         const struct jloop *loop;
+        const struct jcaller *caller;
     } u;
     const char *undef_name; /* JV_UNDEF: the name that was looked up, for messages */
 };
@@ -104,6 +107,12 @@ struct jloop {
     size_t index0;
 };
 
+/* A {% call %} body with the scope it was written in, for the macro's caller(). */
+struct jcaller {
+    const struct jnode *node; /* the JN_CALLBLOCK */
+    struct jframe *frame;
+};
+
 enum jfunc { JF_RAISE, JF_STRFTIME, JF_NAMESPACE, JF_RANGE, JF_DICT };
 
 /* ---- syntax tree ---- */
@@ -118,7 +127,8 @@ enum jnode_kind {
     JN_MACRO,  /* name, params[n_args] with defaults args[], body */
     JN_BREAK,
     JN_CONTINUE,
-    JN_BLOCKSEQ, /* body: a list of statements (the template, a generation block) */
+    JN_BLOCKSEQ,  /* body: a list of statements (the template, a generation block) */
+    JN_CALLBLOCK, /* {% call(params) m(args) %}body: a: the call, params as a macro's */
     /* expressions */
     JN_CONST,  /* val */
     JN_NAME,   /* name */

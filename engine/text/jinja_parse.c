@@ -797,6 +797,38 @@ static int parse_macro(struct parser *P, struct jtok *open, struct jnode *n)
     return expect_end(P);
 }
 
+/* {% call(params) m(args) %}body{% endcall %}: params as a macro's, then a call. */
+static int parse_callblock(struct parser *P, struct jtok *open, struct jnode *n)
+{
+    static const char *const ends[] = {"endcall", NULL};
+    n->name = "caller";
+    if (is_op(cur(P), "(")) {
+        next(P);
+        while (!is_op(cur(P), ")")) {
+            if (cur(P)->kind != JT_NAME)
+                return perr(P, cur(P), ENG_EFORMAT, "expected a name");
+            push_name(P, &n->kwnames, n->n_args, tok_str(P, next(P)));
+            struct jnode *def = NULL;
+            if (is_op(cur(P), "=")) {
+                next(P);
+                if (!(def = parse_expr(P))) return -1;
+            }
+            push_node(P, &n->args, &n->n_args, def);
+            if (is_op(cur(P), ","))
+                next(P);
+            else if (!is_op(cur(P), ")"))
+                return perr(P, cur(P), ENG_EFORMAT, "expected ',' or ')'");
+        }
+        next(P);
+    }
+    n->a = parse_expr(P);
+    if (!n->a) return -1;
+    if (n->a->kind != JN_CALL)
+        return perr(P, open, ENG_EFORMAT, "{%% call %%} needs a macro call");
+    if (expect_end(P) || parse_body(P, open, ends, &n->body, &n->n_body) < 0) return -1;
+    return expect_end(P);
+}
+
 /* One statement; the current token is its name (just past `{%`). */
 static int parse_stmt(struct parser *P, struct jnode ***body, int *n_body)
 {
@@ -820,6 +852,9 @@ static int parse_stmt(struct parser *P, struct jnode ***body, int *n_body)
     } else if (is_name(open, "break") || is_name(open, "continue")) {
         n->kind = open->s[0] == 'b' ? JN_BREAK : JN_CONTINUE;
         r = expect_end(P);
+    } else if (is_name(open, "call")) {
+        n->kind = JN_CALLBLOCK;
+        r = parse_callblock(P, open, n);
     } else if (is_name(open, "generation")) {
         /* transformers' AssistantTracker tag: renders its body unchanged */
         static const char *const ends[] = {"endgeneration", NULL};
@@ -830,8 +865,9 @@ static int parse_stmt(struct parser *P, struct jnode ***body, int *n_body)
     } else {
         char name[32];
         snprintf(name, sizeof name, "%.*s", (int)MIN(open->n, 31), open->s);
-        static const char *const known[] = {"endif",    "endfor", "elif",          "else",
-                                            "endmacro", "endset", "endgeneration", NULL};
+        static const char *const known[] = {"endif",         "endfor",   "elif",
+                                            "else",          "endmacro", "endset",
+                                            "endgeneration", "endcall",  NULL};
         for (int k = 0; known[k]; k++)
             if (!strcmp(name, known[k]))
                 return perr(P, open, ENG_EFORMAT, "unexpected {%% %s %%}", name);
@@ -852,7 +888,9 @@ static int check_loops(struct parser *P, const struct jnode *n, int in_loop)
         return perr(P, &t, ENG_EFORMAT, "'%s' outside a loop",
                     n->kind == JN_BREAK ? "break" : "continue");
     }
-    int inner = n->kind == JN_FOR ? 1 : n->kind == JN_MACRO ? 0 : in_loop;
+    int inner = n->kind == JN_FOR                                ? 1
+                : n->kind == JN_MACRO || n->kind == JN_CALLBLOCK ? 0
+                                                                 : in_loop;
     for (int i = 0; i < n->n_body; i++)
         if (check_loops(P, n->body[i], inner)) return -1;
     for (int i = 0; i < n->n_orelse; i++)

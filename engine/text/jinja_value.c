@@ -265,9 +265,9 @@ int jinja_v_equal(struct jinja_state *s, struct jv a, struct jv b)
 
 const char *jinja_v_type_name(struct jv v)
 {
-    static const char *const names[] = {"undefined", "none",  "bool",     "int",
-                                        "float",     "str",   "list",     "dict",
-                                        "namespace", "macro", "function", "loop"};
+    static const char *const names[] = {"undefined", "none", "bool",  "int",       "float",
+                                        "str",       "list", "dict",  "namespace", "macro",
+                                        "function",  "loop", "caller"};
     return names[v.t];
 }
 

@@ -98,6 +98,9 @@ CASES = [
     ("{{ []|select|length }}", {}),
     ("{{ [1]|select|last }}", {}),
     ("{{ [1]|select|tojson }}", {}),
+    ("{% macro m(x) %}<{{ caller() }}|{{ x }}>{% endmacro %}{% call m(1) %}body {{ 2 }}{% endcall %}", {}),
+    ("{% macro m() %}{{ caller('a') }}{{ caller('b') }}{% endmacro %}{% call(v, w='-') m() %}[{{ v }}{{ w }}]{% endcall %}", {}),
+    ("{% macro m(x) %}{{ x }}{{ caller() }}{% endmacro %}{% for i in [1, 2] %}{% call m(0) %}{{ i }}{% endcall %};{% endfor %}", {}),
     # tests
     ("{{ x is defined }} {{ y is defined }} {{ y is undefined }} {{ none is none }} {{ x is not none }}", {"x": 1}),
     ("{{ 'a' is string }} {{ 1 is number }} {{ 1 is integer }} {{ 1.5 is float }} {{ true is boolean }} {{ 1 is string }}", {}),
