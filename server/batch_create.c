@@ -61,10 +61,11 @@ int batch_create_parse(const char *body, size_t len, struct batch_create *out,
         API_BAD_VALUE(e, "input_file_id", "input_file_id is required (a string)");
     else if (!cJSON_IsString(endpoint))
         API_BAD_VALUE(e, "endpoint", "endpoint is required (a string)");
-    else if (strcmp(endpoint->valuestring, "/v1/completions") != 0)
-        API_BAD_VALUE(
-            e, "endpoint",
-            "endpoint must be /v1/completions, the only endpoint this server batches");
+    else if (strcmp(endpoint->valuestring, BATCH_LINE_COMPLETIONS) != 0 &&
+             strcmp(endpoint->valuestring, BATCH_LINE_CHAT) != 0)
+        API_BAD_VALUE(e, "endpoint",
+                      "endpoint must be /v1/completions or /v1/chat/completions, the "
+                      "endpoints this server batches");
     else if (!cJSON_IsString(window) || strcmp(window->valuestring, "24h") != 0)
         API_BAD_VALUE(e, "completion_window", "completion_window must be \"24h\"");
     else if (metadata_ok(meta, e))

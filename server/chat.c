@@ -43,7 +43,7 @@ static const char *const shared_fields[] = {
 static void free_messages(struct chat_message *msgs, int32_t n)
 {
     for (int32_t i = 0; i < n; i++)
-        free(msgs[i].content);
+        free((char *)msgs[i].content); /* ours: heap copies */
     free(msgs);
 }
 
@@ -156,7 +156,9 @@ static int read_messages(const cJSON *arr, struct chat_message **out, int32_t *n
             rc = API_BAD_VALUE(err, param, "Missing required parameter: '%s'.", param);
             break;
         }
-        rc = read_content(content, i, &msgs[i].content, err);
+        char *text = NULL;
+        rc = read_content(content, i, &text, err);
+        msgs[i].content = text;
     }
     if (rc) {
         free_messages(msgs, n);

@@ -16,6 +16,7 @@
 #define H2O_SERVER_CHAT_H
 
 #include "api_error.h"
+#include "chat_template.h"
 #include "cmpl.h"
 
 #include <cjson/cJSON.h>
@@ -26,12 +27,9 @@
 /* Messages per request: far beyond any conversation, bounded for a hostile body. */
 #define CHAT_MAX_MESSAGES 4096
 
-/* One message as the template sees it: role "system", "user" or "assistant"
- * ("developer" reads as "system"), content the text (parts joined by "\n"). */
-struct chat_message {
-    const char *role; /* static */
-    char *content;    /* heap, valid UTF-8 without NUL */
-};
+/* A message reaches the template as a struct chat_message (chat_template.h): role
+ * "system", "user" or "assistant" ("developer" reads as "system"), content the text
+ * (parts joined by "\n"), valid UTF-8 without NUL. */
 
 /*
  * Render messages into the prompt text. add_generation_prompt: end with the

@@ -12,6 +12,7 @@
 
 #include "batch_line.h"
 #include "chat.h"
+#include "chat_tmpl.h"
 #include "cfg.h"
 #include "cmpl_resp.h"
 #include "engine.h"
@@ -46,7 +47,8 @@ struct rb {
     struct engine_core *core;
     struct model *m;              /* core->m */
     struct api_model am;
-    struct chat_model chat;       /* am, and the chat template (none yet: NULL) */
+    struct chat_model chat;       /* am, and the chat template */
+    struct chat_tmpl *tmpl;       /* the chat template (chat_tmpl.h), or NULL */
     struct sched *s;              /* core->sched */
     struct rb_line *lines;
     int32_t n_lines, cap_lines;
@@ -285,7 +287,11 @@ int run_batch_run(struct cfg c)
     b.am.kv_default = eo.kv_default;
     b.am.max_prompts = c.max_prompts_per_request;
     b.am.max_n = c.max_n;
-    b.chat = (struct chat_model){.m = &b.am};
+    if (chat_tmpl_open_model(c.model, c.chat_template, b.m->tok, &b.tmpl)) {
+        fprintf(stderr, "h2oserve: %s\n", err_msg());
+        goto done;
+    }
+    b.chat = chat_tmpl_model(b.tmpl, &b.am);
     b.out = fopen(out_path, "w");
     if (!b.out) {
         fprintf(stderr, "h2oserve: cannot write %s\n", out_path);
@@ -349,6 +355,7 @@ done:
     free(b.lines);
     free(b.id_line);
     free(b.cancel);
+    chat_tmpl_free(b.tmpl);
     batch_line_idset_free(&ids);
     /* Last: the responses above were made with the model's tokenizer. The scheduler
      * drops what an error left in it without events. */

@@ -26,6 +26,7 @@
 struct conn;
 struct jobstore;
 struct batchrun;
+struct chat_tmpl;
 
 struct srv {
     uv_loop_t *loop;
@@ -41,6 +42,7 @@ struct srv {
                                   (pointers into this struct), made once at start */
     struct chat_model chat;    /* the same for chat requests: model, and the chat
                                   template's render (NULL: the model has none) */
+    struct chat_tmpl *tmpl;    /* the chat template (chat_tmpl.h), or NULL */
     char *model_id;
     char *metrics_label;       /* model_name="..." for /metrics, made on first use */
     struct conn *conns;

@@ -14,6 +14,7 @@
 #include "srv_run.h"
 
 #include "batchrun.h"
+#include "chat_tmpl.h"
 #include "conn.h"
 #include "router.h"
 #include "srv.h"
@@ -219,7 +220,7 @@ static void set_model(struct srv *s)
     m->max_prompts = s->cfg->max_prompts_per_request;
     m->max_n = s->cfg->max_n;
     m->max_seqs = s->cfg->max_queue; /* prompts x max(n, best_of) in one request */
-    s->chat = (struct chat_model){.m = m};
+    s->chat = chat_tmpl_model(s->tmpl, m);
 }
 
 int srv_run(const struct cfg *cfg)
@@ -251,6 +252,13 @@ int srv_run(const struct cfg *cfg)
         log_info("max_model_len %d (the model's context is %d tokens)", s->max_model_len,
                  s->mcfg.max_pos);
     s->model_id = xstrdup(cfg->served_model_name ? cfg->served_model_name : cfg->model);
+    if (chat_tmpl_open_model(cfg->model, cfg->chat_template, s->tok, &s->tmpl)) {
+        log_error("%s", err_msg());
+        tokenizer_destroy(s->tok);
+        free(s->model_id);
+        free(s);
+        return 1;
+    }
     set_model(s);
     /* The job store first: it recovers interrupted batches, and a data dir another
      * server holds is a reason not to start at all. A full one is not: completions
@@ -306,6 +314,7 @@ out_early:
     jobstore_close(s->js);
     int code = s->exit_code;
     tokenizer_destroy(s->tok);
+    chat_tmpl_free(s->tmpl);
     free(s->model_id);
     free(s->metrics_label);
     bridge_free(&s->bridge);
