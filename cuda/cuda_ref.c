@@ -1,7 +1,8 @@
 /*
- * cuda_ref.c - host references of cuda_decode_attn and cuda_prefill_attn, and of the
- * KV state kernels cuda_kv_compact, cuda_kv_blocks_init and cuda_kv_blocks_gather_state
- * (see cuda_ref.h).
+ * cuda_ref.c - host references of cuda_decode_attn and cuda_prefill_attn, of the
+ * KV state kernels cuda_kv_compact, cuda_kv_blocks_init and cuda_kv_blocks_gather_state,
+ * and of the families' element-wise kernels cuda_norm, cuda_act, cuda_act_swiglu and
+ * cuda_rope (see cuda_ref.h).
  *
  * Written to be read next to cuda_decode_attn.cu: the same steps in the same order
  * for one (sequence, head) at a time. The logits are the kernel's exact arithmetic
@@ -316,4 +317,83 @@ void cuda_ref_logits_rows(float *dst, const float *src, const int32_t *rows, int
         memcpy(d, src + (int64_t)rows[i] * vocab, (size_t)vocab * sizeof *d);
         for (int32_t k = add_off[i]; k < add_off[i + 1]; k++) d[add_ids[k]] += add_vals[k];
     }
+}
+
+void cuda_ref_norm(float *out, const uint16_t *x, const uint16_t *w, const uint16_t *b,
+                   int rms, float eps, int32_t n, int32_t d)
+{
+    for (int32_t i = 0; i < n; i++) {
+        const uint16_t *row = x + (int64_t)i * d;
+        float mean = 0.0f, var = 0.0f;
+        if (!rms) {
+            for (int32_t j = 0; j < d; j++)
+                mean += f16_to_f32(row[j]);
+            mean /= (float)d;
+        }
+        /* cpu_ops_norm's one loop for both: RMSNorm is the variance around 0. */
+        for (int32_t j = 0; j < d; j++) {
+            const float c = f16_to_f32(row[j]) - mean;
+            var += c * c;
+        }
+        var /= (float)d;
+        const float rstd = 1.0f / sqrtf(var + eps);
+        for (int32_t j = 0; j < d; j++)
+            out[(int64_t)i * d + j] =
+                (f16_to_f32(row[j]) - mean) * rstd * f16_to_f32(w[j]) +
+                (rms ? 0.0f : f16_to_f32(b[j]));
+    }
+}
+
+float cuda_ref_act_one(float x, enum cuda_act act)
+{
+    switch (act) {
+    case CUDA_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case CUDA_ACT_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case CUDA_ACT_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case CUDA_ACT_SILU: return x / (1.0f + expf(-x));
+    }
+    return x;
+}
+
+void cuda_ref_act(float *out, const uint16_t *x, const uint16_t *bias, int32_t n, int32_t m,
+                  enum cuda_act act)
+{
+    for (int64_t i = 0; i < (int64_t)n * m; i++) {
+        /* The bias is added in fp32 before the activation, with no fp16 rounding in
+         * between: the kernel fuses both, as oneDNN fuses them on the CPU. */
+        const float v = f16_to_f32(x[i]) + (bias ? f16_to_f32(bias[i % m]) : 0.0f);
+        out[i] = cuda_ref_act_one(v, act);
+    }
+}
+
+void cuda_ref_act_swiglu(float *out, const uint16_t *src, int32_t n, int32_t f)
+{
+    for (int32_t i = 0; i < n; i++) {
+        const uint16_t *gate = src + (int64_t)i * 2 * f, *up = gate + f;
+        for (int32_t j = 0; j < f; j++)
+            out[(int64_t)i * f + j] =
+                cuda_ref_act_one(f16_to_f32(gate[j]), CUDA_ACT_SILU) * f16_to_f32(up[j]);
+    }
+}
+
+void cuda_ref_rope(float *out, const uint16_t *x, int64_t row_stride, const int32_t *pos,
+                   const float *inv_freq, int32_t n, int32_t n_heads, int32_t head_dim,
+                   int32_t dims)
+{
+    const int32_t half = dims / 2;
+    for (int64_t e = 0; e < (int64_t)n * row_stride; e++)
+        out[e] = f16_to_f32(x[e]);
+    for (int32_t r = 0; r < n; r++)
+        for (int32_t h = 0; h < n_heads; h++) {
+            float *v = out + r * row_stride + (int64_t)h * head_dim;
+            for (int32_t i = 0; i < half; i++) {
+                /* HF: the fp32 product position * inv_freq, then cos and sin. */
+                const float ang = (float)pos[r] * inv_freq[i];
+                const float c = cosf(ang), s = sinf(ang);
+                const float x1 = v[i], x2 = v[i + half];
+                v[i] = x1 * c - x2 * s;
+                v[i + half] = x2 * c + x1 * s;
+            }
+        }
 }

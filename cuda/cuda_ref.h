@@ -238,6 +238,51 @@ struct cuda_prefill_attn_args {
  */
 void cuda_ref_prefill_attn(const struct cuda_prefill_attn_args *a, float *out_f32);
 
+/*
+ * The element-wise kernels of the Llama / Mistral / Qwen2 / GPT-NeoX forward
+ * (cuda_norm.cu, cuda_rope.cu, cuda_act.cu) and their host references. The
+ * references read fp16 and write the unrounded fp32 result, so that the GPU tests can
+ * check the kernel's single fp16 rounding (gpu_f16_misses) and the fake device
+ * (tests/fakecuda) rounds it once itself. They follow the CPU backend's cpu_ops_norm,
+ * cpu_ops_act, cpu_ops_swiglu and cpu_ops_rope (engine/cpu/cpu_ops.c) step for step on
+ * the widened fp16 inputs.
+ */
+
+/* The activations (arch.h's enum arch_act, which this plain header cannot include;
+ * be_cuda_fwd.c maps one onto the other). */
+enum cuda_act { CUDA_ACT_RELU, CUDA_ACT_GELU, CUDA_ACT_GELU_TANH, CUDA_ACT_SILU };
+
+/*
+ * out [n, d] = the norm of each row of x [n, d]: RMSNorm (rms: x * 1 / sqrt(mean(x^2)
+ * + eps) * w, b unused and may be NULL) or LayerNorm ((x - mean) / sqrt(var + eps) *
+ * w + b, two passes), fp32 statistics summed in row order. w, b [d].
+ */
+void cuda_ref_norm(float *out, const uint16_t *x, const uint16_t *w, const uint16_t *b,
+                   int rms, float eps, int32_t n, int32_t d);
+
+/* One activation on one fp32 value, as cpu_ops.c's act_one. */
+float cuda_ref_act_one(float x, enum cuda_act act);
+
+/* out [n, m] = act(x + bias) for x [n, m], bias [m] or NULL (no bias). */
+void cuda_ref_act(float *out, const uint16_t *x, const uint16_t *bias, int32_t n, int32_t m,
+                  enum cuda_act act);
+
+/* out [n, f] = silu(src[:, :f]) * src[:, f:] for src [n, 2f] (gate then up, as
+ * shard.h stacks them). */
+void cuda_ref_act_swiglu(float *out, const uint16_t *src, int32_t n, int32_t f);
+
+/*
+ * Rotary positions: out [n, row_stride] = x [n, row_stride] widened, with the first
+ * n_heads heads of head_dim of each row rotated: within the first `dims` elements of
+ * a head, element i < dims / 2 pairs with i + dims / 2 (rotate_half) and the pair
+ * turns by the fp32 angle (float)pos[r] * inv_freq[i] (cosf, sinf); the rest of each
+ * head (NeoX's partial rotary) and of the row (v) is copied. inv_freq [dims / 2]
+ * from arch_rope_inv_freq, computed on the host.
+ */
+void cuda_ref_rope(float *out, const uint16_t *x, int64_t row_stride, const int32_t *pos,
+                   const float *inv_freq, int32_t n, int32_t n_heads, int32_t head_dim,
+                   int32_t dims);
+
 #ifdef __cplusplus
 }
 #endif

@@ -122,6 +122,107 @@ cudaError_t cuda_add(uint16_t *x, const uint16_t *y, int64_t n, cudaStream_t str
     return cudaSuccess;
 }
 
+/* Round a reference's fp32 result into dst [n] (the kernels' one rounding). */
+static void round_into(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = f32_to_f16(src[i]);
+}
+
+cudaError_t cuda_norm(uint16_t *dst, const uint16_t *x, const uint16_t *w,
+                      const uint16_t *b, bool rms, float eps, int32_t n, int32_t d,
+                      cudaStream_t stream)
+{
+    if (n < 0 || d < 0 || d % 2 || (!rms && !b) || !(eps >= 0.0f))
+        return cudaErrorInvalidValue;
+    if (n == 0 || d == 0) return cudaSuccess;
+    const size_t bytes = (size_t)n * (size_t)d * 2;
+    if (!fakecuda_stream_ok(stream, "cuda_norm") ||
+        !fakecuda_dev_ok(dst, bytes, "cuda_norm dst") ||
+        !fakecuda_dev_ok(x, bytes, "cuda_norm x") ||
+        !fakecuda_dev_ok(w, (size_t)d * 2, "cuda_norm w") ||
+        (!rms && !fakecuda_dev_ok(b, (size_t)d * 2, "cuda_norm b")) ||
+        !fakecuda_aligned4(dst, "cuda_norm") || !fakecuda_aligned4(x, "cuda_norm"))
+        return cudaErrorInvalidValue;
+    float *out = malloc(bytes * 2); /* n * d floats; dst may alias x, so round after */
+    if (!out) return cudaErrorMemoryAllocation;
+    cuda_ref_norm(out, x, w, rms ? NULL : b, rms, eps, n, d);
+    round_into(dst, out, (int64_t)n * d);
+    free(out);
+    return cudaSuccess;
+}
+
+cudaError_t cuda_act(uint16_t *x, const uint16_t *bias, int32_t n, int32_t m,
+                     enum cuda_act act, cudaStream_t stream)
+{
+    if (n < 0 || m < 0 || m % 2 || act < CUDA_ACT_RELU || act > CUDA_ACT_SILU)
+        return cudaErrorInvalidValue;
+    if (n == 0 || m == 0) return cudaSuccess;
+    const size_t bytes = (size_t)n * (size_t)m * 2;
+    if (!fakecuda_stream_ok(stream, "cuda_act") ||
+        !fakecuda_dev_ok(x, bytes, "cuda_act x") ||
+        (bias && !fakecuda_dev_ok(bias, (size_t)m * 2, "cuda_act bias")) ||
+        !fakecuda_aligned4(x, "cuda_act"))
+        return cudaErrorInvalidValue;
+    float *out = malloc(bytes * 2);
+    if (!out) return cudaErrorMemoryAllocation;
+    cuda_ref_act(out, x, bias, n, m, act);
+    round_into(x, out, (int64_t)n * m);
+    free(out);
+    return cudaSuccess;
+}
+
+cudaError_t cuda_act_swiglu(uint16_t *dst, const uint16_t *src, int32_t n, int32_t f,
+                            cudaStream_t stream)
+{
+    if (n < 0 || f < 0 || f % 2) return cudaErrorInvalidValue;
+    if (n == 0 || f == 0) return cudaSuccess;
+    const size_t bytes = (size_t)n * (size_t)f * 2;
+    if (!fakecuda_stream_ok(stream, "cuda_act_swiglu") ||
+        !fakecuda_dev_ok(dst, bytes, "cuda_act_swiglu dst") ||
+        !fakecuda_dev_ok(src, 2 * bytes, "cuda_act_swiglu src") ||
+        !fakecuda_aligned4(dst, "cuda_act_swiglu") ||
+        !fakecuda_aligned4(src, "cuda_act_swiglu"))
+        return cudaErrorInvalidValue;
+    if ((const char *)dst < (const char *)src + 2 * bytes &&
+        (const char *)src < (const char *)dst + bytes)
+        return fakecuda_violation("cuda_act_swiglu: dst overlaps src");
+    float *out = malloc(bytes * 2);
+    if (!out) return cudaErrorMemoryAllocation;
+    cuda_ref_act_swiglu(out, src, n, f);
+    round_into(dst, out, (int64_t)n * f);
+    free(out);
+    return cudaSuccess;
+}
+
+cudaError_t cuda_rope(uint16_t *x, int64_t row_stride, const int32_t *pos,
+                      const float *inv_freq, int32_t n, int32_t n_heads, int32_t head_dim,
+                      int32_t dims, cudaStream_t stream)
+{
+    if (n < 0 || n_heads < 0 || n_heads > 65535 || dims <= 0 || dims % 2 ||
+        dims > head_dim || row_stride < (int64_t)n_heads * head_dim)
+        return cudaErrorInvalidValue;
+    if (n == 0 || n_heads == 0) return cudaSuccess;
+    /* The last row need only reach its last rotated head. */
+    const size_t span = ((size_t)(n - 1) * (size_t)row_stride + (size_t)n_heads * head_dim);
+    if (!fakecuda_stream_ok(stream, "cuda_rope") ||
+        !fakecuda_dev_ok(x, span * 2, "cuda_rope x") ||
+        !fakecuda_dev_ok(pos, (size_t)n * 4, "cuda_rope pos") ||
+        !fakecuda_dev_ok(inv_freq, (size_t)(dims / 2) * 4, "cuda_rope inv_freq"))
+        return cudaErrorInvalidValue;
+    /* The reference works on whole rows; run it row by row on a copy of the span. */
+    float *out = malloc((size_t)row_stride * sizeof *out);
+    if (!out) return cudaErrorMemoryAllocation;
+    for (int32_t r = 0; r < n; r++) {
+        uint16_t *row = x + (int64_t)r * row_stride;
+        cuda_ref_rope(out, row, (int64_t)n_heads * head_dim, &pos[r], inv_freq, 1, n_heads,
+                      head_dim, dims);
+        round_into(row, out, (int64_t)n_heads * head_dim);
+    }
+    free(out);
+    return cudaSuccess;
+}
+
 cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t stream)
 {
     if (a->n_seq < 0 || a->n_head < 0 || a->head_dim % 2 || a->head_dim > 256 ||
