@@ -226,20 +226,24 @@ cudaError_t cuda_rope(uint16_t *x, int64_t row_stride, const int32_t *pos,
 cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t stream)
 {
     if (a->n_seq < 0 || a->n_head < 0 || a->head_dim % 2 || a->head_dim > 256 ||
-        a->head_dim <= 0 || a->n_seq > 65535 || a->block_size < 1)
+        a->head_dim <= 0 || a->n_seq > 65535 || a->block_size < 1 || a->n_kv_head < 0 ||
+        a->window < 0 || (a->n_kv_head > 0 && a->n_head % a->n_kv_head))
         return fakecuda_violation("cuda_decode_attn: bad sizes");
     if (a->n_seq == 0 || a->n_head == 0) return cudaSuccess;
+    const int32_t KV = a->n_kv_head > 0 ? a->n_kv_head : a->n_head;
     const size_t rows = (size_t)a->n_seq;
     const size_t hd = (size_t)a->n_head * (size_t)a->head_dim;
+    const size_t qkv_row = (size_t)(a->n_head + 2 * KV) * (size_t)a->head_dim;
     if (!fakecuda_stream_ok(stream, "cuda_decode_attn") ||
-        !fakecuda_dev_ok(a->qkv, rows * 3 * hd * 2, "cuda_decode_attn qkv") ||
+        !fakecuda_dev_ok(a->qkv, rows * qkv_row * 2, "cuda_decode_attn qkv") ||
         !fakecuda_dev_ok(a->out, rows * hd * 2, "cuda_decode_attn out") ||
         !DEV(a->k, "cuda_decode_attn k") || !DEV(a->v, "cuda_decode_attn v") ||
         !DEV(a->pos, "cuda_decode_attn pos") || !DEV(a->score, "cuda_decode_attn score") ||
-        !fakecuda_dev_ok(a->blocks, rows * (size_t)a->max_blocks * 4, "cuda_decode_attn blocks") ||
+        !fakecuda_dev_ok(a->blocks, rows * (size_t)a->max_blocks * 4,
+                         "cuda_decode_attn blocks") ||
         !fakecuda_dev_ok(a->seqs, rows * sizeof *a->seqs, "cuda_decode_attn seqs") ||
-        !fakecuda_dev_ok(a->new_slot, rows * (size_t)a->n_head * 4, "cuda_decode_attn new_slot") ||
-        !fakecuda_dev_ok(a->victim, rows * (size_t)a->n_head * 4, "cuda_decode_attn victim") ||
+        !fakecuda_dev_ok(a->new_slot, rows * (size_t)KV * 4, "cuda_decode_attn new_slot") ||
+        !fakecuda_dev_ok(a->victim, rows * (size_t)KV * 4, "cuda_decode_attn victim") ||
         !fakecuda_aligned4(a->qkv, "cuda_decode_attn qkv") ||
         !fakecuda_aligned4(a->out, "cuda_decode_attn out"))
         return cudaErrorInvalidValue;
@@ -250,8 +254,8 @@ cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t
             return fakecuda_violation("cuda_decode_attn: sequence %d has %d slots, max_slots "
                                       "%d, max_blocks %d", i, s->n_slots, a->max_slots,
                                       a->max_blocks);
-        for (int32_t h = 0; h < a->n_head; h++) {
-            const int32_t ns = a->new_slot[(int64_t)i * a->n_head + h];
+        for (int32_t h = 0; h < KV; h++) {
+            const int32_t ns = a->new_slot[(int64_t)i * KV + h];
             if (ns < 0 || ns >= s->n_slots)
                 return fakecuda_violation("cuda_decode_attn: sequence %d head %d new slot %d "
                                           "outside [0, %d)", i, h, ns, s->n_slots);
@@ -264,21 +268,26 @@ cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t
 cudaError_t cuda_prefill_attn(const struct cuda_prefill_attn_args *a, cudaStream_t stream)
 {
     if (a->n_seq < 0 || a->n_head < 0 || a->head_dim < 1 || a->head_dim > 256 ||
-        a->n_seq > 65535 || a->n_head > 65535 || a->block_size < 1)
+        a->n_seq > 65535 || a->n_head > 65535 || a->block_size < 1 || a->n_kv_head < 0 ||
+        a->window < 0 || (a->n_kv_head > 0 && a->n_head % a->n_kv_head))
         return fakecuda_violation("cuda_prefill_attn: bad sizes");
     if (a->n_seq == 0 || a->n_head == 0) return cudaSuccess;
+    const int32_t KV = a->n_kv_head > 0 ? a->n_kv_head : a->n_head;
     const size_t rows = (size_t)a->n_tok;
     const size_t hd = (size_t)a->n_head * (size_t)a->head_dim;
+    const size_t qkv_row = (size_t)(a->n_head + 2 * KV) * (size_t)a->head_dim;
     if (!fakecuda_stream_ok(stream, "cuda_prefill_attn") ||
-        !fakecuda_dev_ok(a->qkv, rows * 3 * hd * 2, "cuda_prefill_attn qkv") ||
+        !fakecuda_dev_ok(a->qkv, rows * qkv_row * 2, "cuda_prefill_attn qkv") ||
         !fakecuda_dev_ok(a->out, rows * hd * 2, "cuda_prefill_attn out") ||
         !fakecuda_dev_ok(a->lse, rows * (size_t)a->n_head * 4, "cuda_prefill_attn lse") ||
         !DEV(a->k, "cuda_prefill_attn k") || !DEV(a->v, "cuda_prefill_attn v") ||
-        !DEV(a->pos, "cuda_prefill_attn pos") || !DEV(a->score, "cuda_prefill_attn score") ||
+        !DEV(a->pos, "cuda_prefill_attn pos") ||
+        !DEV(a->score, "cuda_prefill_attn score") ||
         !fakecuda_dev_ok(a->blocks, (size_t)a->n_seq * (size_t)a->max_blocks * 4,
                          "cuda_prefill_attn blocks") ||
         !fakecuda_dev_ok(a->tok_pos, rows * 4, "cuda_prefill_attn tok_pos") ||
-        !fakecuda_dev_ok(a->seqs, (size_t)a->n_seq * sizeof *a->seqs, "cuda_prefill_attn seqs"))
+        !fakecuda_dev_ok(a->seqs, (size_t)a->n_seq * sizeof *a->seqs,
+                         "cuda_prefill_attn seqs"))
         return cudaErrorInvalidValue;
     for (int32_t i = 0; i < a->n_seq; i++) {
         const struct cuda_prefill_seq *s = &a->seqs[i];
