@@ -284,7 +284,7 @@ extern "C" cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a,
          * This fails when the device has less shared memory per block than asked
          * for (227 KiB on sm_90, 163 KiB on sm_80). */
         cudaError_t e =
-            cudaFuncSetAttribute(cuda_decode_attn_kernel,
+            cudaFuncSetAttribute((const void *)cuda_decode_attn_kernel,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }

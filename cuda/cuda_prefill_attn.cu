@@ -257,7 +257,7 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_fwd(cuda_prefill_attn
     }
 
     /* Every row of the chunk sees itself, so l >= 1 for r < n_tok - q0. */
-    const int32_t nq = min(PA_QT, sq.n_tok - q0);
+    const int32_t nq = min((int32_t)PA_QT, sq.n_tok - q0);
     __half *out = (__half *)a.out;
     for (int32_t e = tid; e < nq * D; e += PA_THREADS) {
         const int32_t r = e / D, d = e % D;
