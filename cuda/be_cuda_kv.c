@@ -5,7 +5,7 @@
  * is NULL (be_cuda.c); the victims of a decode step come from the forward
  * (be_cuda_kv_victims, be_cuda_fwd.c).
  *
- * Every operation is a job run on all ranks at once, each rank on its heads of the
+ * Every operation is a job run on all ranks at once, each rank on its KV heads of the
  * pool, through the rank's staging buffers.
  * Owns: the pool's device memory (freed by be_cuda_kv_free). Thread: engine (the
  * rank threads are internal).
@@ -201,8 +201,8 @@ void be_cuda_kv_copy_blocks(void *ctx, const int32_t *src, const int32_t *dst, i
     run_or_abort(c, job_kv_copy);
 }
 
-/* H2O prefill compaction on this rank's heads: keep holds [n_layer, n_head, n_keep]
- * for every head; the rank's rows of a layer are contiguous. */
+/* H2O prefill compaction on this rank's KV heads: keep holds [n_layer, n_kv_head, n_keep]
+ * for every KV head; the rank's rows of a layer are contiguous. */
 static void job_kv_compact(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
@@ -249,8 +249,8 @@ void be_cuda_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots,
     run_or_abort(c, job_kv_compact);
 }
 
-/* One sequence's slot state of every layer, this rank's heads, into the engine's
- * [n_layer, n_head, n_slots] arrays (the ranks write disjoint heads). */
+/* One sequence's slot state of every layer, this rank's KV heads, into the engine's
+ * [n_layer, n_kv_head, n_slots] arrays (the ranks write disjoint heads). */
 static void job_kv_read(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
@@ -282,7 +282,7 @@ static void job_kv_read(void *arg, int32_t rank)
         return;
     const float *score_host = (const float *)(pos_host + state);
     for (int32_t li = 0; li < L; li++) {
-        /* This rank's heads are rows head0 .. head0 + Hr - 1 of the layer. */
+        /* This rank's KV heads are rows kv_head0 .. kv_head0 + Hr - 1 of the layer. */
         const size_t dst = ((size_t)li * (size_t)H + (size_t)r->sh.kv_head0) * (size_t)n;
         memcpy(c->op_pos_out + dst, pos_host + li * per_layer, per_layer * 4);
         memcpy(c->op_score_out + dst, score_host + li * per_layer, per_layer * 4);
