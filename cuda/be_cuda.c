@@ -184,16 +184,19 @@ static void load_layer(struct cuda_be *c, struct cu_rank *r, int32_t li)
 {
     const struct opt_config *cfg = &c->cfg;
     const size_t hd = (size_t)cfg->hidden, attn = (size_t)r->sh.n_head * (size_t)cfg->head_dim;
+    const size_t qkv = (size_t)(r->sh.n_head + 2 * r->sh.n_kv_head) * (size_t)cfg->head_dim;
     const size_t ffn = (size_t)r->sh.n_ffn;
+    const size_t n_fc1 = (cfg->arch.mlp == ARCH_MLP_SWIGLU ? 2 : 1) * ffn;
     struct shard_layer sl;
     if (be_cuda_fail_eng(r, shard_read_layer(&r->sh, cfg, c->w, li, &sl))) return;
     struct cu_layer *L = &r->layers[li];
-    L->qkv_w = upload_f16(r, sl.qkv_w, 3 * attn * hd, "qkv weight");
-    L->qkv_b = upload_f16(r, sl.qkv_b, 3 * attn, "qkv bias");
+    /* A bias the family does not have is NULL in sl and stays NULL here. */
+    L->qkv_w = upload_f16(r, sl.qkv_w, qkv * hd, "qkv weight");
+    L->qkv_b = upload_f16(r, sl.qkv_b, qkv, "qkv bias");
     L->out_w = upload_f16(r, sl.out_w, hd * attn, "out_proj weight");
     L->out_b = upload_f16(r, sl.out_b, hd, "out_proj bias");
-    L->fc1_w = upload_f16(r, sl.fc1_w, ffn * hd, "fc1 weight");
-    L->fc1_b = upload_f16(r, sl.fc1_b, ffn, "fc1 bias");
+    L->fc1_w = upload_f16(r, sl.fc1_w, n_fc1 * hd, "fc1 weight");
+    L->fc1_b = upload_f16(r, sl.fc1_b, n_fc1, "fc1 bias");
     L->fc2_w = upload_f16(r, sl.fc2_w, hd * ffn, "fc2 weight");
     L->fc2_b = upload_f16(r, sl.fc2_b, hd, "fc2 bias");
     L->ln1_w = upload_f16(r, sl.ln1_w, hd, "layer norm");
@@ -209,21 +212,50 @@ static void job_load(void *arg, int32_t rank)
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
     const struct opt_config *cfg = &c->cfg;
+    const struct model_arch *a = &cfg->arch;
+    const struct arch_names *nm = a->names;
     const int64_t hd = cfg->hidden, proj = cfg->word_embed_proj_dim, V = cfg->vocab_size;
     if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
     if (be_cuda_fail_eng(r, shard_init(&r->sh, cfg, rank, c->n_rank))) return;
-    r->embed = load_whole(r, c->w, "embed_tokens", "weight", V, proj);
-    r->pos_embed = load_whole(r, c->w, "embed_positions", "weight", cfg->max_pos + 2, hd);
+    r->embed = load_whole(r, c->w, nm->embed, "weight", V, proj);
+    if (a->pos == ARCH_POS_LEARNED)
+        r->pos_embed =
+            load_whole(r, c->w, nm->pos_embed, "weight", cfg->max_pos + a->pos_offset, hd);
+    if (a->pos == ARCH_POS_ROTARY && !r->err) {
+        /* The frequencies on the host, as the CPU backend computes them, so that both
+         * turn q and k by the same fp32 angles. */
+        const size_t half = (size_t)(a->rope.dims / 2);
+        float *f = xmalloc(half * sizeof *f);
+        arch_rope_inv_freq(&a->rope, f);
+        if (!be_cuda_fail(r, cudaMalloc((void **)&r->inv_freq, half * sizeof *f),
+                          "inv_freq"))
+            be_cuda_fail(
+                r, cudaMemcpy(r->inv_freq, f, half * sizeof *f, cudaMemcpyHostToDevice),
+                "inv_freq");
+        free(f);
+    }
     if (proj != hd) r->project_in = load_whole(r, c->w, "project_in", "weight", hd, proj);
     if (rank == 0) {
         if (proj != hd) r->project_out = load_whole(r, c->w, "project_out", "weight", proj, hd);
-        if (cfg->ln_before) {
-            r->lnf_w = load_whole(r, c->w, "final_layer_norm", "weight", hd, 1);
-            r->lnf_b = load_whole(r, c->w, "final_layer_norm", "bias", hd, 1);
+        if (a->final_norm) {
+            r->lnf_w = load_whole(r, c->w, nm->final_norm, "weight", hd, 1);
+            if (a->norm == ARCH_NORM_LAYERNORM)
+                r->lnf_b = load_whole(r, c->w, nm->final_norm, "bias", hd, 1);
         }
-        /* lm_head is the token embedding unless the checkpoint has its own. */
-        r->own_lm_head = weights_has(c->w, "lm_head.weight");
-        r->lm_head = r->own_lm_head ? load_whole(r, c->w, "lm_head", "weight", V, proj) : r->embed;
+        /* lm_head as the CPU backend picks it (be_cpu.c): OPT's own head when the
+         * checkpoint has one, else the token embedding; the other families follow
+         * tie_word_embeddings (tied: the embedding even when a file stores the head;
+         * untied: the checkpoint's head, or a load error). */
+        char head[96];
+        snprintf(head, sizeof head, "%s.weight", nm->lm_head);
+        const bool opt = a->family == ARCH_OPT;
+        r->own_lm_head = weights_has(c->w, head) && (opt || !cfg->tied_lm_head);
+        if (!r->own_lm_head && !opt && !cfg->tied_lm_head)
+            be_cuda_fail_eng(r, err_set(ENG_ENOTFOUND,
+                                        "%s: no tensor %s and tie_word_embeddings is false",
+                                        cfg->name, head));
+        r->lm_head =
+            r->own_lm_head ? load_whole(r, c->w, nm->lm_head, "weight", V, proj) : r->embed;
     }
     r->layers = xcalloc((size_t)cfg->n_layer, sizeof *r->layers);
     for (int32_t li = 0; li < cfg->n_layer && !r->err; li++) load_layer(c, r, li);
@@ -258,13 +290,50 @@ static void job_measure(void *arg, int32_t rank)
     const size_t V = (size_t)cfg->vocab_size;
     const size_t wide = (size_t)MAX(cfg->hidden, cfg->word_embed_proj_dim);
     const size_t samp = rank == 0 ? be_cuda_sample_reserve_bytes((int32_t)rows, (int32_t)V) : 0;
+    /* Per token: x, h, tmp, par (4 wide rows), qkv and attn (at most 4 query-head
+     * widths: GQA's k and v are narrower), ff and ff2 (3 n_ffn), in fp16. */
     const size_t ws = tok * 2 *
-                          (3 * wide + 4 * (size_t)r->sh.n_head * (size_t)cfg->head_dim +
-                           (size_t)r->sh.n_ffn) +
+                          (4 * wide + 4 * (size_t)r->sh.n_head * (size_t)cfg->head_dim +
+                           3 * (size_t)r->sh.n_ffn) +
                       rows * V * 4 + samp + ((size_t)256 << 20);
     const double budget = (double)c->opts.gpu_memory_utilization * (double)total_b -
                           (double)(total_b - free_b) - (double)ws;
     r->kv_room = budget > 0 ? (size_t)budget : 0;
+}
+
+/*
+ * Whether the kernels cover cfg's description (arch.h), with n_rank ranks: every
+ * family of arch.h as its fields say (norm kind, MLP kind, positions, GQA, window,
+ * parallel residual, biases); the geometry the kernels need (even widths for their
+ * fp16 pairs, head_dim at most 256, even rotary dims). A model outside that is refused
+ * at load with ENG_EUNSUPPORTED rather than run wrong. The tensor-parallel split
+ * (heads, KV heads and fc1 units divisible by n_rank) is shard_init's to refuse.
+ */
+static int supported(const struct opt_config *cfg, int32_t n_rank)
+{
+    const struct model_arch *a = &cfg->arch;
+    if (cfg->head_dim % 2 || cfg->head_dim > 256 || cfg->hidden % 2)
+        return err_set(ENG_EUNSUPPORTED,
+                       "CUDA backend: head_dim %d must be even and at most "
+                       "256",
+                       cfg->head_dim);
+    if (a->pos == ARCH_POS_ROTARY && (a->rope.dims <= 0 || a->rope.dims % 2))
+        return err_set(ENG_EUNSUPPORTED,
+                       "CUDA backend: %s: %d rotary dims, the kernel needs "
+                       "an even number",
+                       cfg->name, a->rope.dims);
+    /* cuda_act and cuda_act_swiglu move fp16 pairs of each rank's fc1 units. */
+    if (cfg->ffn % n_rank == 0 && (cfg->ffn / n_rank) % 2)
+        return err_set(ENG_EUNSUPPORTED,
+                       "CUDA backend: %s: %d MLP units per rank, the "
+                       "kernels need an even number",
+                       cfg->name, cfg->ffn / n_rank);
+    if (a->mlp == ARCH_MLP_FC && a->act == ARCH_ACT_RELU && !a->mlp_bias)
+        return err_set(ENG_EUNSUPPORTED,
+                       "CUDA backend: %s: ReLU without an fc1 bias is not "
+                       "supported",
+                       cfg->name);
+    return 0;
 }
 
 static int be_cuda_load(void *ctx, const struct opt_config *cfg, const struct weights *w)
@@ -273,19 +342,10 @@ static int be_cuda_load(void *ctx, const struct opt_config *cfg, const struct we
     CHECK(!c->loaded);
     c->loaded = true; /* even on failure: destroy frees what was built */
     c->cfg = *cfg;
-    /* The kernels are OPT's (LayerNorm, ReLU, learned positions, one KV head per
-     * query head); another family would run wrong, so it is refused here rather than
-     * served. docs/cuda.md says what is missing. */
-    if (cfg->arch.family != ARCH_OPT)
-        return err_set(ENG_EUNSUPPORTED,
-                       "CUDA backend: %s (%s) is not supported yet, only OPTForCausalLM; "
-                       "use --device cpu",
-                       cfg->name, cfg->arch.hf_name);
-    if (cfg->head_dim % 2 || cfg->head_dim > 256 || cfg->hidden % 2)
-        return err_set(ENG_EUNSUPPORTED, "CUDA backend: head_dim %d must be even and at most "
-                                         "256", cfg->head_dim);
+    int err = supported(cfg, c->n_rank);
+    if (err) return err;
     c->w = w;
-    int err = be_cuda_run(c, job_load);
+    err = be_cuda_run(c, job_load);
     c->w = NULL;
     if (!err) err = be_cuda_run(c, job_measure);
     if (!err) {
@@ -341,8 +401,10 @@ static void job_close(void *arg, int32_t rank)
         cudaFreeHost(c->samp_host);
     }
     uint16_t *bufs[] = {r->embed, r->pos_embed, r->project_in, r->project_out, r->lnf_w,
-                        r->lnf_b, r->x, r->h, r->qkv, r->attn, r->ff, r->tmp};
+                        r->lnf_b, r->x,         r->h,          r->qkv,         r->attn,
+                        r->ff,    r->ff2,       r->tmp,        r->par};
     for (size_t i = 0; i < ARRAY_LEN(bufs); i++) cudaFree(bufs[i]);
+    cudaFree(r->inv_freq);
     cudaFree(r->lse);
     cudaFree(r->logits);
     cudaFree(r->meta);

@@ -37,7 +37,8 @@ static size_t align16(size_t n)
 /* Lay out and fill c->meta_host for batch b; returns 0 or ENG_ENOMEM. */
 static int describe(struct cuda_be *c, const struct be_batch *b)
 {
-    const int32_t L = c->cfg.n_layer, H = c->cfg.n_head, N = c->n_rank;
+    /* H: KV heads (the pool's, the new slots' and the victims'), Hr per rank. */
+    const int32_t L = c->cfg.n_layer, H = c->cfg.n_kv_head, N = c->n_rank;
     if (b->n_seq > c->cap_seq) {
         c->cap_seq = MAX(b->n_seq, 2 * c->cap_seq);
         c->dec_index = xrealloc(c->dec_index, (size_t)c->cap_seq * sizeof *c->dec_index);
@@ -98,7 +99,7 @@ static int describe(struct cuda_be *c, const struct be_batch *b)
     struct cuda_prefill_seq *ps = (struct cuda_prefill_seq *)(base + m->pre_seqs);
     int32_t *db = (int32_t *)(base + m->dec_blocks), *pb = (int32_t *)(base + m->pre_blocks);
     int32_t *slots = (int32_t *)(base + m->dec_slots);
-    const int32_t Hr = H / N;
+    const int32_t Hr = H / N; /* KV heads per rank */
     c->have_victims = false;
     for (int32_t i = 0, d = 0, p = 0; i < b->n_seq; i++) {
         const struct be_seq *s = &b->seqs[i];
@@ -117,7 +118,7 @@ static int describe(struct cuda_be *c, const struct be_batch *b)
         ds[d] = (struct cuda_decode_seq){.n_slots = s->n_slots, .t = b->pos[s->tok_start],
                                          .budget = evicts ? s->h2o_budget : INT32_MAX,
                                          .recent = evicts ? MAX(s->h2o_recent, 1) : 1};
-        /* Rank r's new slots, [n_layer, n_dec, n_head_r], after the lower ranks'. */
+        /* Rank r's new slots, [n_layer, n_dec, n_kv_head_r], after the lower ranks'. */
         for (int32_t r = 0; r < N; r++) {
             int32_t *rs = slots + (size_t)r * (size_t)L * (size_t)c->n_dec * (size_t)Hr;
             for (int32_t l = 0; l < L; l++)
@@ -136,16 +137,25 @@ static int ws_reserve(struct cuda_be *c, struct cu_rank *r, int32_t n_tok, int32
     const struct opt_config *cfg = &c->cfg;
     const size_t wide = (size_t)MAX(cfg->hidden, cfg->word_embed_proj_dim);
     const size_t attn = (size_t)r->sh.n_head * (size_t)cfg->head_dim;
+    const size_t qkv = (size_t)(r->sh.n_head + 2 * r->sh.n_kv_head) * (size_t)cfg->head_dim;
+    const bool swiglu = cfg->arch.mlp == ARCH_MLP_SWIGLU;
+    const bool par = cfg->arch.parallel_residual;
     if (n_tok > r->cap_tok) {
         const size_t n = (size_t)MAX(n_tok, 2 * r->cap_tok);
         struct {
             void **p;
             size_t bytes;
         } bufs[] = {
-            {(void **)&r->x, n * (size_t)cfg->hidden * 2}, {(void **)&r->h, n * wide * 2},
-            {(void **)&r->tmp, n * wide * 2},              {(void **)&r->qkv, n * 3 * attn * 2},
-            {(void **)&r->attn, n * attn * 2},             {(void **)&r->ff, n * (size_t)r->sh.n_ffn * 2},
+            {(void **)&r->x, n * (size_t)cfg->hidden * 2},
+            {(void **)&r->h, n * wide * 2},
+            {(void **)&r->tmp, n * wide * 2},
+            {(void **)&r->qkv, n * qkv * 2},
+            {(void **)&r->attn, n * attn * 2},
+            {(void **)&r->ff, n * (size_t)r->sh.n_ffn * 2},
             {(void **)&r->lse, n * (size_t)r->sh.n_head * 4},
+            /* Only the families that use them: SwiGLU's gate | up, NeoX's branch. */
+            {(void **)&r->ff2, swiglu ? n * 2 * (size_t)r->sh.n_ffn * 2 : 0},
+            {(void **)&r->par, par ? n * (size_t)cfg->hidden * 2 : 0},
         };
         for (size_t i = 0; i < ARRAY_LEN(bufs); i++) {
             cudaFree(*bufs[i].p);
@@ -153,7 +163,8 @@ static int ws_reserve(struct cuda_be *c, struct cu_rank *r, int32_t n_tok, int32
         }
         r->cap_tok = 0;
         for (size_t i = 0; i < ARRAY_LEN(bufs); i++)
-            if (be_cuda_fail(r, cudaMalloc(bufs[i].p, bufs[i].bytes), "forward workspace"))
+            if (bufs[i].bytes &&
+                be_cuda_fail(r, cudaMalloc(bufs[i].p, bufs[i].bytes), "forward workspace"))
                 return r->err;
         r->cap_tok = (int32_t)n;
     }
@@ -168,7 +179,8 @@ static int ws_reserve(struct cuda_be *c, struct cu_rank *r, int32_t n_tok, int32
             return r->err;
         r->cap_out = (int32_t)n;
     }
-    const size_t nv = (size_t)cfg->n_layer * (size_t)MAX(c->n_dec, 1) * (size_t)r->sh.n_head;
+    const size_t nv =
+        (size_t)cfg->n_layer * (size_t)MAX(c->n_dec, 1) * (size_t)r->sh.n_kv_head;
     if (nv > r->victims_cap) {
         cudaFree(r->victims);
         cudaFreeHost(r->victims_host);
@@ -198,45 +210,149 @@ static int allreduce(struct cu_rank *r, uint16_t *y, int64_t n)
                    : r->err;
 }
 
-/* One layer's attention on rank r: the decode runs, then the prefill chunks. */
+/* One layer's attention on rank r: rotary on q and k (rotary families), the decode
+ * runs, then the prefill chunks. */
 static int attention(struct cuda_be *c, struct cu_rank *r, int32_t li, const struct be_batch *b)
 {
     const struct opt_config *cfg = &c->cfg;
+    const struct model_arch *arch = &cfg->arch;
     const struct cu_meta *m = &c->meta;
     const char *meta = r->meta;
-    const int32_t Hr = r->sh.n_head, D = cfg->head_dim;
+    const int32_t Hr = r->sh.n_head, KVr = r->sh.n_kv_head, D = cfg->head_dim;
+    const size_t row = (size_t)(Hr + 2 * KVr) * (size_t)D; /* one token's q | k | v */
     const float scale = 1.0f / sqrtf((float)D);
     struct cu_layer *L = &r->layers[li];
-    const int32_t *slots = (const int32_t *)(meta + m->dec_slots) +
-                           (size_t)r->sh.rank * (size_t)cfg->n_layer * (size_t)c->n_dec * (size_t)Hr;
+    /* q and k (the first Hr + KVr heads of each row) turn by their true positions
+     * before K is cached, as cpu_rank.c does: the cache holds rotated keys, which
+     * eviction and compaction move without re-rotating. */
+    if (arch->pos == ARCH_POS_ROTARY &&
+        be_cuda_fail(r,
+                     cuda_rope(r->qkv, (int64_t)row, (const int32_t *)(meta + m->pos),
+                               r->inv_freq, b->n_tok, Hr + KVr, D, arch->rope.dims,
+                               r->stream),
+                     "cuda_rope"))
+        return r->err;
+    const int32_t *slots =
+        (const int32_t *)(meta + m->dec_slots) +
+        (size_t)r->sh.rank * (size_t)cfg->n_layer * (size_t)c->n_dec * (size_t)KVr;
     for (int32_t i = 0; i < c->n_runs; i++) {
         const struct dec_run *run = &c->runs[i];
         const size_t at = (size_t)li * (size_t)c->n_dec + (size_t)run->d0; /* [layer, seq] */
         struct cuda_decode_attn_args a = {
-            .qkv = r->qkv + (size_t)run->row0 * 3 * (size_t)Hr * (size_t)D,
+            .qkv = r->qkv + (size_t)run->row0 * row,
             .out = r->attn + (size_t)run->row0 * (size_t)Hr * (size_t)D,
-            .k = L->k, .v = L->v, .pos = L->pos, .score = L->score,
-            .blocks = (const int32_t *)(meta + m->dec_blocks) + (size_t)run->d0 * (size_t)c->max_blocks,
+            .k = L->k,
+            .v = L->v,
+            .pos = L->pos,
+            .score = L->score,
+            .blocks = (const int32_t *)(meta + m->dec_blocks) +
+                      (size_t)run->d0 * (size_t)c->max_blocks,
             .max_blocks = c->max_blocks,
             .seqs = (const struct cuda_decode_seq *)(meta + m->dec_seqs) + run->d0,
-            .new_slot = slots + at * (size_t)Hr,
-            .victim = r->victims + at * (size_t)Hr,
-            .n_seq = run->d1 - run->d0, .n_head = Hr, .head_dim = D,
-            .block_size = c->block_size, .max_slots = c->max_dec_slots, .scale = scale,
+            .new_slot = slots + at * (size_t)KVr,
+            .victim = r->victims + at * (size_t)KVr,
+            .n_seq = run->d1 - run->d0,
+            .n_head = Hr,
+            .head_dim = D,
+            .block_size = c->block_size,
+            .max_slots = c->max_dec_slots,
+            .scale = scale,
+            .n_kv_head = KVr,
+            .window = arch->sliding_window,
         };
         if (be_cuda_fail(r, cuda_decode_attn(&a, r->stream), "cuda_decode_attn"))
             return r->err;
     }
     if (c->n_pre == 0) return 0;
     struct cuda_prefill_attn_args p = {
-        .qkv = r->qkv, .out = r->attn, .lse = r->lse, .k = L->k, .v = L->v, .pos = L->pos,
-        .score = L->score, .blocks = (const int32_t *)(meta + m->pre_blocks),
-        .max_blocks = c->max_blocks, .tok_pos = (const int32_t *)(meta + m->pos),
-        .seqs = (const struct cuda_prefill_seq *)(meta + m->pre_seqs), .n_tok = b->n_tok,
-        .n_seq = c->n_pre, .n_head = Hr, .head_dim = D, .block_size = c->block_size,
-        .max_chunk = c->max_chunk, .max_slots = c->max_pre_slots, .scale = scale,
+        .qkv = r->qkv,
+        .out = r->attn,
+        .lse = r->lse,
+        .k = L->k,
+        .v = L->v,
+        .pos = L->pos,
+        .score = L->score,
+        .blocks = (const int32_t *)(meta + m->pre_blocks),
+        .max_blocks = c->max_blocks,
+        .tok_pos = (const int32_t *)(meta + m->pos),
+        .seqs = (const struct cuda_prefill_seq *)(meta + m->pre_seqs),
+        .n_tok = b->n_tok,
+        .n_seq = c->n_pre,
+        .n_head = Hr,
+        .head_dim = D,
+        .block_size = c->block_size,
+        .max_chunk = c->max_chunk,
+        .max_slots = c->max_pre_slots,
+        .scale = scale,
+        .n_kv_head = KVr,
+        .window = arch->sliding_window,
     };
     return be_cuda_fail(r, cuda_prefill_attn(&p, r->stream), "cuda_prefill_attn");
+}
+
+/* dst [n, hidden] = the model's norm of x with weights (w, b): OPT's LayerNorm (eps
+ * 1e-5, cuda_layernorm, unchanged), else cuda_norm with the family's kind and eps. */
+static int norm(struct cuda_be *c, struct cu_rank *r, uint16_t *dst, const uint16_t *x,
+                const uint16_t *w, const uint16_t *b, int32_t n)
+{
+    const struct model_arch *a = &c->cfg.arch;
+    const int32_t hd = c->cfg.hidden;
+    if (a->family == ARCH_OPT)
+        return be_cuda_fail(r, cuda_layernorm(dst, x, w, b, n, hd, r->stream), "layernorm");
+    return be_cuda_fail(r,
+                        cuda_norm(dst, x, w, b, a->norm == ARCH_NORM_RMSNORM, a->norm_eps,
+                                  n, hd, r->stream),
+                        "norm");
+}
+
+/* The attention block on its input `in` [n, hidden]: partial output all-reduced into
+ * r->tmp [n, hidden]. */
+static int attn_block(struct cuda_be *c, struct cu_rank *r, int32_t li,
+                      const struct be_batch *b, const uint16_t *in)
+{
+    const struct opt_config *cfg = &c->cfg;
+    const struct cu_layer *L = &r->layers[li];
+    const int32_t n = b->n_tok, hd = cfg->hidden, D = cfg->head_dim;
+    const int32_t attn = r->sh.n_head * D;
+    const int32_t qkv = (r->sh.n_head + 2 * r->sh.n_kv_head) * D;
+    if (be_cuda_mark(r, CU_SPAN_GEMM) ||
+        gemm(r, r->qkv, in, L->qkv_w, L->qkv_b, n, qkv, hd, false) || // qkv: [n, qkv]
+        be_cuda_mark(r, CU_SPAN_ATTN) || attention(c, r, li, b) ||    // attn: [n, attn]
+        be_cuda_mark(r, CU_SPAN_GEMM) ||
+        gemm(r, r->tmp, r->attn, L->out_w, L->out_b, n, hd, attn, false) ||
+        be_cuda_mark(r, CU_SPAN_OTHER))
+        return r->err;
+    return allreduce(r, r->tmp, (int64_t)n * hd);
+}
+
+/* The MLP on its input `in` [n, hidden]: partial output all-reduced into r->tmp. */
+static int mlp_block(struct cuda_be *c, struct cu_rank *r, int32_t li, int32_t n,
+                     const uint16_t *in)
+{
+    const struct opt_config *cfg = &c->cfg;
+    const struct model_arch *a = &cfg->arch;
+    const struct cu_layer *L = &r->layers[li];
+    const int32_t hd = cfg->hidden, F = r->sh.n_ffn;
+    if (be_cuda_mark(r, CU_SPAN_GEMM)) return r->err;
+    if (a->mlp == ARCH_MLP_SWIGLU) {
+        /* One GEMM for gate and up (shard.h stacks their rows), then silu(gate) * up. */
+        if (gemm(r, r->ff2, in, L->fc1_w, L->fc1_b, n, 2 * F, hd, false) || // [n, 2F]
+            be_cuda_fail(r, cuda_act_swiglu(r->ff, r->ff2, n, F, r->stream), "swiglu"))
+            return r->err;
+    } else if (a->act == ARCH_ACT_RELU) {
+        if (gemm(r, r->ff, in, L->fc1_w, L->fc1_b, n, F, hd, true)) return r->err;
+    } else {
+        /* GELU: the bias is added in fp32 inside cuda_act, not rounded to fp16 first. */
+        if (gemm(r, r->ff, in, L->fc1_w, NULL, n, F, hd, false) ||
+            be_cuda_fail(r,
+                         cuda_act(r->ff, L->fc1_b, n, F, (enum cuda_act)a->act, r->stream),
+                         "activation"))
+            return r->err;
+    }
+    if (gemm(r, r->tmp, r->ff, L->fc2_w, L->fc2_b, n, hd, F, false) || // tmp: [n, hidden]
+        be_cuda_mark(r, CU_SPAN_OTHER))
+        return r->err;
+    return allreduce(r, r->tmp, (int64_t)n * hd);
 }
 
 static int layer_forward(struct cuda_be *c, struct cu_rank *r, int32_t li,
@@ -245,47 +361,46 @@ static int layer_forward(struct cuda_be *c, struct cu_rank *r, int32_t li,
     const struct opt_config *cfg = &c->cfg;
     const struct cu_layer *L = &r->layers[li];
     const int32_t n = b->n_tok, hd = cfg->hidden;
-    const int32_t attn = r->sh.n_head * cfg->head_dim;
+    const int64_t nh = (int64_t)n * hd;
     cudaStream_t st = r->stream;
+
+    if (cfg->arch.parallel_residual) {
+        /* GPT-NeoX: x = x + attn(ln1(x)) + mlp(ln2(x)), both norms of the same x; the
+         * two branches added first, as HF does (mlp_output + attn_output + x). */
+        if (norm(c, r, r->h, r->x, L->ln1_w, L->ln1_b, n) ||
+            attn_block(c, r, li, b, r->h) ||
+            be_cuda_fail(r,
+                         cudaMemcpyAsync(r->par, r->tmp, (size_t)nh * 2,
+                                         cudaMemcpyDeviceToDevice, st),
+                         "parallel residual") ||
+            norm(c, r, r->h, r->x, L->ln2_w, L->ln2_b, n) || mlp_block(c, r, li, n, r->h) ||
+            be_cuda_fail(r, cuda_add(r->tmp, r->par, nh, st), "residual") ||
+            be_cuda_fail(r, cuda_add(r->x, r->tmp, nh, st), "residual"))
+            return r->err;
+        return 0;
+    }
 
     /* Attention block. Pre-LN: x += attn(LN(x)). Post-LN: x = LN(x + attn(x)). */
     const uint16_t *in = r->x;
     if (cfg->ln_before) {
-        if (be_cuda_fail(r, cuda_layernorm(r->h, r->x, L->ln1_w, L->ln1_b, n, hd, st),
-                         "layernorm"))
-            return r->err;
+        if (norm(c, r, r->h, r->x, L->ln1_w, L->ln1_b, n)) return r->err;
         in = r->h;
     }
-    if (be_cuda_mark(r, CU_SPAN_GEMM) ||
-        gemm(r, r->qkv, in, L->qkv_w, L->qkv_b, n, 3 * attn, hd, false) ||
-        be_cuda_mark(r, CU_SPAN_ATTN) || attention(c, r, li, b) ||
-        be_cuda_mark(r, CU_SPAN_GEMM) ||
-        gemm(r, r->tmp, r->attn, L->out_w, L->out_b, n, hd, attn, false) ||
-        be_cuda_mark(r, CU_SPAN_OTHER) || allreduce(r, r->tmp, (int64_t)n * hd) ||
-        be_cuda_fail(r, cuda_add(r->x, r->tmp, (int64_t)n * hd, st), "residual"))
+    if (attn_block(c, r, li, b, in) ||
+        be_cuda_fail(r, cuda_add(r->x, r->tmp, nh, st), "residual"))
         return r->err;
-    if (!cfg->ln_before &&
-        be_cuda_fail(r, cuda_layernorm(r->x, r->x, L->ln1_w, L->ln1_b, n, hd, st),
-                     "layernorm"))
-        return r->err;
+    if (!cfg->ln_before && norm(c, r, r->x, r->x, L->ln1_w, L->ln1_b, n)) return r->err;
 
     /* Feed-forward block, same two orders. */
     in = r->x;
     if (cfg->ln_before) {
-        if (be_cuda_fail(r, cuda_layernorm(r->h, r->x, L->ln2_w, L->ln2_b, n, hd, st),
-                         "layernorm"))
-            return r->err;
+        if (norm(c, r, r->h, r->x, L->ln2_w, L->ln2_b, n)) return r->err;
         in = r->h;
     }
-    if (be_cuda_mark(r, CU_SPAN_GEMM) ||
-        gemm(r, r->ff, in, L->fc1_w, L->fc1_b, n, r->sh.n_ffn, hd, true) ||
-        gemm(r, r->tmp, r->ff, L->fc2_w, L->fc2_b, n, hd, r->sh.n_ffn, false) ||
-        be_cuda_mark(r, CU_SPAN_OTHER) || allreduce(r, r->tmp, (int64_t)n * hd) ||
-        be_cuda_fail(r, cuda_add(r->x, r->tmp, (int64_t)n * hd, st), "residual"))
+    if (mlp_block(c, r, li, n, in) ||
+        be_cuda_fail(r, cuda_add(r->x, r->tmp, nh, st), "residual"))
         return r->err;
-    if (!cfg->ln_before)
-        be_cuda_fail(r, cuda_layernorm(r->x, r->x, L->ln2_w, L->ln2_b, n, hd, st),
-                     "layernorm");
+    if (!cfg->ln_before) norm(c, r, r->x, r->x, L->ln2_w, L->ln2_b, n);
     return r->err;
 }
 
@@ -300,9 +415,7 @@ static int logits(struct cuda_be *c, struct cu_rank *r, const struct be_batch *b
     if (be_cuda_fail(r, cuda_embed(r->h, r->x, rows, NULL, NULL, 0, n_out, hd, st),
                      "gather rows"))
         return r->err;
-    if (cfg->ln_before &&
-        be_cuda_fail(r, cuda_layernorm(r->h, r->h, r->lnf_w, r->lnf_b, n_out, hd, st),
-                     "layernorm"))
+    if (cfg->arch.final_norm && norm(c, r, r->h, r->h, r->lnf_w, r->lnf_b, n_out))
         return r->err;
     const uint16_t *fin = r->h;
     if (be_cuda_mark(r, CU_SPAN_GEMM)) return r->err;
@@ -349,7 +462,10 @@ static int forward_enqueue(struct cuda_be *c, struct cu_rank *r, const struct be
     const char *meta = r->meta;
     const int32_t *tokens = (const int32_t *)(meta + c->meta.tokens);
     const int32_t *pos = (const int32_t *)(meta + c->meta.pos);
-    /* Embeddings; OPT looks its learned positions up at position + 2. */
+    /* Embeddings; OPT looks its learned positions up at position + 2 (pos_offset);
+     * rotary families add none here (q and k turn inside each layer). */
+    const int32_t off = cfg->arch.pos_offset;
+    const uint16_t *pt = cfg->arch.pos == ARCH_POS_LEARNED ? r->pos_embed : NULL;
     if (proj != hd) {
         if (be_cuda_fail(r,
                          cuda_embed(r->tmp, r->embed, tokens, NULL, NULL, 0, n, proj, st),
@@ -357,12 +473,11 @@ static int forward_enqueue(struct cuda_be *c, struct cu_rank *r, const struct be
             be_cuda_mark(r, CU_SPAN_GEMM) ||
             gemm(r, r->x, r->tmp, r->project_in, NULL, n, hd, proj, false) ||
             be_cuda_mark(r, CU_SPAN_OTHER) ||
-            be_cuda_fail(r, cuda_embed_positions(r->x, r->pos_embed, pos, 2, n, hd, st),
-                         "positions"))
+            (pt && be_cuda_fail(r, cuda_embed_positions(r->x, pt, pos, off, n, hd, st),
+                                "positions")))
             return r->err;
-    } else if (be_cuda_fail(
-                   r, cuda_embed(r->x, r->embed, tokens, r->pos_embed, pos, 2, n, hd, st),
-                   "embed")) {
+    } else if (be_cuda_fail(r, cuda_embed(r->x, r->embed, tokens, pt, pos, off, n, hd, st),
+                            "embed")) {
         return r->err;
     }
     for (int32_t li = 0; li < cfg->n_layer; li++)
@@ -373,7 +488,7 @@ static int forward_enqueue(struct cuda_be *c, struct cu_rank *r, const struct be
     if (r->timing) be_cuda_marks_read(r, &r->marks[r->mark_cur ^ 1]);
     if (r->sh.rank == 0 && b->n_out > 0 && logits(c, r, b)) return r->err;
     if (c->have_victims) {
-        const size_t nv = (size_t)cfg->n_layer * (size_t)c->n_dec * (size_t)r->sh.n_head;
+        const size_t nv = (size_t)cfg->n_layer * (size_t)c->n_dec * (size_t)r->sh.n_kv_head;
         be_cuda_fail(r,
                      cudaMemcpyAsync(r->victims_host, r->victims, nv * 4,
                                      cudaMemcpyDeviceToHost, st),
@@ -417,18 +532,19 @@ int be_cuda_forward(void *ctx, const struct be_batch *b, float *logits_out)
 int be_cuda_kv_victims(void *ctx, int32_t seq, int32_t *victims)
 {
     struct cuda_be *c = ctx;
-    const int32_t L = c->cfg.n_layer, H = c->cfg.n_head;
+    const int32_t L = c->cfg.n_layer, H = c->cfg.n_kv_head; /* victims per KV head */
     if (!c->have_victims || seq < 0 || seq >= c->n_seq || c->dec_index[seq] < 0)
         return err_set(ENG_EINVAL, "kv_victims: sequence %d of the last forward evicted "
                                    "nothing", seq);
     const size_t d = (size_t)c->dec_index[seq];
     for (int32_t i = 0; i < c->n_rank; i++) {
         const struct cu_rank *r = &c->ranks[i];
-        const int32_t Hr = r->sh.n_head;
+        const int32_t Hr = r->sh.n_kv_head;
         for (int32_t l = 0; l < L; l++)
             for (int32_t h = 0; h < Hr; h++)
-                victims[l * H + r->sh.head0 + h] =
-                    r->victims_host[((size_t)l * (size_t)c->n_dec + d) * (size_t)Hr + (size_t)h];
+                victims[l * H + r->sh.kv_head0 + h] =
+                    r->victims_host[((size_t)l * (size_t)c->n_dec + d) * (size_t)Hr +
+                                    (size_t)h];
     }
     return 0;
 }

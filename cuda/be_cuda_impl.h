@@ -5,12 +5,14 @@
  * One rank per GPU: rank r uses device r, its own stream, cuBLAS handle and, with
  * tensor parallelism, NCCL communicator, all driven from one host thread (ranks.h:
  * the engine thread is rank 0). Rank r holds its shard of the layers (shard.h: its
- * heads of q/k/v and out_proj, its fc1 units and fc2 columns), the replicated
- * embeddings and LayerNorms, and a KV pool of its own heads only:
- * per layer K [n_blocks, n_head_r, head_dim, block_size], V [n_blocks, n_head_r,
- * block_size, head_dim] (fp16), pos / score [n_blocks, n_head_r, block_size] (the
- * layout of cuda_ref.h with n_head_r heads). Rank 0 also holds the final LayerNorm,
- * project_out and the LM head, and returns the logits.
+ * query heads of q and out_proj, its KV heads of k and v, its fc1 units (gate and up
+ * for SwiGLU) and fc2 columns), the replicated embeddings and norms, and a KV pool of
+ * its own KV heads only: per layer K [n_blocks, n_kv_head_r, head_dim, block_size],
+ * V [n_blocks, n_kv_head_r, block_size, head_dim] (fp16), pos / score [n_blocks,
+ * n_kv_head_r, block_size] (the layout of cuda_ref.h with n_kv_head_r heads). Rank 0
+ * also holds the final norm, project_out and the LM head, and returns the logits.
+ * What differs between model families is read from cfg.arch (arch.h), as the CPU
+ * backend's cpu_rank.c does.
  *
  * fp16 weights and activations (the residual stream too, as FlexGen and Hugging Face
  * run OPT in fp16), fp32 accumulation in every GEMM and kernel, fp32 H2O scores,
@@ -39,11 +41,14 @@
 
 /* One layer's weights on a rank's device, fp16, PyTorch [out, in] layout. */
 struct cu_layer {
-    uint16_t *qkv_w, *qkv_b; /* [3 * n_head_r * head_dim, hidden], [3 * n_head_r * head_dim] */
-    uint16_t *out_w, *out_b; /* [hidden, n_head_r * head_dim], [hidden] or NULL off rank 0 */
-    uint16_t *fc1_w, *fc1_b; /* [n_ffn, hidden], [n_ffn] */
+    /* [(n_head_r + 2 n_kv_head_r) * head_dim, hidden]: q | k | v rows, and the bias
+     * (NULL where the family has none) */
+    uint16_t *qkv_w, *qkv_b;
+    uint16_t *out_w, *out_b; /* [hidden, n_head_r * head_dim], [hidden] or NULL */
+    uint16_t *fc1_w, *fc1_b; /* [n_fc1, hidden], [n_fc1] or NULL; SwiGLU: gate | up rows,
+                                n_fc1 = 2 n_ffn */
     uint16_t *fc2_w, *fc2_b; /* [hidden, n_ffn], [hidden] or NULL off rank 0 */
-    uint16_t *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* [hidden] */
+    uint16_t *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* [hidden]; the biases NULL for RMSNorm */
     /* This rank's KV pool and slot state for the layer. */
     uint16_t *k, *v;
     int32_t *pos;
@@ -82,11 +87,13 @@ struct cu_rank {
     struct comm *comm; /* NULL with one rank */
     /* Replicated weights, fp16. */
     uint16_t *embed;     /* [vocab, proj] */
-    uint16_t *pos_embed; /* [max_pos + 2, hidden] */
+    uint16_t *pos_embed; /* [max_pos + pos_offset, hidden], learned positions only */
+    float *inv_freq; /* [rope.dims / 2] rotary inverse frequencies (arch_rope_inv_freq) */
     uint16_t *project_in; /* [hidden, proj] when proj != hidden */
     /* Rank 0 only. */
     uint16_t *project_out; /* [proj, hidden] when proj != hidden */
-    uint16_t *lnf_w, *lnf_b; /* [hidden], pre-LN models */
+    uint16_t *lnf_w,
+        *lnf_b; /* [hidden] the final norm (arch.final_norm); b NULL for RMSNorm */
     uint16_t *lm_head;       /* [vocab, proj]: embed unless the checkpoint has its own */
     bool own_lm_head;
     struct cu_layer *layers; /* [n_layer] */
@@ -94,15 +101,17 @@ struct cu_rank {
     int32_t cap_tok, cap_out;
     uint16_t *x;   /* [n_tok, hidden] residual stream */
     uint16_t *h;   /* [n_tok, max(hidden, proj)] LayerNorm output, GEMM input */
-    uint16_t *qkv; /* [n_tok, 3 * n_head_r * head_dim] */
+    uint16_t *qkv; /* [n_tok, (n_head_r + 2 n_kv_head_r) * head_dim] */
     uint16_t *attn; /* [n_tok, n_head_r * head_dim] */
     uint16_t *ff;  /* [n_tok, n_ffn] */
+    uint16_t *ff2; /* [n_tok, 2 n_ffn] SwiGLU's gate | up */
     uint16_t *tmp; /* [n_tok, max(hidden, proj)] */
+    uint16_t *par; /* [n_tok, hidden] parallel residual: the attention's output */
     float *lse;    /* [n_tok, n_head_r] prefill log-sum-exp */
     float *logits; /* [n_out, vocab] rank 0 */
     void *meta;    /* device batch description (struct cu_meta) */
     size_t meta_cap;
-    int32_t *victims; /* [n_layer, n_dec, n_head_r] decode victims, device */
+    int32_t *victims;      /* [n_layer, n_dec, n_kv_head_r] decode victims, device */
     int32_t *victims_host; /* the same, pinned host */
     size_t victims_cap;    /* int32 elements of both */
     /* kv_read_state / kv_compact staging: device and pinned host. */

@@ -5,7 +5,7 @@
  * is NULL (be_cuda.c); the victims of a decode step come from the forward
  * (be_cuda_kv_victims, be_cuda_fwd.c).
  *
- * Every operation is a job run on all ranks at once, each rank on its heads of the
+ * Every operation is a job run on all ranks at once, each rank on its KV heads of the
  * pool, through the rank's staging buffers.
  * Owns: the pool's device memory (freed by be_cuda_kv_free). Thread: engine (the
  * rank threads are internal).
@@ -21,7 +21,7 @@
 size_t be_cuda_kv_block_bytes(void *ctx, int32_t block_size)
 {
     struct cuda_be *c = ctx;
-    const size_t slots = (size_t)c->cfg.n_head * (size_t)block_size;
+    const size_t slots = (size_t)c->cfg.n_kv_head * (size_t)block_size;
     const size_t per_layer = 2 * slots * (size_t)c->cfg.head_dim * 2 + slots * (4 + 4);
     return per_layer * (size_t)c->cfg.n_layer; /* over all ranks: each holds its heads */
 }
@@ -34,13 +34,13 @@ size_t be_cuda_kv_capacity(void *ctx)
 /* Element counts of one layer's pool on rank r: K or V, and pos or score. */
 static size_t kv_elems(const struct cuda_be *c, const struct cu_rank *r)
 {
-    return (size_t)c->n_blocks * (size_t)r->sh.n_head * (size_t)c->cfg.head_dim *
+    return (size_t)c->n_blocks * (size_t)r->sh.n_kv_head * (size_t)c->cfg.head_dim *
            (size_t)c->block_size;
 }
 
 static size_t state_elems(const struct cuda_be *c, const struct cu_rank *r)
 {
-    return (size_t)c->n_blocks * (size_t)r->sh.n_head * (size_t)c->block_size;
+    return (size_t)c->n_blocks * (size_t)r->sh.n_kv_head * (size_t)c->block_size;
 }
 
 void be_cuda_kv_free(struct cuda_be *c, struct cu_rank *r)
@@ -144,8 +144,8 @@ static void job_kv_init(void *arg, int32_t rank)
         struct cu_layer *L = &r->layers[li];
         if (be_cuda_fail(r,
                          cuda_kv_blocks_init(L->v, L->pos, L->score, blocks, c->op_n,
-                                             r->sh.n_head, c->cfg.head_dim, c->block_size,
-                                             r->stream),
+                                             r->sh.n_kv_head, c->cfg.head_dim,
+                                             c->block_size, r->stream),
                          "cuda_kv_blocks_init"))
             return;
     }
@@ -166,7 +166,7 @@ static void job_kv_copy(void *arg, int32_t rank)
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
     if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
-    const size_t st = (size_t)r->sh.n_head * (size_t)c->block_size; /* per block */
+    const size_t st = (size_t)r->sh.n_kv_head * (size_t)c->block_size; /* per block */
     const size_t kv = st * (size_t)c->cfg.head_dim;
     for (int32_t li = 0; li < c->cfg.n_layer && !r->err; li++) {
         struct cu_layer *L = &r->layers[li];
@@ -201,13 +201,13 @@ void be_cuda_kv_copy_blocks(void *ctx, const int32_t *src, const int32_t *dst, i
     run_or_abort(c, job_kv_copy);
 }
 
-/* H2O prefill compaction on this rank's heads: keep holds [n_layer, n_head, n_keep]
- * for every head; the rank's rows of a layer are contiguous. */
+/* H2O prefill compaction on this rank's KV heads: keep holds [n_layer, n_kv_head, n_keep]
+ * for every KV head; the rank's rows of a layer are contiguous. */
 static void job_kv_compact(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
-    const int32_t L = c->cfg.n_layer, H = c->cfg.n_head, Hr = r->sh.n_head;
+    const int32_t L = c->cfg.n_layer, H = c->cfg.n_kv_head, Hr = r->sh.n_kv_head;
     const size_t nb = (size_t)CEIL_DIV(c->op_slots, c->block_size);
     const size_t per_layer = (size_t)Hr * (size_t)c->op_keep_n;
     if (stage_reserve(r, (nb + (size_t)L * per_layer) * 4)) return;
@@ -215,7 +215,8 @@ static void job_kv_compact(void *arg, int32_t rank)
     memcpy(host, c->op_blocks, nb * 4);
     for (int32_t li = 0; li < L; li++)
         memcpy(host + nb + (size_t)li * per_layer,
-               c->op_keep + ((size_t)li * (size_t)H + (size_t)r->sh.head0) * (size_t)c->op_keep_n,
+               c->op_keep +
+                   ((size_t)li * (size_t)H + (size_t)r->sh.kv_head0) * (size_t)c->op_keep_n,
                per_layer * 4);
     const size_t bytes = (nb + (size_t)L * per_layer) * 4;
     if (be_cuda_fail(
@@ -248,13 +249,14 @@ void be_cuda_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots,
     run_or_abort(c, job_kv_compact);
 }
 
-/* One sequence's slot state of every layer, this rank's heads, into the engine's
- * [n_layer, n_head, n_slots] arrays (the ranks write disjoint heads). */
+/* One sequence's slot state of every layer, this rank's KV heads, into the engine's
+ * [n_layer, n_kv_head, n_slots] arrays (the ranks write disjoint heads). */
 static void job_kv_read(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
-    const int32_t L = c->cfg.n_layer, H = c->cfg.n_head, Hr = r->sh.n_head, n = c->op_slots;
+    const int32_t L = c->cfg.n_layer, H = c->cfg.n_kv_head, Hr = r->sh.n_kv_head,
+                  n = c->op_slots;
     const size_t nb = (size_t)CEIL_DIV(n, c->block_size);
     const size_t per_layer = (size_t)Hr * (size_t)n; /* elements */
     const size_t state = (size_t)L * per_layer;
@@ -280,8 +282,8 @@ static void job_kv_read(void *arg, int32_t rank)
         return;
     const float *score_host = (const float *)(pos_host + state);
     for (int32_t li = 0; li < L; li++) {
-        /* This rank's heads are rows head0 .. head0 + Hr - 1 of the layer. */
-        const size_t dst = ((size_t)li * (size_t)H + (size_t)r->sh.head0) * (size_t)n;
+        /* This rank's KV heads are rows kv_head0 .. kv_head0 + Hr - 1 of the layer. */
+        const size_t dst = ((size_t)li * (size_t)H + (size_t)r->sh.kv_head0) * (size_t)n;
         memcpy(c->op_pos_out + dst, pos_host + li * per_layer, per_layer * 4);
         memcpy(c->op_score_out + dst, score_host + li * per_layer, per_layer * 4);
     }

@@ -4,22 +4,26 @@
  * twin of the decode path of cpu_attn_forward plus h2o_select_evict, and of the host
  * reference cuda_ref_decode_attn.
  *
- * One thread block per (sequence, head), DA_THREADS threads. The head's logits live
- * in shared memory (one fp32 per slot; no attention matrix in global memory), so a
- * block reads its K and V tiles once from DRAM and touches the slot state twice
- * (read pos, read-modify-write score). Steps, each ended by a barrier:
- *  1. write the new token's K, V, pos and score (= 0) into its slot; q * scale to
- *     shared memory;
+ * One thread block per (sequence, KV head), DA_THREADS threads; with grouped-query
+ * attention the group's query heads run in turn (steps 2-5 once per query head). A
+ * query head's logits live in shared memory (one fp32 per slot; no attention matrix
+ * in global memory), so a block reads its K and V tiles once from DRAM (again from
+ * L1/L2 for the other query heads of the group) and touches the slot state a few
+ * times (read pos, read-modify-write score per query head). Steps, each ended by a
+ * barrier:
+ *  1. write the new token's K, V, pos and score (= 0) into its slot; per query head,
+ *     q * scale to shared memory;
  *  2. logits, one thread per slot: an fmaf chain over d in order (K tiles are
  *     transposed, so the 16 slots of a block are 16 consecutive halves per d and a
  *     warp's loads coalesce), block max;
  *  3. e = expf(l - max), block sum;
- *  4. p = e / sum: score += p, occupied count, and each thread's best eviction
- *     candidate among its slots, reduced to the block's argmin (score, then
- *     position);
+ *  4. p = e / sum: score += p (slots outside a sliding window get p = 0);
  *  5. out = sum p V: DA_THREADS / (head_dim / 2) groups of threads, each group one
  *     slot at a time with a half2 pair of the head per thread, then the groups'
- *     partial sums are added in shared memory in group order.
+ *     partial sums are added in shared memory in group order;
+ *  6. after the group: the occupied count and each thread's best eviction candidates
+ *     among its slots, reduced to the block's argmin (score, then position), and with
+ *     a window the oldest slot outside the next token's window, which goes first.
  */
 #include "cuda_kernels.h"
 
@@ -91,15 +95,27 @@ static __device__ da_cand da_warp_argmin(da_cand c)
     return c;
 }
 
-/* Index of slot s of head h in a [n_blocks, n_head, block_size] array. */
-static __device__ int64_t da_slot_index(const cuda_decode_attn_args &a,
-                                        const int32_t *blocks, int32_t s, int32_t h)
+/* KV heads: n_kv_head, or n_head when 0. */
+static __host__ __device__ int32_t da_kv_heads(const cuda_decode_attn_args &a)
 {
-    return ((int64_t)blocks[s / a.block_size] * a.n_head + h) * a.block_size +
+    return a.n_kv_head > 0 ? a.n_kv_head : a.n_head;
+}
+
+/* Index of slot s of KV head g in a [n_blocks, KV, block_size] array. */
+static __device__ int64_t da_slot_index(const cuda_decode_attn_args &a,
+                                        const int32_t *blocks, int32_t s, int32_t g)
+{
+    return ((int64_t)blocks[s / a.block_size] * da_kv_heads(a) + g) * a.block_size +
            s % a.block_size;
 }
 
-/* grid (n_head, n_seq), block DA_THREADS, dynamic shared memory 4 * max_slots bytes. */
+/*
+ * grid (KV, n_seq), block DA_THREADS, dynamic shared memory 4 * max_slots bytes. One
+ * block per (sequence, KV head): the group's query heads run one after another over
+ * the same slots, so each slot's score is read-modified-written by one thread, the
+ * query heads in order, as the reference (and the CPU's attend_seq_kv_head) adds
+ * them. The K/V tiles of the second and later query heads come from L1/L2.
+ */
 __global__
 __launch_bounds__(DA_THREADS) void cuda_decode_attn_kernel(cuda_decode_attn_args a)
 {
@@ -107,123 +123,148 @@ __launch_bounds__(DA_THREADS) void cuda_decode_attn_kernel(cuda_decode_attn_args
     __shared__ float q[DA_MAX_D];
     __shared__ float red[DA_WARPS];
     __shared__ float2 part[DA_THREADS]; /* [groups, head_dim / 2] partial outputs */
-    __shared__ da_cand cand[DA_WARPS];
+    __shared__ da_cand cand[DA_WARPS], wcand[DA_WARPS];
     __shared__ int32_t occ[DA_WARPS];
 
-    const int32_t h = blockIdx.x, i = blockIdx.y, tid = threadIdx.x;
-    const int32_t H = a.n_head, D = a.head_dim, BS = a.block_size;
+    const int32_t g = blockIdx.x, i = blockIdx.y, tid = threadIdx.x;
+    const int32_t H = a.n_head, KV = da_kv_heads(a), D = a.head_dim, BS = a.block_size;
+    const int32_t rep = H / KV;
     const cuda_decode_seq sq = a.seqs[i];
     const int32_t *blocks = a.blocks + (int64_t)i * a.max_blocks;
-    const __half *row = (const __half *)a.qkv + (int64_t)i * 3 * H * D;
+    const __half *row = (const __half *)a.qkv + (int64_t)i * (H + 2 * KV) * D;
     __half *kp = (__half *)a.k, *vp = (__half *)a.v;
     const int32_t n = sq.n_slots;
+    /* Visible: 0 <= pos <= t and, with a window, pos > t - W. */
+    const int64_t lo = a.window > 0 ? (int64_t)sq.t - a.window : -1;
 
-    /* 1. The new token into its slot; the scaled query into shared memory. */
+    /* 1. The new token into its slot. */
     {
-        const int64_t ni = da_slot_index(a, blocks, a.new_slot[(int64_t)i * H + h], h);
+        const int64_t ni = da_slot_index(a, blocks, a.new_slot[(int64_t)i * KV + g], g);
         const int64_t tile = ni / BS, off = ni % BS;
         for (int32_t d = tid; d < D; d += DA_THREADS) {
-            kp[(tile * D + d) * BS + off] = row[(int64_t)H * D + (int64_t)h * D + d];
-            vp[ni * D + d] = row[2 * (int64_t)H * D + (int64_t)h * D + d];
-            q[d] = __half2float(row[(int64_t)h * D + d]) * a.scale;
+            kp[(tile * D + d) * BS + off] = row[(int64_t)H * D + (int64_t)g * D + d];
+            vp[ni * D + d] = row[(int64_t)(H + KV) * D + (int64_t)g * D + d];
         }
         if (tid == 0) {
             a.pos[ni] = sq.t;
             a.score[ni] = 0.0f;
         }
     }
-    __syncthreads(); /* global writes by the block are visible to it after the barrier */
 
-    /* 2. Logits of the visible slots, -inf elsewhere. */
-    float mx = -INFINITY;
-    for (int32_t j = tid; j < n; j += DA_THREADS) {
-        const int64_t si = da_slot_index(a, blocks, j, h);
-        const int64_t tj = si / BS, oj = si % BS;
-        const int32_t pj = a.pos[si];
-        float l = -INFINITY;
-        if (pj >= 0 && pj <= sq.t) {
-            const __half *kt = kp + tj * D * BS + oj;
-            float acc = 0.0f;
-            /* Unrolled so that several K loads are in flight before their FMAs; the
-             * FMAs still run in order of d (the reference's arithmetic). */
+    for (int32_t h = g * rep; h < (g + 1) * rep; h++) {
+        /* The scaled query into shared memory. */
+        for (int32_t d = tid; d < D; d += DA_THREADS)
+            q[d] = __half2float(row[(int64_t)h * D + d]) * a.scale;
+        /* Global writes by the block (step 1) are visible to it after the barrier;
+         * for h > g * rep it also ends the previous head's reads of lg and q. */
+        __syncthreads();
+
+        /* 2. Logits of the visible slots, -inf elsewhere. */
+        float mx = -INFINITY;
+        for (int32_t j = tid; j < n; j += DA_THREADS) {
+            const int64_t si = da_slot_index(a, blocks, j, g);
+            const int64_t tj = si / BS, oj = si % BS;
+            const int32_t pj = a.pos[si];
+            float l = -INFINITY;
+            if (pj >= 0 && pj <= sq.t && pj > lo) {
+                const __half *kt = kp + tj * D * BS + oj;
+                float acc = 0.0f;
+                /* Unrolled so that several K loads are in flight before their FMAs;
+                 * the FMAs still run in order of d (the reference's arithmetic). */
 #pragma unroll 8
-            for (int32_t d = 0; d < D; d++)
-                acc = fmaf(q[d], __half2float(kt[(int64_t)d * BS]), acc);
-            l = acc;
+                for (int32_t d = 0; d < D; d++)
+                    acc = fmaf(q[d], __half2float(kt[(int64_t)d * BS]), acc);
+                l = acc;
+            }
+            lg[j] = l;
+            mx = fmaxf(mx, l);
         }
-        lg[j] = l;
-        mx = fmaxf(mx, l);
-    }
-    mx = da_block_reduce(mx, red, true);
+        mx = da_block_reduce(mx, red, true);
 
-    /* 3. Unnormalised weights and their sum (>= 1: the token sees itself). */
-    float sum = 0.0f;
-    for (int32_t j = tid; j < n; j += DA_THREADS) {
-        const float e = expf(lg[j] - mx); /* expf(-inf) = 0 */
-        lg[j] = e;
-        sum += e;
-    }
-    const float inv = 1.0f / da_block_reduce(sum, red, false);
+        /* 3. Unnormalised weights and their sum (>= 1: the token sees itself). */
+        float sum = 0.0f;
+        for (int32_t j = tid; j < n; j += DA_THREADS) {
+            const float e = expf(lg[j] - mx); /* expf(-inf) = 0 */
+            lg[j] = e;
+            sum += e;
+        }
+        const float inv = 1.0f / da_block_reduce(sum, red, false);
 
-    /* 4. Probabilities, H2O scores, occupancy and this thread's eviction candidate. */
+        /* 4. Probabilities and the H2O scores: this query head's share. */
+        for (int32_t j = tid; j < n; j += DA_THREADS) {
+            const float p = lg[j] * inv;
+            lg[j] = p;
+            if (p != 0.0f) a.score[da_slot_index(a, blocks, j, g)] += p;
+        }
+        __syncthreads(); /* publishes lg[] = p for step 5 */
+
+        /* 5. out = sum_j p_j V_j. */
+        const int32_t D2 = D / 2, G = DA_THREADS / D2, grp = tid / D2, lane = tid % D2;
+        if (grp < G) {
+            float2 acc = make_float2(0.0f, 0.0f);
+#pragma unroll 4
+            for (int32_t j = grp; j < n; j += G) {
+                const float p = lg[j];
+                if (p != 0.0f) { /* free slots: no weight, and their V may be anything */
+                    const int64_t si = da_slot_index(a, blocks, j, g);
+                    const float2 v = __half22float2(((const __half2 *)(vp + si * D))[lane]);
+                    acc.x = fmaf(p, v.x, acc.x);
+                    acc.y = fmaf(p, v.y, acc.y);
+                }
+            }
+            part[grp * D2 + lane] = acc;
+        }
+        __syncthreads();
+        if (tid < D2) {
+            float2 o = part[tid];
+            for (int32_t gg = 1; gg < G; gg++) {
+                o.x += part[gg * D2 + tid].x;
+                o.y += part[gg * D2 + tid].y;
+            }
+            ((__half2 *)a.out)[((int64_t)i * H * D + (int64_t)h * D) / 2 + tid] =
+                __floats2half2_rn(o.x, o.y);
+        }
+        /* The next head's first barrier orders these reads of part before its writes. */
+    }
+
+    /* 6. Occupancy and the eviction candidates over the group's summed scores (each
+     * thread reads back the scores it wrote itself): the H2O one (lowest score, then
+     * older, among pos <= t - (R - 1)) and, with a window, the oldest slot outside the
+     * next token's window (pos <= t + 1 - W; score 0 so da_better orders by pos). */
     const int64_t last = (int64_t)sq.t - (sq.recent - 1); /* newer positions stay */
-    da_cand best = {0.0f, 0, -1};
+    const int64_t wlast = a.window > 0 ? (int64_t)sq.t + 1 - a.window : -1;
+    da_cand best = {0.0f, 0, -1}, wbest = {0.0f, 0, -1};
     int32_t n_occ = 0;
     for (int32_t j = tid; j < n; j += DA_THREADS) {
-        const int64_t si = da_slot_index(a, blocks, j, h);
-        const float p = lg[j] * inv;
-        lg[j] = p;
+        const int64_t si = da_slot_index(a, blocks, j, g);
         const int32_t pj = a.pos[si];
-        float s = a.score[si];
-        if (p != 0.0f) a.score[si] = s += p;
         if (pj >= 0) {
             n_occ++;
-            const da_cand c = {s, pj, j};
+            const da_cand c = {a.score[si], pj, j}, w = {0.0f, pj, j};
             if (pj <= last && da_better(c, best)) best = c;
+            if (pj <= wlast && da_better(w, wbest)) wbest = w;
         }
     }
     best = da_warp_argmin(best);
+    wbest = da_warp_argmin(wbest);
     n_occ = __reduce_add_sync(0xffffffffu, n_occ);
     if (tid % 32 == 0) {
         cand[tid / 32] = best;
+        wcand[tid / 32] = wbest;
         occ[tid / 32] = n_occ;
     }
-    __syncthreads(); /* also publishes lg[] = p for step 5 */
+    __syncthreads();
     if (tid == 0) {
         int32_t total = 0;
         for (int w = 0; w < DA_WARPS; w++) {
             total += occ[w];
             if (da_better(cand[w], best)) best = cand[w];
+            if (da_better(wcand[w], wbest)) wbest = wcand[w];
         }
         const bool evict = sq.budget > 0 && total >= sq.budget;
-        a.victim[(int64_t)i * H + h] = evict ? best.slot : -1;
-    }
-
-    /* 5. out = sum_j p_j V_j. */
-    const int32_t D2 = D / 2, G = DA_THREADS / D2, g = tid / D2, lane = tid % D2;
-    if (g < G) {
-        float2 acc = make_float2(0.0f, 0.0f);
-#pragma unroll 4
-        for (int32_t j = g; j < n; j += G) {
-            const float p = lg[j];
-            if (p != 0.0f) { /* free slots: no weight, and their V may be anything */
-                const int64_t si = da_slot_index(a, blocks, j, h);
-                const float2 v = __half22float2(((const __half2 *)(vp + si * D))[lane]);
-                acc.x = fmaf(p, v.x, acc.x);
-                acc.y = fmaf(p, v.y, acc.y);
-            }
-        }
-        part[g * D2 + lane] = acc;
-    }
-    __syncthreads();
-    if (tid < D2) {
-        float2 o = part[tid];
-        for (int32_t gg = 1; gg < G; gg++) {
-            o.x += part[gg * D2 + tid].x;
-            o.y += part[gg * D2 + tid].y;
-        }
-        ((__half2 *)a.out)[((int64_t)i * H * D + (int64_t)h * D) / 2 + tid] =
-            __floats2half2_rn(o.x, o.y);
+        a.victim[(int64_t)i * KV + g] = !evict            ? -1
+                                        : wbest.slot >= 0 ? wbest.slot
+                                                          : best.slot;
     }
 }
 
@@ -232,7 +273,8 @@ extern "C" cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a,
 {
     if (a->n_seq < 0 || a->n_head < 0 || a->head_dim <= 0 || a->head_dim % 2 != 0 ||
         a->head_dim > DA_MAX_D || a->block_size <= 0 || a->max_slots < 0 ||
-        a->max_blocks < 0 || a->n_seq > 65535)
+        a->max_blocks < 0 || a->n_seq > 65535 || a->n_kv_head < 0 || a->window < 0 ||
+        (a->n_kv_head > 0 && a->n_head % a->n_kv_head != 0))
         return cudaErrorInvalidValue;
     if (a->n_seq == 0 || a->n_head == 0) return cudaSuccess;
     const size_t smem = (size_t)(a->max_slots > 0 ? a->max_slots : 1) * sizeof(float);
@@ -242,10 +284,11 @@ extern "C" cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a,
          * This fails when the device has less shared memory per block than asked
          * for (227 KiB on sm_90, 163 KiB on sm_80). */
         cudaError_t e =
-            cudaFuncSetAttribute(cuda_decode_attn_kernel,
+            cudaFuncSetAttribute((const void *)cuda_decode_attn_kernel,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    cuda_decode_attn_kernel<<<dim3(a->n_head, a->n_seq), DA_THREADS, smem, stream>>>(*a);
+    cuda_decode_attn_kernel<<<dim3(da_kv_heads(*a), a->n_seq), DA_THREADS, smem, stream>>>(
+        *a);
     return cudaGetLastError();
 }

@@ -1,6 +1,7 @@
 /*
  * cuda_kernels.h - the CUDA backend's own kernels, callable from C: embedding +
- * learned positions, LayerNorm, bias (+ ReLU), residual add, paged decode attention
+ * learned positions, LayerNorm, bias (+ ReLU), RMSNorm and LayerNorm with eps, GELU
+ * and SwiGLU, rotary positions, residual add, paged decode attention
  * with the H2O score update and victim choice, paged prefill attention with the H2O
  * column sums, the H2O prefill compaction of the KV cache, freeing whole KV blocks and
  * reading a sequence's slot state back, and sampling.
@@ -71,6 +72,47 @@ cudaError_t cuda_layernorm(uint16_t *dst, const uint16_t *x, const uint16_t *w,
  */
 cudaError_t cuda_bias_relu(uint16_t *x, const uint16_t *bias, int32_t n, int32_t m,
                            bool relu, cudaStream_t stream);
+
+/*
+ * dst [n, d] = the norm of each row of x [n, d] with weight w [d]: RMSNorm when rms
+ * (x / sqrt(mean(x^2) + eps) * w; b unread, may be NULL; Llama, Mistral, Qwen2) or
+ * LayerNorm with the model's eps ((x - mean) / sqrt(var + eps) * w + b, two passes;
+ * GPT-NeoX). fp32 statistics; within half an fp16 ulp + 1e-5 of cuda_ref_norm. d
+ * even; eps >= 0. dst may alias x.
+ */
+cudaError_t cuda_norm(uint16_t *dst, const uint16_t *x, const uint16_t *w,
+                      const uint16_t *b, bool rms, float eps, int32_t n, int32_t d,
+                      cudaStream_t stream);
+
+/*
+ * x [n, m] = act(x + bias [m]) in place, bias NULL for none (GPT-NeoX's fc1: bias +
+ * GELU, exact or tanh); the add and the activation in fp32, one rounding. m even.
+ * Matches cuda_ref_act within half an fp16 ulp + 1e-5.
+ */
+cudaError_t cuda_act(uint16_t *x, const uint16_t *bias, int32_t n, int32_t m,
+                     enum cuda_act act, cudaStream_t stream);
+
+/*
+ * SwiGLU: dst [n, f] = silu(src[:, :f]) * src[:, f:] for src [n, 2f], the gate and up
+ * projections side by side as one GEMM writes them (shard.h stacks gate then up).
+ * f even; dst must not overlap src. Matches cuda_ref_act_swiglu within half an fp16
+ * ulp + 1e-5.
+ */
+cudaError_t cuda_act_swiglu(uint16_t *dst, const uint16_t *src, int32_t n, int32_t f,
+                            cudaStream_t stream);
+
+/*
+ * Rotary positions in place on the first n_heads heads (head_dim each, contiguous) of
+ * the rows of x (row r at x + r * row_stride; for the q | k | v rows of one
+ * projection, n_heads = the q heads and the k heads, which follow each other): the
+ * contract of cuda_ref_rope (cuda_ref.h), pos [n] the tokens' true positions,
+ * inv_freq [dims / 2] device memory filled from arch_rope_inv_freq. dims even, 0 <
+ * dims <= head_dim (NeoX rotates a part of each head); n_heads at most 65535. Matches
+ * the reference within half an fp16 ulp + 1e-5.
+ */
+cudaError_t cuda_rope(uint16_t *x, int64_t row_stride, const int32_t *pos,
+                      const float *inv_freq, int32_t n, int32_t n_heads, int32_t head_dim,
+                      int32_t dims, cudaStream_t stream);
 
 /* x [n] += y [n], the residual add; any n. x and y must not overlap unless equal. */
 cudaError_t cuda_add(uint16_t *x, const uint16_t *y, int64_t n, cudaStream_t stream);

@@ -4,7 +4,9 @@
  * prefill path of cpu_attn_forward and of the host reference cuda_ref_prefill_attn.
  *
  * Three kernels on the caller's stream, each reading what the one before wrote:
- *  1. write_kv, grid (n_head, n_seq): the chunk's K (transposed), V, pos and score = 0
+ * Heads: n_head query heads over KV KV heads (grouped-query attention: query head h
+ * reads KV head h / (n_head / KV)); the pool is per KV head.
+ *  1. write_kv, grid (KV, n_seq): the chunk's K (transposed), V, pos and score = 0
  *     into their slots.
  *  2. fwd, grid (query tiles, n_head, n_seq): one block per tile of PA_QT queries of
  *     one (sequence, head). It walks the sequence's slots in key tiles of PA_KT: K and
@@ -13,11 +15,15 @@
  *     (running max m and sum l per row, the running output rescaled by exp(m_old -
  *     m_new)). No attention matrix leaves the block. At the end out = o / l in fp16
  *     and lse = m + log(l) per row to global memory.
- *  3. col, grid (key tiles, n_head, n_seq): one block per tile of PA_KT slots of one
- *     (sequence, head). It walks the chunk's queries in tiles of PA_QT, recomputes the
- *     same logits (bit-identical to pass 2's) and adds p = exp(l - lse) of each query
- *     to its slot's column sum; then score[slot] += col, one writer per slot: no
- *     atomics, and the sum does not depend on scheduling.
+ *  3. col, grid (key tiles, KV, n_seq): one block per tile of PA_KT slots of one
+ *     (sequence, KV head). For each query head of the group in turn it walks the
+ *     chunk's queries in tiles of PA_QT, recomputes the same logits (bit-identical to
+ *     pass 2's) and adds p = exp(l - lse) of each query to its slot's column sum; then
+ *     score[slot] += col, one writer per slot: no atomics, and the sum (over the
+ *     group's query heads, in order) does not depend on scheduling.
+ * With a sliding window a query sees only the slots inside it (pa_visible), in both
+ * passes; a key tile is skipped by the causal bound only, so tiles wholly behind
+ * every window are still loaded (their probabilities are 0: correct, some waste).
  * Key tiles in which no slot is visible to any query of the tile (free slots, or all
  * later than every query: about half the causal square) are skipped in both passes;
  * that changes no arithmetic, since their probabilities are exactly 0.
@@ -55,19 +61,34 @@ static __device__ float pa_warp_sum(float v)
 }
 
 /* Index of slot s of head h in a [n_blocks, n_head, block_size] array. */
-static __device__ int64_t pa_slot_index(const cuda_prefill_attn_args &a,
-                                        const int32_t *blocks, int32_t s, int32_t h)
+/* KV heads: n_kv_head, or n_head when 0. */
+static __host__ __device__ int32_t pa_kv_heads(const cuda_prefill_attn_args &a)
 {
-    return ((int64_t)blocks[s / a.block_size] * a.n_head + h) * a.block_size +
+    return a.n_kv_head > 0 ? a.n_kv_head : a.n_head;
+}
+
+/* Index of slot s of KV head g in a [n_blocks, KV, block_size] array. */
+static __device__ int64_t pa_slot_index(const cuda_prefill_attn_args &a,
+                                        const int32_t *blocks, int32_t s, int32_t g)
+{
+    return ((int64_t)blocks[s / a.block_size] * pa_kv_heads(a) + g) * a.block_size +
            s % a.block_size;
+}
+
+/* Whether the query at qpos sees a slot at kpos: occupied, not later, and inside the
+ * sliding window when there is one. */
+static __device__ bool pa_visible(const cuda_prefill_attn_args &a, int32_t kpos,
+                                  int32_t qpos)
+{
+    return kpos >= 0 && kpos <= qpos && (a.window <= 0 || kpos > qpos - a.window);
 }
 
 /* 1. grid (n_head, n_seq): the chunk's K, V and slot state into their slots. */
 __global__
 __launch_bounds__(PA_THREADS) void cuda_prefill_write_kv(cuda_prefill_attn_args a)
 {
-    const int32_t h = blockIdx.x, i = blockIdx.y;
-    const int32_t H = a.n_head, D = a.head_dim, BS = a.block_size;
+    const int32_t g = blockIdx.x, i = blockIdx.y;
+    const int32_t H = a.n_head, KV = pa_kv_heads(a), D = a.head_dim, BS = a.block_size;
     const cuda_prefill_seq sq = a.seqs[i];
     const int32_t *blocks = a.blocks + (int64_t)i * a.max_blocks;
     const __half *qkv = (const __half *)a.qkv;
@@ -75,11 +96,11 @@ __launch_bounds__(PA_THREADS) void cuda_prefill_write_kv(cuda_prefill_attn_args 
     for (int64_t e = threadIdx.x; e < (int64_t)sq.n_tok * D; e += PA_THREADS) {
         const int32_t r = (int32_t)(e / D), d = (int32_t)(e % D);
         const int64_t row = sq.tok_start + r;
-        const int64_t si = pa_slot_index(a, blocks, sq.slot_start + r, h);
+        const int64_t si = pa_slot_index(a, blocks, sq.slot_start + r, g);
         const int64_t tile = si / BS, off = si % BS;
-        const __half *k = qkv + row * 3 * H * D + (int64_t)H * D + (int64_t)h * D;
+        const __half *k = qkv + row * (H + 2 * KV) * D + (int64_t)H * D + (int64_t)g * D;
         kp[(tile * D + d) * BS + off] = k[d];
-        vp[si * D + d] = k[(int64_t)H * D + d];
+        vp[si * D + d] = k[(int64_t)KV * D + d];
         if (d == 0) {
             a.pos[si] = a.tok_pos[row];
             a.score[si] = 0.0f;
@@ -149,14 +170,14 @@ static __device__ int32_t pa_load_queries(const cuda_prefill_attn_args &a,
                                           const cuda_prefill_seq &sq, int32_t h, int32_t q0,
                                           float *q, int32_t *qpos, float *lse_out)
 {
-    const int32_t H = a.n_head, D = a.head_dim, tid = threadIdx.x;
+    const int32_t H = a.n_head, KV = pa_kv_heads(a), D = a.head_dim, tid = threadIdx.x;
     const __half *qkv = (const __half *)a.qkv;
     for (int32_t e = tid; e < PA_QT * D; e += PA_THREADS) {
         const int32_t r = e / D, d = e % D;
         float x = 0.0f;
         if (q0 + r < sq.n_tok) {
             const int64_t row = sq.tok_start + q0 + r;
-            x = __half2float(qkv[row * 3 * H * D + (int64_t)h * D + d]) * a.scale;
+            x = __half2float(qkv[row * (H + 2 * KV) * D + (int64_t)h * D + d]) * a.scale;
         }
         q[e] = x;
     }
@@ -186,6 +207,7 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_fwd(cuda_prefill_attn
 
     const int32_t q0 = blockIdx.x * PA_QT, h = blockIdx.y, i = blockIdx.z;
     const int32_t H = a.n_head, D = a.head_dim, tid = threadIdx.x;
+    const int32_t g = h / (H / pa_kv_heads(a)); /* the KV head query head h reads */
     const int32_t warp = tid / 32, lane = tid % 32;
     const cuda_prefill_seq sq = a.seqs[i];
     if (q0 >= sq.n_tok) return; /* the whole block: this sequence's chunk is shorter */
@@ -202,11 +224,11 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_fwd(cuda_prefill_attn
     const int32_t qmax = pa_load_queries(a, sq, h, q0, q, qpos, NULL);
 
     for (int32_t j0 = 0; j0 < sq.n_slots; j0 += PA_KT) {
-        if (!pa_load_keys(a, blocks, h, sq.n_slots, j0, qmax, kpos, kt, vt, true)) continue;
+        if (!pa_load_keys(a, blocks, g, sq.n_slots, j0, qmax, kpos, kt, vt, true)) continue;
         /* Logits and the online softmax: warp w owns rows w, w + PA_WARPS, ... */
         for (int32_t r = warp; r < PA_QT; r += PA_WARPS) {
             const int32_t j = lane;
-            const bool vis = kpos[j] >= 0 && kpos[j] <= qpos[r];
+            const bool vis = pa_visible(a, kpos[j], qpos[r]);
             const float s = vis ? pa_logit(q, kt, D, r, j) : -INFINITY;
             const float m_old = m[r];
             const float m_new = fmaxf(m_old, pa_warp_max(s));
@@ -235,7 +257,7 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_fwd(cuda_prefill_attn
     }
 
     /* Every row of the chunk sees itself, so l >= 1 for r < n_tok - q0. */
-    const int32_t nq = min(PA_QT, sq.n_tok - q0);
+    const int32_t nq = min((int32_t)PA_QT, sq.n_tok - q0);
     __half *out = (__half *)a.out;
     for (int32_t e = tid; e < nq * D; e += PA_THREADS) {
         const int32_t r = e / D, d = e % D;
@@ -256,44 +278,51 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_col(cuda_prefill_attn
     __shared__ float lse[PA_QT], part[PA_WARPS][PA_KT];
     __shared__ int32_t qpos[PA_QT], kpos[PA_KT];
 
-    const int32_t j0 = blockIdx.x * PA_KT, h = blockIdx.y, i = blockIdx.z;
+    const int32_t j0 = blockIdx.x * PA_KT, g = blockIdx.y, i = blockIdx.z;
     const int32_t D = a.head_dim, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int32_t rep = a.n_head / pa_kv_heads(a);
     const cuda_prefill_seq sq = a.seqs[i];
     if (j0 >= sq.n_slots) return; /* the whole block: this sequence has fewer slots */
     const int32_t *blocks = a.blocks + (int64_t)i * a.max_blocks;
     float *q = smem;
     __half *kt = (__half *)(q + PA_QT * D);
 
-    float col = 0.0f; /* lane j's share of slot j's sum: rows warp, warp + PA_WARPS, ... */
+    /* The group's query heads in order, each adding its column sums to the KV head's
+     * scores (the reference's order); the K tile is the KV head's, shared by all. */
     bool have_keys = false;
-    for (int32_t q0 = 0; q0 < sq.n_tok; q0 += PA_QT) {
-        const int32_t qmax = pa_load_queries(a, sq, h, q0, q, qpos, lse);
-        /* The K tile once, at the first query tile that can see any of it; earlier
-         * tiles add nothing and are skipped. Once loaded it stays for every later tile
-         * (the per-pair mask below decides what each query sees). */
-        if (!have_keys) {
-            have_keys =
-                pa_load_keys(a, blocks, h, sq.n_slots, j0, qmax, kpos, kt, NULL, false);
-            if (!have_keys) continue;
+    for (int32_t h = g * rep; h < (g + 1) * rep; h++) {
+        float col =
+            0.0f; /* lane j's share of slot j's sum: rows warp, warp + PA_WARPS, ... */
+        for (int32_t q0 = 0; q0 < sq.n_tok; q0 += PA_QT) {
+            const int32_t qmax = pa_load_queries(a, sq, h, q0, q, qpos, lse);
+            /* The K tile once, at the first query tile that can see any of it; earlier
+             * tiles add nothing and are skipped. Once loaded it stays for every later
+             * tile and query head (the per-pair mask below decides what each query
+             * sees). */
+            if (!have_keys) {
+                have_keys =
+                    pa_load_keys(a, blocks, g, sq.n_slots, j0, qmax, kpos, kt, NULL, false);
+                if (!have_keys) continue;
+            }
+            for (int32_t r = warp; r < PA_QT; r += PA_WARPS) {
+                const int32_t j = lane;
+                if (pa_visible(a, kpos[j], qpos[r]))
+                    col += expf(pa_logit(q, kt, D, r, j) - lse[r]);
+            }
+            __syncthreads(); /* the next query tile overwrites q, qpos and lse */
         }
-        for (int32_t r = warp; r < PA_QT; r += PA_WARPS) {
-            const int32_t j = lane;
-            if (kpos[j] >= 0 && kpos[j] <= qpos[r])
-                col += expf(pa_logit(q, kt, D, r, j) - lse[r]);
+        part[warp][lane] = col;
+        __syncthreads();
+        if (tid < PA_KT && j0 + tid < sq.n_slots) {
+            float sum = 0.0f;
+            for (int32_t w = 0; w < PA_WARPS; w++)
+                sum += part[w][tid];
+            if (sum != 0.0f) a.score[pa_slot_index(a, blocks, j0 + tid, g)] += sum;
         }
-        __syncthreads(); /* the next query tile overwrites q, qpos and lse */
-    }
-    part[warp][lane] = col;
-    __syncthreads();
-    if (tid < PA_KT && j0 + tid < sq.n_slots) {
-        float sum = 0.0f;
-        for (int32_t w = 0; w < PA_WARPS; w++)
-            sum += part[w][tid];
-        if (sum != 0.0f) a.score[pa_slot_index(a, blocks, j0 + tid, h)] += sum;
+        __syncthreads(); /* the next query head overwrites part */
     }
 }
 
-/* Opts kernel k in to `bytes` of dynamic shared memory when past the default. */
 static cudaError_t pa_smem(const void *k, size_t bytes)
 {
     if (bytes <= PA_OPT_IN_BYTES) return cudaSuccess;
@@ -305,7 +334,9 @@ extern "C" cudaError_t cuda_prefill_attn(const struct cuda_prefill_attn_args *a,
 {
     if (a->n_tok < 0 || a->n_seq < 0 || a->n_head < 0 || a->head_dim <= 0 ||
         a->head_dim > PA_MAX_D || a->block_size <= 0 || a->max_chunk < 0 ||
-        a->max_slots < 0 || a->max_blocks < 0 || a->n_seq > 65535 || a->n_head > 65535)
+        a->max_slots < 0 || a->max_blocks < 0 || a->n_seq > 65535 || a->n_head > 65535 ||
+        a->n_kv_head < 0 || a->window < 0 ||
+        (a->n_kv_head > 0 && a->n_head % a->n_kv_head != 0))
         return cudaErrorInvalidValue;
     if (a->n_tok == 0 || a->n_seq == 0 || a->n_head == 0 || a->max_chunk == 0)
         return cudaSuccess;
@@ -321,10 +352,10 @@ extern "C" cudaError_t cuda_prefill_attn(const struct cuda_prefill_attn_args *a,
 
     const unsigned n_qt = (unsigned)((a->max_chunk + PA_QT - 1) / PA_QT);
     const unsigned n_kt = (unsigned)((a->max_slots + PA_KT - 1) / PA_KT);
-    cuda_prefill_write_kv<<<dim3(a->n_head, a->n_seq), PA_THREADS, 0, stream>>>(*a);
+    const unsigned KV = (unsigned)pa_kv_heads(*a);
+    cuda_prefill_write_kv<<<dim3(KV, a->n_seq), PA_THREADS, 0, stream>>>(*a);
     cuda_prefill_fwd<<<dim3(n_qt, a->n_head, a->n_seq), PA_THREADS, fwd_smem, stream>>>(*a);
     if (n_kt > 0)
-        cuda_prefill_col<<<dim3(n_kt, a->n_head, a->n_seq), PA_THREADS, col_smem, stream>>>(
-            *a);
+        cuda_prefill_col<<<dim3(n_kt, KV, a->n_seq), PA_THREADS, col_smem, stream>>>(*a);
     return cudaGetLastError();
 }

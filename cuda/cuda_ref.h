@@ -38,33 +38,45 @@ struct cuda_decode_seq {
 /*
  * One layer's decode attention for n_seq sequences of one token each.
  *
- * For each (sequence i, head h): write the token's K and V (from qkv) into slot
- * new_slot[i * n_head + h] with pos = t and score = 0; attend with
- * q * scale over every slot j < n_slots whose 0 <= pos[j] <= t, fp32 logits (an FMA
- * chain over d in order), fp32 softmax; out = sum_j p(j) V_j rounded once to fp16;
- * score[j] += p(j) for every attended slot (the new token starts with its own p).
- * Then, if the head's occupied slots (pos >= 0 among [0, n_slots)) number at least
- * B, victim[i * n_head + h] = argmin score among occupied slots with
- * pos <= t - (R - 1) (the R - 1 newest, the current token included, are protected;
- * with R = 1 the new token competes), ties to the older position; else -1. The victim is
- * only reported: its slot keeps its pos and score until the caller frees it (the next token
- * of that head goes there).
+ * Heads: n_head query heads over KV = n_kv_head KV heads (0 means n_head; n_head a
+ * multiple of KV): query head h reads KV head g = h / (n_head / KV) (grouped-query
+ * attention, transformers' repeat_kv). The pool and every per-head array below are
+ * per KV head; qkv rows are q [n_head] | k [KV] | v [KV] heads of head_dim.
+ *
+ * For each (sequence i, KV head g): write the token's K and V (from qkv) into slot
+ * new_slot[i * KV + g] with pos = t and score = 0. Each query head h of the group
+ * attends with q * scale over every slot j < n_slots whose 0 <= pos[j] <= t and,
+ * with a sliding window W > 0 (Mistral), pos[j] > t - W: fp32 logits (an FMA chain
+ * over d in order), fp32 softmax; out = sum_j p(j) V_j rounded once to fp16;
+ * score[j] += p_h(j) for every attended slot, the group's query heads in order, so a
+ * KV head's score is the sum over its query heads (the CPU's rule, docs/kv-cache.md;
+ * the new token starts with its own p). Then, if the KV head's occupied slots
+ * (pos >= 0 among [0, n_slots)) number at least B, victim[i * KV + g] =
+ * cuda_ref_victim_window's choice: with a window, the oldest occupied slot with pos <=
+ * t + 1 - W (outside the next token's window); otherwise (or none such) argmin score
+ * among occupied slots with pos <= t - (R - 1) (the R - 1 newest, the current token
+ * included, are protected; with R = 1 the new token competes), ties to the older
+ * position; else -1. The victim is only reported: its slot keeps its pos and score
+ * until the caller frees it (the next token of that head goes there).
  */
 struct cuda_decode_attn_args {
-    const uint16_t *qkv;   /* [n_seq, 3 * n_head * head_dim] fp16: q | k | v, q unscaled */
+    const uint16_t *qkv;   /* [n_seq, (n_head + 2 KV) * head_dim] fp16: q | k | v,
+                              q unscaled (and rotated, for rotary models) */
     uint16_t *out;         /* [n_seq, n_head * head_dim] fp16 */
-    uint16_t *k;           /* [n_blocks, n_head, head_dim, block_size] fp16 */
-    uint16_t *v;           /* [n_blocks, n_head, block_size, head_dim] fp16 */
-    int32_t *pos;          /* [n_blocks, n_head, block_size], -1 = free */
-    float *score;          /* [n_blocks, n_head, block_size] accumulated attention */
+    uint16_t *k;           /* [n_blocks, KV, head_dim, block_size] fp16 */
+    uint16_t *v;           /* [n_blocks, KV, block_size, head_dim] fp16 */
+    int32_t *pos;          /* [n_blocks, KV, block_size], -1 = free */
+    float *score;          /* [n_blocks, KV, block_size] accumulated attention */
     const int32_t *blocks; /* [n_seq, max_blocks] block tables, row i for sequence i */
     int32_t max_blocks;    /* row stride of blocks */
     const struct cuda_decode_seq *seqs; /* [n_seq] */
-    const int32_t *new_slot; /* [n_seq, n_head] the new token's slot in each head */
-    int32_t *victim;         /* [n_seq, n_head] out: slot to evict, or -1 */
+    const int32_t *new_slot; /* [n_seq, KV] the new token's slot in each KV head */
+    int32_t *victim;         /* [n_seq, KV] out: slot to evict, or -1 */
     int32_t n_seq, n_head, head_dim, block_size;
     int32_t max_slots; /* >= every seqs[i].n_slots: sizes the kernel's shared memory */
     float scale;       /* head_dim^-0.5 */
+    int32_t n_kv_head; /* KV heads; 0 = n_head (OPT, NeoX) */
+    int32_t window;    /* sliding window W; 0 = none */
 };
 
 /*
@@ -85,6 +97,14 @@ void cuda_ref_decode_attn(const struct cuda_decode_attn_args *a, float *out_f32)
  */
 int32_t cuda_ref_victim(const float *score, const int32_t *pos, int32_t n, int32_t t,
                         int32_t recent);
+
+/*
+ * The eviction rule with a sliding window (window > 0): the oldest occupied slot with
+ * pos <= t + 1 - window, if any; else cuda_ref_victim. window <= 0 is cuda_ref_victim.
+ * The same rule as h2o_select_evict_window (engine/kv/h2o.c).
+ */
+int32_t cuda_ref_victim_window(const float *score, const int32_t *pos, int32_t n, int32_t t,
+                               int32_t recent, int32_t window);
 
 /*
  * H2O prefill compaction of one layer of one sequence (the device twin of be_ops
@@ -196,6 +216,13 @@ struct cuda_prefill_seq {
  * One layer's prefill attention for a chunk of prompt tokens of each of n_seq
  * sequences (cpu_attn_forward on a batch without head_slots).
  *
+ * Heads as in decode: n_head query heads over KV = n_kv_head KV heads (0 = n_head),
+ * query head h reading KV head h / (n_head / KV); the pool is per KV head, lse and out
+ * per query head. With a sliding window W > 0 a query at position t sees only
+ * positions > t - W (below: "sees"), for its softmax and for the column sums alike.
+ * A KV head's column sums are those of its query heads, added to the score one query
+ * head after another (the CPU's per-KV-head sum).
+ *
  * For each sequence i, row r of its chunk (batch row tok_start + r) and head h: write
  * the token's K and V (from qkv) into slot slot_start + r with pos = tok_pos[row] and
  * score = 0. Then every query row attends, as in decode, to each slot j < n_slots with
@@ -211,13 +238,14 @@ struct cuda_prefill_seq {
  * (cpu_attn.c adds each query's p into score directly).
  */
 struct cuda_prefill_attn_args {
-    const uint16_t *qkv;    /* [n_tok, 3 * n_head * head_dim] fp16: q | k | v, q unscaled */
+    const uint16_t *qkv;    /* [n_tok, (n_head + 2 KV) * head_dim] fp16: q | k | v, q
+                               unscaled (and rotated, for rotary models) */
     uint16_t *out;          /* [n_tok, n_head * head_dim] fp16 */
     float *lse;             /* [n_tok, n_head] out: each query row's log-sum-exp */
-    uint16_t *k;            /* [n_blocks, n_head, head_dim, block_size] fp16 */
-    uint16_t *v;            /* [n_blocks, n_head, block_size, head_dim] fp16 */
-    int32_t *pos;           /* [n_blocks, n_head, block_size], -1 = free */
-    float *score;           /* [n_blocks, n_head, block_size] accumulated attention */
+    uint16_t *k;            /* [n_blocks, KV, head_dim, block_size] fp16 */
+    uint16_t *v;            /* [n_blocks, KV, block_size, head_dim] fp16 */
+    int32_t *pos;           /* [n_blocks, KV, block_size], -1 = free */
+    float *score;           /* [n_blocks, KV, block_size] accumulated attention */
     const int32_t *blocks;  /* [n_seq, max_blocks] block tables, row i for sequence i */
     int32_t max_blocks;     /* row stride of blocks */
     const int32_t *tok_pos; /* [n_tok] logical positions of the rows */
@@ -226,6 +254,8 @@ struct cuda_prefill_attn_args {
     int32_t max_chunk; /* >= every seqs[i].n_tok: sizes the kernels' grid */
     int32_t max_slots; /* >= every seqs[i].n_slots: sizes the kernels' grid */
     float scale;       /* head_dim^-0.5 */
+    int32_t n_kv_head; /* KV heads; 0 = n_head (OPT, NeoX) */
+    int32_t window;    /* sliding window W; 0 = none */
 };
 
 /*
@@ -237,6 +267,51 @@ struct cuda_prefill_attn_args {
  * fp16 rounding; a->out and a->lse may be NULL when not wanted.
  */
 void cuda_ref_prefill_attn(const struct cuda_prefill_attn_args *a, float *out_f32);
+
+/*
+ * The element-wise kernels of the Llama / Mistral / Qwen2 / GPT-NeoX forward
+ * (cuda_norm.cu, cuda_rope.cu, cuda_act.cu) and their host references. The
+ * references read fp16 and write the unrounded fp32 result, so that the GPU tests can
+ * check the kernel's single fp16 rounding (gpu_f16_misses) and the fake device
+ * (tests/fakecuda) rounds it once itself. They follow the CPU backend's cpu_ops_norm,
+ * cpu_ops_act, cpu_ops_swiglu and cpu_ops_rope (engine/cpu/cpu_ops.c) step for step on
+ * the widened fp16 inputs.
+ */
+
+/* The activations (arch.h's enum arch_act, which this plain header cannot include;
+ * be_cuda_fwd.c maps one onto the other). */
+enum cuda_act { CUDA_ACT_RELU, CUDA_ACT_GELU, CUDA_ACT_GELU_TANH, CUDA_ACT_SILU };
+
+/*
+ * out [n, d] = the norm of each row of x [n, d]: RMSNorm (rms: x * 1 / sqrt(mean(x^2)
+ * + eps) * w, b unused and may be NULL) or LayerNorm ((x - mean) / sqrt(var + eps) *
+ * w + b, two passes), fp32 statistics summed in row order. w, b [d].
+ */
+void cuda_ref_norm(float *out, const uint16_t *x, const uint16_t *w, const uint16_t *b,
+                   int rms, float eps, int32_t n, int32_t d);
+
+/* One activation on one fp32 value, as cpu_ops.c's act_one. */
+float cuda_ref_act_one(float x, enum cuda_act act);
+
+/* out [n, m] = act(x + bias) for x [n, m], bias [m] or NULL (no bias). */
+void cuda_ref_act(float *out, const uint16_t *x, const uint16_t *bias, int32_t n, int32_t m,
+                  enum cuda_act act);
+
+/* out [n, f] = silu(src[:, :f]) * src[:, f:] for src [n, 2f] (gate then up, as
+ * shard.h stacks them). */
+void cuda_ref_act_swiglu(float *out, const uint16_t *src, int32_t n, int32_t f);
+
+/*
+ * Rotary positions: out [n, row_stride] = x [n, row_stride] widened, with the first
+ * n_heads heads of head_dim of each row rotated: within the first `dims` elements of
+ * a head, element i < dims / 2 pairs with i + dims / 2 (rotate_half) and the pair
+ * turns by the fp32 angle (float)pos[r] * inv_freq[i] (cosf, sinf); the rest of each
+ * head (NeoX's partial rotary) and of the row (v) is copied. inv_freq [dims / 2]
+ * from arch_rope_inv_freq, computed on the host.
+ */
+void cuda_ref_rope(float *out, const uint16_t *x, int64_t row_stride, const int32_t *pos,
+                   const float *inv_freq, int32_t n, int32_t n_heads, int32_t head_dim,
+                   int32_t dims);
 
 #ifdef __cplusplus
 }

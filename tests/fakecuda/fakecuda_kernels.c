@@ -122,23 +122,128 @@ cudaError_t cuda_add(uint16_t *x, const uint16_t *y, int64_t n, cudaStream_t str
     return cudaSuccess;
 }
 
+/* Round a reference's fp32 result into dst [n] (the kernels' one rounding). */
+static void round_into(uint16_t *dst, const float *src, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = f32_to_f16(src[i]);
+}
+
+cudaError_t cuda_norm(uint16_t *dst, const uint16_t *x, const uint16_t *w,
+                      const uint16_t *b, bool rms, float eps, int32_t n, int32_t d,
+                      cudaStream_t stream)
+{
+    if (n < 0 || d < 0 || d % 2 || (!rms && !b) || !(eps >= 0.0f))
+        return cudaErrorInvalidValue;
+    if (n == 0 || d == 0) return cudaSuccess;
+    const size_t bytes = (size_t)n * (size_t)d * 2;
+    if (!fakecuda_stream_ok(stream, "cuda_norm") ||
+        !fakecuda_dev_ok(dst, bytes, "cuda_norm dst") ||
+        !fakecuda_dev_ok(x, bytes, "cuda_norm x") ||
+        !fakecuda_dev_ok(w, (size_t)d * 2, "cuda_norm w") ||
+        (!rms && !fakecuda_dev_ok(b, (size_t)d * 2, "cuda_norm b")) ||
+        !fakecuda_aligned4(dst, "cuda_norm") || !fakecuda_aligned4(x, "cuda_norm"))
+        return cudaErrorInvalidValue;
+    float *out = malloc(bytes * 2); /* n * d floats; dst may alias x, so round after */
+    if (!out) return cudaErrorMemoryAllocation;
+    cuda_ref_norm(out, x, w, rms ? NULL : b, rms, eps, n, d);
+    round_into(dst, out, (int64_t)n * d);
+    free(out);
+    return cudaSuccess;
+}
+
+cudaError_t cuda_act(uint16_t *x, const uint16_t *bias, int32_t n, int32_t m,
+                     enum cuda_act act, cudaStream_t stream)
+{
+    if (n < 0 || m < 0 || m % 2 || act < CUDA_ACT_RELU || act > CUDA_ACT_SILU)
+        return cudaErrorInvalidValue;
+    if (n == 0 || m == 0) return cudaSuccess;
+    const size_t bytes = (size_t)n * (size_t)m * 2;
+    if (!fakecuda_stream_ok(stream, "cuda_act") ||
+        !fakecuda_dev_ok(x, bytes, "cuda_act x") ||
+        (bias && !fakecuda_dev_ok(bias, (size_t)m * 2, "cuda_act bias")) ||
+        !fakecuda_aligned4(x, "cuda_act"))
+        return cudaErrorInvalidValue;
+    float *out = malloc(bytes * 2);
+    if (!out) return cudaErrorMemoryAllocation;
+    cuda_ref_act(out, x, bias, n, m, act);
+    round_into(x, out, (int64_t)n * m);
+    free(out);
+    return cudaSuccess;
+}
+
+cudaError_t cuda_act_swiglu(uint16_t *dst, const uint16_t *src, int32_t n, int32_t f,
+                            cudaStream_t stream)
+{
+    if (n < 0 || f < 0 || f % 2) return cudaErrorInvalidValue;
+    if (n == 0 || f == 0) return cudaSuccess;
+    const size_t bytes = (size_t)n * (size_t)f * 2;
+    if (!fakecuda_stream_ok(stream, "cuda_act_swiglu") ||
+        !fakecuda_dev_ok(dst, bytes, "cuda_act_swiglu dst") ||
+        !fakecuda_dev_ok(src, 2 * bytes, "cuda_act_swiglu src") ||
+        !fakecuda_aligned4(dst, "cuda_act_swiglu") ||
+        !fakecuda_aligned4(src, "cuda_act_swiglu"))
+        return cudaErrorInvalidValue;
+    if ((const char *)dst < (const char *)src + 2 * bytes &&
+        (const char *)src < (const char *)dst + bytes)
+        return fakecuda_violation("cuda_act_swiglu: dst overlaps src");
+    float *out = malloc(bytes * 2);
+    if (!out) return cudaErrorMemoryAllocation;
+    cuda_ref_act_swiglu(out, src, n, f);
+    round_into(dst, out, (int64_t)n * f);
+    free(out);
+    return cudaSuccess;
+}
+
+cudaError_t cuda_rope(uint16_t *x, int64_t row_stride, const int32_t *pos,
+                      const float *inv_freq, int32_t n, int32_t n_heads, int32_t head_dim,
+                      int32_t dims, cudaStream_t stream)
+{
+    if (n < 0 || n_heads < 0 || n_heads > 65535 || dims <= 0 || dims % 2 ||
+        dims > head_dim || row_stride < (int64_t)n_heads * head_dim)
+        return cudaErrorInvalidValue;
+    if (n == 0 || n_heads == 0) return cudaSuccess;
+    /* The last row need only reach its last rotated head. */
+    const size_t span = ((size_t)(n - 1) * (size_t)row_stride + (size_t)n_heads * head_dim);
+    if (!fakecuda_stream_ok(stream, "cuda_rope") ||
+        !fakecuda_dev_ok(x, span * 2, "cuda_rope x") ||
+        !fakecuda_dev_ok(pos, (size_t)n * 4, "cuda_rope pos") ||
+        !fakecuda_dev_ok(inv_freq, (size_t)(dims / 2) * 4, "cuda_rope inv_freq"))
+        return cudaErrorInvalidValue;
+    /* The reference works on whole rows; run it row by row on a copy of the span. */
+    float *out = malloc((size_t)row_stride * sizeof *out);
+    if (!out) return cudaErrorMemoryAllocation;
+    for (int32_t r = 0; r < n; r++) {
+        uint16_t *row = x + (int64_t)r * row_stride;
+        cuda_ref_rope(out, row, (int64_t)n_heads * head_dim, &pos[r], inv_freq, 1, n_heads,
+                      head_dim, dims);
+        round_into(row, out, (int64_t)n_heads * head_dim);
+    }
+    free(out);
+    return cudaSuccess;
+}
+
 cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t stream)
 {
     if (a->n_seq < 0 || a->n_head < 0 || a->head_dim % 2 || a->head_dim > 256 ||
-        a->head_dim <= 0 || a->n_seq > 65535 || a->block_size < 1)
+        a->head_dim <= 0 || a->n_seq > 65535 || a->block_size < 1 || a->n_kv_head < 0 ||
+        a->window < 0 || (a->n_kv_head > 0 && a->n_head % a->n_kv_head))
         return fakecuda_violation("cuda_decode_attn: bad sizes");
     if (a->n_seq == 0 || a->n_head == 0) return cudaSuccess;
+    const int32_t KV = a->n_kv_head > 0 ? a->n_kv_head : a->n_head;
     const size_t rows = (size_t)a->n_seq;
     const size_t hd = (size_t)a->n_head * (size_t)a->head_dim;
+    const size_t qkv_row = (size_t)(a->n_head + 2 * KV) * (size_t)a->head_dim;
     if (!fakecuda_stream_ok(stream, "cuda_decode_attn") ||
-        !fakecuda_dev_ok(a->qkv, rows * 3 * hd * 2, "cuda_decode_attn qkv") ||
+        !fakecuda_dev_ok(a->qkv, rows * qkv_row * 2, "cuda_decode_attn qkv") ||
         !fakecuda_dev_ok(a->out, rows * hd * 2, "cuda_decode_attn out") ||
         !DEV(a->k, "cuda_decode_attn k") || !DEV(a->v, "cuda_decode_attn v") ||
         !DEV(a->pos, "cuda_decode_attn pos") || !DEV(a->score, "cuda_decode_attn score") ||
-        !fakecuda_dev_ok(a->blocks, rows * (size_t)a->max_blocks * 4, "cuda_decode_attn blocks") ||
+        !fakecuda_dev_ok(a->blocks, rows * (size_t)a->max_blocks * 4,
+                         "cuda_decode_attn blocks") ||
         !fakecuda_dev_ok(a->seqs, rows * sizeof *a->seqs, "cuda_decode_attn seqs") ||
-        !fakecuda_dev_ok(a->new_slot, rows * (size_t)a->n_head * 4, "cuda_decode_attn new_slot") ||
-        !fakecuda_dev_ok(a->victim, rows * (size_t)a->n_head * 4, "cuda_decode_attn victim") ||
+        !fakecuda_dev_ok(a->new_slot, rows * (size_t)KV * 4, "cuda_decode_attn new_slot") ||
+        !fakecuda_dev_ok(a->victim, rows * (size_t)KV * 4, "cuda_decode_attn victim") ||
         !fakecuda_aligned4(a->qkv, "cuda_decode_attn qkv") ||
         !fakecuda_aligned4(a->out, "cuda_decode_attn out"))
         return cudaErrorInvalidValue;
@@ -149,8 +254,8 @@ cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t
             return fakecuda_violation("cuda_decode_attn: sequence %d has %d slots, max_slots "
                                       "%d, max_blocks %d", i, s->n_slots, a->max_slots,
                                       a->max_blocks);
-        for (int32_t h = 0; h < a->n_head; h++) {
-            const int32_t ns = a->new_slot[(int64_t)i * a->n_head + h];
+        for (int32_t h = 0; h < KV; h++) {
+            const int32_t ns = a->new_slot[(int64_t)i * KV + h];
             if (ns < 0 || ns >= s->n_slots)
                 return fakecuda_violation("cuda_decode_attn: sequence %d head %d new slot %d "
                                           "outside [0, %d)", i, h, ns, s->n_slots);
@@ -163,21 +268,26 @@ cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t
 cudaError_t cuda_prefill_attn(const struct cuda_prefill_attn_args *a, cudaStream_t stream)
 {
     if (a->n_seq < 0 || a->n_head < 0 || a->head_dim < 1 || a->head_dim > 256 ||
-        a->n_seq > 65535 || a->n_head > 65535 || a->block_size < 1)
+        a->n_seq > 65535 || a->n_head > 65535 || a->block_size < 1 || a->n_kv_head < 0 ||
+        a->window < 0 || (a->n_kv_head > 0 && a->n_head % a->n_kv_head))
         return fakecuda_violation("cuda_prefill_attn: bad sizes");
     if (a->n_seq == 0 || a->n_head == 0) return cudaSuccess;
+    const int32_t KV = a->n_kv_head > 0 ? a->n_kv_head : a->n_head;
     const size_t rows = (size_t)a->n_tok;
     const size_t hd = (size_t)a->n_head * (size_t)a->head_dim;
+    const size_t qkv_row = (size_t)(a->n_head + 2 * KV) * (size_t)a->head_dim;
     if (!fakecuda_stream_ok(stream, "cuda_prefill_attn") ||
-        !fakecuda_dev_ok(a->qkv, rows * 3 * hd * 2, "cuda_prefill_attn qkv") ||
+        !fakecuda_dev_ok(a->qkv, rows * qkv_row * 2, "cuda_prefill_attn qkv") ||
         !fakecuda_dev_ok(a->out, rows * hd * 2, "cuda_prefill_attn out") ||
         !fakecuda_dev_ok(a->lse, rows * (size_t)a->n_head * 4, "cuda_prefill_attn lse") ||
         !DEV(a->k, "cuda_prefill_attn k") || !DEV(a->v, "cuda_prefill_attn v") ||
-        !DEV(a->pos, "cuda_prefill_attn pos") || !DEV(a->score, "cuda_prefill_attn score") ||
+        !DEV(a->pos, "cuda_prefill_attn pos") ||
+        !DEV(a->score, "cuda_prefill_attn score") ||
         !fakecuda_dev_ok(a->blocks, (size_t)a->n_seq * (size_t)a->max_blocks * 4,
                          "cuda_prefill_attn blocks") ||
         !fakecuda_dev_ok(a->tok_pos, rows * 4, "cuda_prefill_attn tok_pos") ||
-        !fakecuda_dev_ok(a->seqs, (size_t)a->n_seq * sizeof *a->seqs, "cuda_prefill_attn seqs"))
+        !fakecuda_dev_ok(a->seqs, (size_t)a->n_seq * sizeof *a->seqs,
+                         "cuda_prefill_attn seqs"))
         return cudaErrorInvalidValue;
     for (int32_t i = 0; i < a->n_seq; i++) {
         const struct cuda_prefill_seq *s = &a->seqs[i];

@@ -37,14 +37,16 @@ static uint64_t rng = 0x5320e6a90ff1332cull;
  * Returns the number of evictions, or -1 after a failure. */
 static int64_t check_decode_case(struct decode_case *c)
 {
+    /* H: the pool's (KV) heads; Hq: query heads (more with GQA). */
     const int32_t H = c->pool.n_head, D = c->pool.head_dim, BS = c->pool.block_size;
+    const int32_t Hq = c->n_q_head;
     const int64_t pool_el = (int64_t)c->pool.n_pool * H * BS,
-                  n_out = (int64_t)c->n_seq * H * D;
+                  n_out = (int64_t)c->n_seq * Hq * D;
     const int64_t n_sh = (int64_t)c->n_seq * H;
 
     /* The device copies first: the reference then updates c in place. */
     struct cuda_decode_attn_args d = dc_args(c);
-    d.qkv = DEV(c->qkv, (int64_t)c->n_seq * 3 * H * D * 2);
+    d.qkv = DEV(c->qkv, (int64_t)c->n_seq * (Hq + 2 * H) * D * 2);
     d.k = DEV(c->pool.k, pool_el * D * 2);
     d.v = DEV(c->pool.v, pool_el * D * 2);
     d.pos = DEV(c->pool.pos, pool_el * 4);
@@ -113,10 +115,10 @@ static int64_t check_decode_case(struct decode_case *c)
                       c->victim[i]);
         }
     }
-    printf("# decode n_seq=%d heads=%d head_dim=%d block=%d max_slots=%d: max |out err| "
-           "%.3g, max |score err| %.3g, %lld evictions, %lld near ties\n",
-           c->n_seq, H, D, BS, c->max_slots, worst, worst_score, (long long)n_evict,
-           (long long)near_ties);
+    printf("# decode n_seq=%d heads=%d/%d head_dim=%d block=%d window=%d max_slots=%d: max "
+           "|out err| %.3g, max |score err| %.3g, %lld evictions, %lld near ties\n",
+           c->n_seq, Hq, H, D, BS, c->window, c->max_slots, worst, worst_score,
+           (long long)n_evict, (long long)near_ties);
     EXPECT_EQ(bad, 0);
     ret = bad ? -1 : n_evict;
 out:
@@ -155,6 +157,28 @@ TEST(decode_attn_matches_reference_on_random_steps)
 TEST(decode_attn_ties_pick_the_same_victims)
 {
     check_decode_random(true, 60, 9);
+}
+
+/* Grouped-query attention (1 to 8 query heads per KV head, Llama 3's and Qwen2's
+ * ratios among them) and, in half of the steps, Mistral's sliding window: the group's
+ * scores summed per KV head, slots outside the window unattended and evicted first. */
+TEST(decode_attn_gqa_and_window_match_reference)
+{
+    static const int32_t dims[] = {64, 128, 80, 2}, reps[] = {1, 2, 4, 7, 8};
+    uint64_t st = 21;
+    int64_t n_evict = 0;
+    for (int k = 0; k < 60 && !test_cur_failed; k++) {
+        struct decode_case c;
+        const int32_t n_seq = 1 + dc_int(&st, 6), KV = 1 + dc_int(&st, 4);
+        const int32_t rep = reps[dc_int(&st, 5)], D = dims[dc_int(&st, 4)];
+        const int32_t BS = k % 3 ? 16 : 5, max_b = 2 + dc_int(&st, k % 4 == 0 ? 500 : 60);
+        const int32_t window = k % 2 ? 0 : 1 + dc_int(&st, 2 * max_b);
+        dc_make_gqa(&c, &st, n_seq, KV * rep, KV, D, BS, max_b, k % 5 == 0, window);
+        const int64_t got = check_decode_case(&c);
+        if (got > 0) n_evict += got;
+        dc_free(&c);
+    }
+    EXPECT(n_evict > 0);
 }
 
 TEST(decode_attn_long_sequences_use_large_shared_memory)
@@ -269,6 +293,7 @@ int main(void)
 
     RUN(decode_attn_matches_reference_on_random_steps);
     RUN(decode_attn_ties_pick_the_same_victims);
+    RUN(decode_attn_gqa_and_window_match_reference);
     RUN(decode_attn_long_sequences_use_large_shared_memory);
     RUN(decode_attn_timing);
     RUN(bad_arguments_are_refused_before_launch);

@@ -17,8 +17,10 @@
  * see cuda_parity.h).
  * The models: test_cuda_host's (the golden tiny OPT, pre-LN, in chunks of 7 and of
  * 1; the golden tiny OPT-350m, post-LN with project_in/out; dummy:tiny) and
- * dummy:opt-125m (12 layers, 12 heads, the real vocabulary). With two GPUs, TP = 2
- * is compared with the CPU and with TP = 1. Finally generate_run (the scheduler)
+ * dummy:opt-125m (12 layers, 12 heads, the real vocabulary); and the other families
+ * (tests/data/golden-arch's tiny Llama, Llama 3, Qwen2, Mistral, GPT-NeoX,
+ * dummy:llama-tiny). With two GPUs, TP = 2 is compared with
+ * the CPU and with TP = 1. Finally generate_run (the scheduler)
  * runs on CUDA, keeps the budget and repeats itself; its tokens are reported
  * against the CPU's (a near-tie may flip one here).
  *
@@ -49,6 +51,39 @@ TEST(dummy_tiny)
 TEST(dummy_opt_125m)
 {
     parity_check_model("dummy:opt-125m", 9, 1, false);
+}
+
+/* The other families, as test_cuda_host checks them on the fake device and with its
+ * prompts (seed 708, test_cuda_host.c's FAMILY_SEED, so the two logs read line for
+ * line): GQA 4 : 2 with RMSNorm, SwiGLU and rotary (Llama, Llama 3's scaled
+ * frequencies, Qwen2's q/k/v biases and tied head, Mistral's sliding window), GPT-NeoX
+ * (partial rotary, GELU, parallel residual), and dummy:llama-tiny (hidden 128, 4 : 2
+ * heads of 32, vocabulary 512). A real model's shape (dummy:tinyllama-1.1b) is left out:
+ * its fp32 CPU reference alone would take minutes of the GPU run's 8. */
+static void check_family(const char *name, int32_t chunk, int tp)
+{
+    parity_seed = 708;
+    parity_check_model(name, chunk, tp, false);
+    parity_seed = PARITY_SEED;
+}
+
+TEST(families)
+{
+    check_family("golden-arch/tiny-llama", 7, 1);
+    check_family("golden-arch/tiny-llama3", 1 << 20, 1);
+    check_family("golden-arch/tiny-qwen2", 5, 1);
+    check_family("golden-arch/tiny-mistral", 7, 1);
+    check_family("golden-arch/tiny-mistral", 1, 1);
+    check_family("golden-arch/tiny-neox", 7, 1);
+    check_family("dummy:llama-tiny", 5, 1);
+}
+
+/* The families with TP = 2 (one KV head per rank on the tiny ones). */
+TEST(families_tp2)
+{
+    check_family("golden-arch/tiny-llama", 9, 2);
+    check_family("golden-arch/tiny-mistral", 1 << 20, 2);
+    check_family("golden-arch/tiny-neox", 3, 2);
 }
 
 /* TP = 2 against the CPU and against TP = 1 (two GPUs). */
@@ -83,8 +118,10 @@ int main(void)
     RUN(golden_tiny_opt_350m);
     RUN(dummy_tiny);
     RUN(dummy_opt_125m);
+    RUN(families);
     if (n_dev >= 2) {
         RUN(tp2);
+        RUN(families_tp2);
     } else {
         printf("# one GPU: TP = 2 not run\n");
     }

@@ -41,15 +41,16 @@ struct dev_pool {
 static int check_step(struct prefill_case *c, struct dev_pool *dp, int32_t step,
                       double *worst_out, double *worst_score)
 {
-    const int32_t H = c->pool.n_head, D = c->pool.head_dim;
-    const int64_t pool_el = (int64_t)c->pool.n_pool * H * c->pool.block_size;
+    /* KV: the pool's heads; H: query heads (out and lse), more with GQA. */
+    const int32_t KV = c->pool.n_head, H = c->n_q_head, D = c->pool.head_dim;
+    const int64_t pool_el = (int64_t)c->pool.n_pool * KV * c->pool.block_size;
     struct prefill_batch b;
     pc_batch(c, step, &b);
     const int64_t n_out = (int64_t)b.n_tok * H * D;
 
     struct cuda_prefill_attn_args d = pc_args(c, &b);
     d.k = dp->k, d.v = dp->v, d.pos = dp->pos, d.score = dp->score;
-    d.qkv = gpu_to_dev(b.qkv, (int64_t)b.n_tok * 3 * H * D * 2);
+    d.qkv = gpu_to_dev(b.qkv, (int64_t)b.n_tok * (H + 2 * KV) * D * 2);
     d.tok_pos = gpu_to_dev(b.tok_pos, (int64_t)b.n_tok * 4);
     d.seqs = gpu_to_dev(b.seqs, (int64_t)b.n_seq * (int64_t)sizeof *b.seqs);
     d.blocks = gpu_to_dev(b.blocks, (int64_t)b.n_seq * c->pool.max_blocks * 4);
@@ -130,10 +131,10 @@ static void check_case(struct prefill_case *c)
         for (int32_t s = 0; s < c->n_steps; s++)
             if (check_step(c, &dp, s, &worst_out, &worst_score) != 0) break;
     }
-    printf("# prefill n_seq=%d heads=%d head_dim=%d block=%d max_p=%d steps=%d: max |out "
-           "err| %.3g, max |score err| %.3g\n",
-           c->n_seq, H, D, c->pool.block_size, c->max_p, c->n_steps, worst_out,
-           worst_score);
+    printf("# prefill n_seq=%d heads=%d/%d head_dim=%d block=%d window=%d max_p=%d "
+           "steps=%d: max |out err| %.3g, max |score err| %.3g\n",
+           c->n_seq, c->n_q_head, H, D, c->pool.block_size, c->window, c->max_p, c->n_steps,
+           worst_out, worst_score);
     cudaFree(dp.k), cudaFree(dp.v), cudaFree(dp.pos), cudaFree(dp.score);
 }
 
@@ -164,6 +165,26 @@ TEST(prefill_attn_matches_reference_on_one_chunk)
 TEST(prefill_attn_matches_reference_on_chunked_prefills)
 {
     check_random(60, PC_MAX_CHUNKS, 5);
+}
+
+/* Grouped-query attention (1 to 8 query heads per KV head) and, in half of the cases,
+ * Mistral's sliding window, chunked: the column sums of a KV head summed over its
+ * query heads, slots outside a query's window unseen in both passes. */
+TEST(prefill_attn_gqa_and_window_match_reference)
+{
+    static const int32_t dims[] = {64, 128, 80, 2}, reps[] = {1, 2, 4, 7, 8};
+    uint64_t st = 23;
+    for (int k = 0; k < 50 && !test_cur_failed; k++) {
+        struct prefill_case c;
+        const int32_t n_seq = 1 + dc_int(&st, 4), KV = 1 + dc_int(&st, 3);
+        const int32_t rep = reps[dc_int(&st, 5)], D = dims[k % 4];
+        const int32_t BS = k % 3 ? 16 : 5, max_p = 1 + dc_int(&st, k % 5 == 0 ? 500 : 80);
+        const int32_t window = k % 2 ? 0 : 1 + dc_int(&st, max_p);
+        pc_make_gqa(&c, &st, n_seq, KV * rep, KV, D, BS, max_p,
+                    1 + dc_int(&st, PC_MAX_CHUNKS), window);
+        check_case(&c);
+        pc_free(&c);
+    }
 }
 
 /* cuda_prefill_attn on the default stream, in the shape gpu_time_us calls. */
@@ -269,6 +290,7 @@ int main(void)
 
     RUN(prefill_attn_matches_reference_on_one_chunk);
     RUN(prefill_attn_matches_reference_on_chunked_prefills);
+    RUN(prefill_attn_gqa_and_window_match_reference);
     RUN(prefill_attn_timing);
     RUN(bad_arguments_are_refused_before_launch);
     return test_done();

@@ -10,6 +10,7 @@
 
 #include <math.h>
 
+uint64_t parity_seed = PARITY_SEED;
 struct parity_worst parity_worst;
 
 /* Every case of engine_run.h's table on `dev` with `tp` ranks, prompts in chunks of
@@ -23,7 +24,7 @@ static bool parity_run(struct erun *r, const char *name, enum be_device dev, int
      * the last step is comparable; its tokens and logits are the same either way
      * (test_device_state). */
     erun_opts(&mo, dev, tp, dev == BE_DEVICE_CPU);
-    return erun_run(r, name, &mo, chunk, PARITY_SEED);
+    return erun_run(r, name, &mo, chunk, parity_seed);
 }
 
 /* The gap between the two largest logits of a row. */
@@ -43,11 +44,11 @@ static double top2_gap(const float *x, int32_t n)
 
 /* One sequence's slot state of every layer from a backend: kv_read_state where the
  * state is on the device (kv_state NULL), else gathered from kv_state's host arrays.
- * pos, score [n_layer, n_head, n_slots]. */
+ * pos, score [n_layer, n_kv_head, n_slots]. */
 static void read_state(struct model *m, const struct kv_seq *kv, int32_t *pos, float *score)
 {
     const struct be_ops *ops = m->be.ops;
-    const int32_t L = m->cfg.n_layer, H = m->cfg.n_head, n = kv->n_slots;
+    const int32_t L = m->cfg.n_layer, H = m->cfg.n_kv_head, n = kv->n_slots;
     int32_t *lp = NULL;
     float *ls = NULL;
     if (!ops->kv_state) {
@@ -82,7 +83,7 @@ static void check_copy(struct erun *r, const struct eseq *e, const int32_t *want
                        const float *want_score)
 {
     const int32_t nb = e->kv.n_blocks, ns = e->kv.n_slots;
-    const size_t n = (size_t)r->m->cfg.n_layer * (size_t)r->m->cfg.n_head * (size_t)ns;
+    const size_t n = (size_t)r->m->cfg.n_layer * (size_t)r->m->cfg.n_kv_head * (size_t)ns;
     int32_t *dst = xmalloc((size_t)nb * 4), *pos = xmalloc(n * 4);
     float *score = xmalloc(n * 4);
     CHECK(kv_pool_alloc(&r->pool, nb, dst) == 0);
@@ -112,7 +113,7 @@ static void compare(struct erun *ref, struct erun *got, double tol, double *wors
                     const char *what, bool exact_heads)
 {
     const int32_t V = ref->m->cfg.vocab_size, L = ref->m->cfg.n_layer,
-                  H = ref->m->cfg.n_head;
+                  H = ref->m->cfg.n_kv_head;
     for (int32_t c = 0; c < ERUN_CASES; c++) {
         const struct erun_case *k = &erun_cases[c];
         struct eseq *a = &ref->es[c], *b = &got->es[c];

@@ -46,6 +46,11 @@
  * test_cuda_model checks it with exact_heads false (see cuda_parity.c's compare). */
 #define PARITY_SEED 700
 
+/* The seed the next parity_check_model uses (PARITY_SEED unless a test sets another
+ * for one model: the same near-tie hazard as above, which a seed moves but no
+ * tolerance fixes, since a flipped victim changes the cache itself). */
+extern uint64_t parity_seed;
+
 /* The largest differences seen so far, for the test's summary line. */
 struct parity_worst {
     double logit, tp, score;

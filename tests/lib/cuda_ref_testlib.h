@@ -34,4 +34,11 @@ void cuda_ref_test_cpu_attn(const struct be_batch *b, const float *qkv, float *o
                             int32_t n_head, int32_t head_dim, int32_t block_size,
                             int32_t max_slots);
 
+/* The same with n_head query heads over n_kv KV heads (qkv rows (n_head + 2 n_kv) *
+ * head_dim, the pool per KV head) and a sliding window (0 = none). */
+void cuda_ref_test_cpu_attn_kv(const struct be_batch *b, const float *qkv, float *out,
+                               float *k32, float *v32, int32_t *pos, float *score,
+                               int32_t n_head, int32_t n_kv, int32_t window,
+                               int32_t head_dim, int32_t block_size, int32_t max_slots);
+
 #endif

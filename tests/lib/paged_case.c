@@ -94,11 +94,13 @@ struct cuda_decode_attn_args dc_args(struct decode_case *c)
         .new_slot = c->new_slot,
         .victim = c->victim,
         .n_seq = c->n_seq,
-        .n_head = p->n_head,
+        .n_head = c->n_q_head,
         .head_dim = p->head_dim,
         .block_size = p->block_size,
         .max_slots = c->max_slots,
         .scale = 1.0f / sqrtf((float)p->head_dim),
+        .n_kv_head = p->n_head,
+        .window = c->window,
     };
     return a;
 }
@@ -165,19 +167,29 @@ static void dc_make_seq(struct decode_case *c, uint64_t *st, int32_t i, int32_t 
 void dc_make(struct decode_case *c, uint64_t *st, int32_t n_seq, int32_t n_head,
              int32_t head_dim, int32_t block_size, int32_t max_b, bool ties)
 {
+    dc_make_gqa(c, st, n_seq, n_head, n_head, head_dim, block_size, max_b, ties, 0);
+}
+
+void dc_make_gqa(struct decode_case *c, uint64_t *st, int32_t n_seq, int32_t n_q,
+                 int32_t n_kv, int32_t head_dim, int32_t block_size, int32_t max_b,
+                 bool ties, int32_t window)
+{
     memset(c, 0, sizeof *c);
     c->n_seq = n_seq;
-    const int32_t H = n_head, D = head_dim;
-    pool_alloc(&c->pool, n_seq, n_head, head_dim, block_size, max_b);
+    c->n_q_head = n_q;
+    c->window = window;
+    const int32_t D = head_dim;
+    const int64_t row = (int64_t)(n_q + 2 * n_kv) * D;
+    pool_alloc(&c->pool, n_seq, n_kv, head_dim, block_size, max_b);
     pool_fill_free(&c->pool, st, 0.0f);
-    c->qkv = dc_alloc((size_t)n_seq * 3 * H * D * sizeof *c->qkv);
+    c->qkv = dc_alloc((size_t)(n_seq * row) * sizeof *c->qkv);
     c->seqs = dc_alloc((size_t)n_seq * sizeof *c->seqs);
-    c->new_slot = dc_alloc((size_t)n_seq * H * sizeof *c->new_slot);
-    c->out = dc_alloc((size_t)n_seq * H * D * sizeof *c->out);
-    c->victim = dc_alloc((size_t)n_seq * H * sizeof *c->victim);
+    c->new_slot = dc_alloc((size_t)n_seq * n_kv * sizeof *c->new_slot);
+    c->out = dc_alloc((size_t)n_seq * n_q * D * sizeof *c->out);
+    c->victim = dc_alloc((size_t)n_seq * n_kv * sizeof *c->victim);
 
-    for (int64_t e = 0; e < (int64_t)n_seq * 3 * H * D; e++) {
-        const bool is_q = e % (3 * H * D) < H * D;
+    for (int64_t e = 0; e < n_seq * row; e++) {
+        const bool is_q = e % row < (int64_t)n_q * D;
         /* Large enough logits that the softmax is far from uniform. */
         c->qkv[e] = f32_to_f16(ties && is_q ? 0.0f : dc_float(st, -3.0f, 3.0f));
     }
@@ -231,11 +243,20 @@ static void pc_cuts(uint64_t *st, int32_t *cut, int32_t P, int32_t nc)
 void pc_make(struct prefill_case *c, uint64_t *st, int32_t n_seq, int32_t n_head,
              int32_t head_dim, int32_t block_size, int32_t max_p, int32_t max_chunks)
 {
+    pc_make_gqa(c, st, n_seq, n_head, n_head, head_dim, block_size, max_p, max_chunks, 0);
+}
+
+void pc_make_gqa(struct prefill_case *c, uint64_t *st, int32_t n_seq, int32_t n_q,
+                 int32_t n_kv, int32_t head_dim, int32_t block_size, int32_t max_p,
+                 int32_t max_chunks, int32_t window)
+{
     memset(c, 0, sizeof *c);
     c->n_seq = n_seq;
     c->max_p = max_p;
-    const int32_t H = n_head, D = head_dim;
-    pool_alloc(&c->pool, n_seq, n_head, head_dim, block_size, max_p);
+    c->n_q_head = n_q;
+    c->window = window;
+    const int64_t W = (int64_t)(n_q + 2 * n_kv) * head_dim; /* one row of q | k | v */
+    pool_alloc(&c->pool, n_seq, n_kv, head_dim, block_size, max_p);
     pool_fill_free(&c->pool, st, 7.0f);
     c->len = dc_alloc((size_t)n_seq * sizeof *c->len);
     c->cut = dc_alloc((size_t)n_seq * (PC_MAX_CHUNKS + 1) * sizeof *c->cut);
@@ -251,8 +272,8 @@ void pc_make(struct prefill_case *c, uint64_t *st, int32_t n_seq, int32_t n_head
         c->n_chunks[i] = nc;
         if (nc > c->n_steps) c->n_steps = nc;
         pc_cuts(st, c->cut + (int64_t)i * (PC_MAX_CHUNKS + 1), P, nc);
-        c->qkv[i] = dc_alloc((size_t)P * 3 * H * D * sizeof **c->qkv);
-        for (int64_t e = 0; e < (int64_t)P * 3 * H * D; e++)
+        c->qkv[i] = dc_alloc((size_t)(P * W) * sizeof **c->qkv);
+        for (int64_t e = 0; e < P * W; e++)
             c->qkv[i][e] = f32_to_f16(dc_float(st, -3.0f, 3.0f));
     }
 }
@@ -260,7 +281,7 @@ void pc_make(struct prefill_case *c, uint64_t *st, int32_t n_seq, int32_t n_head
 void pc_batch(const struct prefill_case *c, int32_t step, struct prefill_batch *b)
 {
     const struct paged_pool *p = &c->pool;
-    const int32_t H = p->n_head, D = p->head_dim, W = 3 * H * D;
+    const int32_t H = c->n_q_head, D = p->head_dim, W = (H + 2 * p->n_head) * D;
     memset(b, 0, sizeof *b);
     int32_t n_tok = 0, n_seq = 0;
     for (int32_t i = 0; i < c->n_seq; i++)
@@ -326,12 +347,14 @@ struct cuda_prefill_attn_args pc_args(struct prefill_case *c, struct prefill_bat
         .seqs = b->seqs,
         .n_tok = b->n_tok,
         .n_seq = b->n_seq,
-        .n_head = p->n_head,
+        .n_head = c->n_q_head,
         .head_dim = p->head_dim,
         .block_size = p->block_size,
         .max_chunk = b->max_chunk,
         .max_slots = b->max_slots,
         .scale = 1.0f / sqrtf((float)p->head_dim),
+        .n_kv_head = p->n_head,
+        .window = c->window,
     };
     return a;
 }

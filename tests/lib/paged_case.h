@@ -90,19 +90,29 @@ static inline int64_t paged_pool_index(const struct paged_pool *p, int32_t seq,
            slot % p->block_size;
 }
 
+/* The pool's heads are the KV heads (pool.n_head); n_q_head query heads read them,
+ * n_q_head / pool.n_head each (grouped-query attention; equal for OPT). */
 struct decode_case {
     int32_t n_seq, max_slots;
+    int32_t n_q_head; /* query heads, a multiple of pool.n_head */
+    int32_t window;   /* sliding window W, 0 = none */
     struct paged_pool pool;
-    uint16_t *qkv; /* [n_seq, 3 * n_head * head_dim] */
+    uint16_t *qkv; /* [n_seq, (n_q_head + 2 * n_head) * head_dim] */
     struct cuda_decode_seq *seqs;
     int32_t *new_slot; /* [n_seq, n_head] */
-    uint16_t *out;     /* [n_seq, n_head * head_dim] */
+    uint16_t *out;     /* [n_seq, n_q_head * head_dim] */
     int32_t *victim;   /* [n_seq, n_head] */
 };
 
 /* A random step of n_seq sequences with up to max_b slots each. Free with dc_free. */
 void dc_make(struct decode_case *c, uint64_t *st, int32_t n_seq, int32_t n_head,
              int32_t head_dim, int32_t block_size, int32_t max_b, bool ties);
+
+/* The same with n_q query heads over n_kv KV heads (n_q a multiple of n_kv) and a
+ * sliding window (0 = none); dc_make is n_q = n_kv = n_head, window 0. */
+void dc_make_gqa(struct decode_case *c, uint64_t *st, int32_t n_seq, int32_t n_q,
+                 int32_t n_kv, int32_t head_dim, int32_t block_size, int32_t max_b,
+                 bool ties, int32_t window);
 void dc_free(struct decode_case *c);
 
 static inline int64_t dc_index(const struct decode_case *c, int32_t seq, int32_t slot,
@@ -116,25 +126,29 @@ struct cuda_decode_attn_args dc_args(struct decode_case *c);
 
 enum { PC_MAX_CHUNKS = 8 };
 
+/* As decode_case: the pool's heads are the KV heads, n_q_head query heads read them. */
 struct prefill_case {
     int32_t n_seq, max_p, n_steps;
+    int32_t n_q_head; /* query heads, a multiple of pool.n_head */
+    int32_t window;   /* sliding window W, 0 = none */
     struct paged_pool pool;
     int32_t *len;      /* [n_seq] prompt lengths */
     int32_t *cut;      /* [n_seq, PC_MAX_CHUNKS + 1] chunk c is [cut[c], cut[c + 1]) */
     int32_t *n_chunks; /* [n_seq] */
-    uint16_t **qkv;    /* [n_seq] -> [len, 3 * n_head * head_dim] each prompt's rows */
+    uint16_t **qkv;    /* [n_seq] -> [len, (n_q_head + 2 n_head) * head_dim] each prompt's
+                          rows */
 };
 
 /* One step's batch: the arrays cuda_prefill_attn_args points to. */
 struct prefill_batch {
     int32_t n_tok, n_seq, max_chunk, max_slots;
-    uint16_t *qkv;    /* [n_tok, 3 * n_head * head_dim] */
+    uint16_t *qkv;    /* [n_tok, (n_q_head + 2 n_head) * head_dim] */
     int32_t *tok_pos; /* [n_tok] */
     struct cuda_prefill_seq *seqs;
     int32_t *blocks; /* [n_seq, max_blocks] */
     int32_t *seq_of; /* [n_seq] which case sequence each batch sequence is */
-    uint16_t *out;   /* [n_tok, n_head * head_dim] */
-    float *lse;      /* [n_tok, n_head] */
+    uint16_t *out;   /* [n_tok, n_q_head * head_dim] */
+    float *lse;      /* [n_tok, n_q_head] */
 };
 
 /*
@@ -144,6 +158,11 @@ struct prefill_batch {
  */
 void pc_make(struct prefill_case *c, uint64_t *st, int32_t n_seq, int32_t n_head,
              int32_t head_dim, int32_t block_size, int32_t max_p, int32_t max_chunks);
+/* The same with n_q query heads over n_kv KV heads and a sliding window (0 = none);
+ * pc_make is n_q = n_kv = n_head, window 0. */
+void pc_make_gqa(struct prefill_case *c, uint64_t *st, int32_t n_seq, int32_t n_q,
+                 int32_t n_kv, int32_t head_dim, int32_t block_size, int32_t max_p,
+                 int32_t max_chunks, int32_t window);
 void pc_free(struct prefill_case *c);
 
 /* The batch of step `step` (0 .. n_steps - 1) into b (allocated here; pc_batch_free). */

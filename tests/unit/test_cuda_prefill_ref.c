@@ -34,9 +34,12 @@ static bool close5(float got, float want)
 static void engine_step(const struct prefill_case *c, const struct prefill_batch *pb,
                         float *out, float *k32, float *v32, int32_t *pos, float *score)
 {
+    /* H: KV heads (the pool's), Hq: query heads. */
     const int32_t H = c->pool.n_head, D = c->pool.head_dim, BS = c->pool.block_size;
-    float *qkv = xmalloc((size_t)pb->n_tok * 3 * H * D * sizeof *qkv);
-    cuda_ref_test_widen(qkv, pb->qkv, (int64_t)pb->n_tok * 3 * H * D);
+    const int32_t Hq = c->n_q_head;
+    const int64_t n_qkv = (int64_t)pb->n_tok * (Hq + 2 * H) * D;
+    float *qkv = xmalloc((size_t)n_qkv * sizeof *qkv);
+    cuda_ref_test_widen(qkv, pb->qkv, n_qkv);
     struct be_seq *seqs = xmalloc((size_t)pb->n_seq * sizeof *seqs);
     int32_t *tokens = xcalloc((size_t)pb->n_tok, sizeof *tokens);
     for (int32_t i = 0; i < pb->n_seq; i++) {
@@ -56,7 +59,8 @@ static void engine_step(const struct prefill_case *c, const struct prefill_batch
                          .pos = pb->tok_pos,
                          .n_seq = pb->n_seq,
                          .seqs = seqs};
-    cuda_ref_test_cpu_attn(&b, qkv, out, k32, v32, pos, score, H, D, BS, pb->max_slots);
+    cuda_ref_test_cpu_attn_kv(&b, qkv, out, k32, v32, pos, score, Hq, H, c->window, D, BS,
+                              pb->max_slots);
     free(tokens);
     free(seqs);
     free(qkv);
@@ -68,7 +72,8 @@ static void engine_step(const struct prefill_case *c, const struct prefill_batch
  */
 static int32_t compare_case(struct prefill_case *c)
 {
-    const int32_t H = c->pool.n_head, D = c->pool.head_dim;
+    const int32_t H = c->pool.n_head, D = c->pool.head_dim, Hq = c->n_q_head;
+    const int32_t rep = Hq / H;
     const int64_t pool_el = (int64_t)c->pool.n_pool * H * c->pool.block_size;
     float *k32 = xmalloc((size_t)(pool_el * D) * 4),
           *v32 = xmalloc((size_t)(pool_el * D) * 4);
@@ -83,7 +88,7 @@ static int32_t compare_case(struct prefill_case *c)
     for (int32_t step = 0; step < c->n_steps && bad == 0; step++) {
         struct prefill_batch b;
         pc_batch(c, step, &b);
-        const int64_t n_out = (int64_t)b.n_tok * H * D;
+        const int64_t n_out = (int64_t)b.n_tok * Hq * D;
         float *out = xmalloc((size_t)n_out * 4), *ref_out = xmalloc((size_t)n_out * 4);
         /* The score increments of this step, for the row-sum check below. */
         float *before = xmalloc((size_t)pool_el * 4);
@@ -123,9 +128,9 @@ static int32_t compare_case(struct prefill_case *c)
                           (long long)e);
                 bad++;
             }
-        /* Each query's probabilities sum to 1, so per (sequence, head) the chunk adds
-         * n_tok to the scores in all; and each row's lse is at least its largest logit
-         * (a query sees itself, so lse is finite). */
+        /* Each query's probabilities sum to 1, so per (sequence, KV head) the chunk
+         * adds n_tok times the group's query heads to the scores in all; and each
+         * row's lse is finite (a query sees itself). */
         for (int32_t i = 0; i < b.n_seq && bad < 5; i++) {
             const struct cuda_prefill_seq *sq = &b.seqs[i];
             /* The batch's tables over the case's pool. */
@@ -137,18 +142,20 @@ static int32_t compare_case(struct prefill_case *c)
                     const int64_t e = paged_pool_index(&bp, i, s, h);
                     added += c->pool.score[e] - (s < sq->slot_start ? before[e] : 0.0f);
                 }
-                if (!(fabs(added - sq->n_tok) <= 1e-4 * sq->n_tok)) {
-                    TEST_FAIL("step %d seq %d head %d: scores grew by %.7g, expected %d",
-                              step, i, h, added, sq->n_tok);
+                const double want = (double)sq->n_tok * rep;
+                if (!(fabs(added - want) <= 1e-4 * want)) {
+                    TEST_FAIL("step %d seq %d head %d: scores grew by %.7g, expected %g",
+                              step, i, h, added, want);
                     bad++;
                 }
+            }
+            for (int32_t h = 0; h < Hq; h++)
                 for (int32_t r = 0; r < sq->n_tok; r++)
-                    if (!isfinite(b.lse[(int64_t)(sq->tok_start + r) * H + h])) {
+                    if (!isfinite(b.lse[(int64_t)(sq->tok_start + r) * Hq + h])) {
                         TEST_FAIL("lse of row %d head %d is not finite", sq->tok_start + r,
                                   h);
                         bad++;
                     }
-            }
         }
         free(before);
         free(out);
@@ -182,6 +189,30 @@ static void run_cases(int n_cases, int32_t max_chunks, uint64_t seed)
     printf("# %d cases, up to %d chunks: %d steps after a first chunk\n", n_cases,
            max_chunks, n_later);
     if (max_chunks > 1) EXPECT(n_later > n_cases / 4); /* later chunks really ran */
+}
+
+/* Grouped-query attention (1, 2, 4 or 7 query heads per KV head) and, in half of the
+ * cases, a sliding window of 1 to max_p tokens, chunked: the engine with n_kv and
+ * window against the reference with n_kv_head and window. */
+TEST(reference_matches_engine_with_gqa_and_window)
+{
+    static const int32_t dims[] = {16, 64, 128}, bss[] = {16, 5, 1}, reps[] = {1, 2, 4, 7};
+    uint64_t st = 29;
+    int32_t n_later = 0;
+    const int n_cases = 160;
+    for (int k = 0; k < n_cases && !test_cur_failed; k++) {
+        struct prefill_case c;
+        const int32_t n_seq = 1 + dc_int(&st, 3), KV = 1 + dc_int(&st, 2);
+        const int32_t r = reps[dc_int(&st, 4)], D = dims[k % 3], BS = bss[dc_int(&st, 3)];
+        const int32_t max_p = 1 + dc_int(&st, k % 5 == 0 ? 150 : 40);
+        const int32_t window = k % 2 ? 0 : 1 + dc_int(&st, max_p);
+        pc_make_gqa(&c, &st, n_seq, KV * r, KV, D, BS, max_p,
+                    1 + dc_int(&st, PC_MAX_CHUNKS), window);
+        n_later += compare_case(&c);
+        pc_free(&c);
+    }
+    printf("# gqa: %d cases: %d steps after a first chunk\n", n_cases, n_later);
+    EXPECT(n_later > n_cases / 4);
 }
 
 TEST(reference_matches_engine_on_one_chunk_prefills)
@@ -258,5 +289,6 @@ int main(void)
     RUN(reference_matches_engine_on_one_chunk_prefills);
     RUN(reference_matches_engine_on_chunked_prefills);
     RUN(column_sums_do_not_depend_on_chunking);
+    RUN(reference_matches_engine_with_gqa_and_window);
     return test_done();
 }

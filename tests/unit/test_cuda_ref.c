@@ -29,14 +29,17 @@
 static void engine_step(const struct decode_case *c, float *out, float *k32, float *v32,
                         int32_t *pos, float *score, int32_t *victim)
 {
+    /* H: KV heads (the pool's), Hq: query heads. */
     const int32_t H = c->pool.n_head, D = c->pool.head_dim, BS = c->pool.block_size;
+    const int32_t Hq = c->n_q_head;
     const int64_t pool_el = (int64_t)c->pool.n_pool * H * BS;
+    const int64_t n_qkv = (int64_t)c->n_seq * (Hq + 2 * H) * D;
     cuda_ref_test_widen(k32, c->pool.k, pool_el * D);
     cuda_ref_test_widen(v32, c->pool.v, pool_el * D);
     memcpy(pos, c->pool.pos, (size_t)pool_el * sizeof *pos);
     memcpy(score, c->pool.score, (size_t)pool_el * sizeof *score);
-    float *qkv = xmalloc((size_t)c->n_seq * 3 * H * D * sizeof *qkv);
-    cuda_ref_test_widen(qkv, c->qkv, (int64_t)c->n_seq * 3 * H * D);
+    float *qkv = xmalloc((size_t)n_qkv * sizeof *qkv);
+    cuda_ref_test_widen(qkv, c->qkv, n_qkv);
 
     struct be_seq *seqs = xmalloc((size_t)c->n_seq * sizeof *seqs);
     int32_t *tpos = xmalloc((size_t)c->n_seq * sizeof *tpos);
@@ -57,10 +60,11 @@ static void engine_step(const struct decode_case *c, float *out, float *k32, flo
     }
     struct be_batch b = {
         .n_tok = c->n_seq, .tokens = tokens, .pos = tpos, .n_seq = c->n_seq, .seqs = seqs};
-    cuda_ref_test_cpu_attn(&b, qkv, out, k32, v32, pos, score, H, D, BS, c->max_slots);
+    cuda_ref_test_cpu_attn_kv(&b, qkv, out, k32, v32, pos, score, Hq, H, c->window, D, BS,
+                              c->max_slots);
 
-    /* kv_seq_after_decode: nothing for full or below B; else per head over its B
-     * slots (all occupied in every state the engine reaches). */
+    /* kv_seq_after_decode: nothing for full or below B; else per KV head over its B
+     * slots (all occupied in every state the engine reaches), the window first. */
     int32_t *hpos = xmalloc((size_t)c->max_slots * sizeof *hpos);
     float *hscore = xmalloc((size_t)c->max_slots * sizeof *hscore);
     for (int32_t i = 0; i < c->n_seq; i++) {
@@ -73,7 +77,8 @@ static void engine_step(const struct decode_case *c, float *out, float *k32, flo
                     hpos[s] = pos[dc_index(c, i, s, h)];
                     hscore[s] = score[dc_index(c, i, s, h)];
                 }
-                e = h2o_select_evict(hscore, hpos, sq->n_slots, sq->t, sq->recent);
+                e = h2o_select_evict_window(hscore, hpos, sq->n_slots, sq->t, sq->recent,
+                                            c->window);
             }
             victim[(int64_t)i * H + h] = e;
         }
@@ -91,7 +96,7 @@ static int32_t compare_case(struct decode_case *c)
 {
     const int32_t H = c->pool.n_head, D = c->pool.head_dim, BS = c->pool.block_size;
     const int64_t pool_el = (int64_t)c->pool.n_pool * H * BS,
-                  n_out = (int64_t)c->n_seq * H * D;
+                  n_out = (int64_t)c->n_seq * c->n_q_head * D;
     float *out = xmalloc((size_t)n_out * sizeof *out),
           *ref_out = xmalloc((size_t)n_out * 4);
     float *k32 = xmalloc((size_t)(pool_el * D) * 4),
@@ -180,6 +185,38 @@ TEST(reference_matches_engine_on_random_decode_steps)
 TEST(reference_matches_engine_when_scores_tie)
 {
     run_cases(true, 400);
+}
+
+/* Grouped-query attention (1, 2, 4 or 7 query heads per KV head) and, in half of the
+ * cases, a sliding window of 1 to 2 max_b tokens (so some states have slots outside
+ * it, some attended by nothing, and the window-first eviction runs): the engine with
+ * n_kv and window against the reference with n_kv_head and window. */
+static void run_gqa_cases(bool ties, int n_cases)
+{
+    static const int32_t dims[] = {16, 64, 128}, bss[] = {16, 8, 5, 1},
+                         reps[] = {1, 2, 4, 7};
+    uint64_t st = ties ? 17 : 13;
+    int64_t n_evict = 0;
+    for (int k = 0; k < n_cases && !test_cur_failed; k++) {
+        struct decode_case c;
+        const int32_t n_seq = 1 + dc_int(&st, 4), KV = 1 + dc_int(&st, 3);
+        const int32_t rep = reps[dc_int(&st, 4)];
+        const int32_t D = dims[dc_int(&st, 3)], BS = bss[dc_int(&st, 4)];
+        const int32_t max_b = 2 + dc_int(&st, k % 5 == 0 ? 200 : 40);
+        const int32_t window = k % 2 ? 0 : 1 + dc_int(&st, 2 * max_b);
+        dc_make_gqa(&c, &st, n_seq, KV * rep, KV, D, BS, max_b, ties, window);
+        n_evict += compare_case(&c);
+        dc_free(&c);
+    }
+    printf("# gqa %s: %d cases, %lld evictions\n", ties ? "ties" : "random", n_cases,
+           (long long)n_evict);
+    EXPECT(n_evict > n_cases / 4);
+}
+
+TEST(reference_matches_engine_with_gqa_and_window)
+{
+    run_gqa_cases(false, 300);
+    run_gqa_cases(true, 200);
 }
 
 /*
@@ -328,6 +365,7 @@ int main(void)
 {
     RUN(reference_matches_engine_on_random_decode_steps);
     RUN(reference_matches_engine_when_scores_tie);
+    RUN(reference_matches_engine_with_gqa_and_window);
     RUN(victim_rules_of_design_section_5);
     RUN(kv_compact_reference_matches_cpu_backend);
     return test_done();
