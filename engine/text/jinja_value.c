@@ -428,8 +428,7 @@ static int jinja_v_to_str_l(struct jinja_state *s, struct jbuf *b, struct jv v, 
 static int jinja_v_repr(struct jinja_state *s, struct jbuf *b, struct jv v, int level)
 {
     if (v.t == JV_STR) return str_repr(s, b, v.u.str.s, v.u.str.n);
-    if (v.t == JV_UNDEF)
-        return jinja_err(s, NULL, ENG_EUNSUPPORTED, "printing an undefined item");
+    if (v.t == JV_UNDEF) return jinja_buf_str(s, b, "Undefined"); /* Jinja's repr() */
     return jinja_v_to_str_l(s, b, v, level);
 }
 
