@@ -1,7 +1,7 @@
 /*
  * fuzz_batch_line.c - libFuzzer target for Batch input files: JSONL lines through
  * batch_line_parse, their bodies through cmpl_parse_json or, for chat lines,
- * chat_parse_json (messages through a stand-in template) against OPT (the path of
+ * chat_parse_json (messages through Llama 3's chat template) against OPT (the path of
  * `h2oserve run-batch` and the Batches API), duplicate custom_ids through the id
  * set, and every outcome written back as an output line.
  *

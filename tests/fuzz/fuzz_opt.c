@@ -3,14 +3,15 @@
  */
 #include "fuzz_opt.h"
 
+#include "chat_tmpl.h"
 #include "tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef FUZZ_OPT_TOKENIZER
-#error "FUZZ_OPT_TOKENIZER: the folder with OPT's vocab.json and merges.txt"
+#if !defined(FUZZ_OPT_TOKENIZER) || !defined(FUZZ_CHAT_TEMPLATE)
+#error "FUZZ_OPT_TOKENIZER (OPT's vocab.json and merges.txt), FUZZ_CHAT_TEMPLATE (a .jinja)"
 #endif
 
 const struct api_model *fuzz_opt_model(void)
@@ -34,29 +35,15 @@ const struct api_model *fuzz_opt_model(void)
     return &m;
 }
 
-static int toy_render(const void *ctx, const struct chat_message *msgs, int32_t n,
-                      bool add_generation_prompt, char **prompt, char **error)
-{
-    (void)ctx;
-    if (n > 0 && strcmp(msgs[0].role, "assistant") == 0) {
-        *error = strdup("the conversation must start with system or user");
-        return -1;
-    }
-    size_t len = 0;
-    for (int32_t i = 0; i < n; i++)
-        len += strlen(msgs[i].role) + strlen(msgs[i].content) + 8;
-    char *out = malloc(len + 16), *p = out;
-    for (int32_t i = 0; i < n; i++)
-        p += sprintf(p, "%s\n%s</s>", msgs[i].role, msgs[i].content);
-    strcpy(p, add_generation_prompt ? "assistant\n" : "");
-    *prompt = out;
-    return 0;
-}
-
 const struct chat_model *fuzz_opt_chat(void)
 {
     static struct chat_model c;
-    c.m = fuzz_opt_model();
-    c.render = toy_render;
+    static struct chat_tmpl *t;
+    if (t) return &c;
+    if (chat_tmpl_open(NULL, FUZZ_CHAT_TEMPLATE, fuzz_opt_model()->tok, &t) || !t) {
+        fprintf(stderr, "fuzz: cannot load the chat template %s\n", FUZZ_CHAT_TEMPLATE);
+        abort();
+    }
+    c = chat_tmpl_model(t, fuzz_opt_model());
     return &c;
 }

@@ -16,9 +16,9 @@
  * fuzz run without it would explore nothing). Lives until the process ends. */
 const struct api_model *fuzz_opt_model(void);
 
-/* The same model as a chat endpoint sees it, with a stand-in template that writes
- * "<role>\ncontent</s>" per message (so the special </s> is parsed from the text)
- * and refuses a conversation that does not start with system or user. */
+/* The same model as a chat endpoint sees it, with Llama 3's real chat template
+ * (tests/data/chat_templates/llama3.jinja, through chat_tmpl.h), so hostile messages
+ * meet the Jinja renderer too. */
 const struct chat_model *fuzz_opt_chat(void);
 
 #endif
