@@ -11,6 +11,8 @@
  */
 #include "api_tokenize.h"
 
+#include "chat.h"
+
 #include "tokenizer.h"
 #include "util.h"
 
@@ -163,7 +165,13 @@ char *api_tokenize(const char *body, size_t len, const struct api_model *m, size
         goto done;
     }
     if (messages) {
-        api_tokenize_no_chat_template(err, m->id);
+        /* vLLM's chat form: the messages through the model's chat template, as
+         * /v1/chat/completions renders them (the template writes its own special
+         * tokens, so add_special_tokens adds nothing here). */
+        if (!m->chat)
+            api_tokenize_no_chat_template(err, m->id);
+        else if (!chat_prompt_ids(root, m->chat, &ids, &n, err))
+            res = tokenize_body(m, ids, n, strs, out_len);
         goto done;
     }
     if (!prompt) {

@@ -261,49 +261,65 @@ static cJSON *completions_body(const cJSON *root, const struct api_model *m,
     return b;
 }
 
-int chat_parse_json(const cJSON *root, const struct chat_model *cm, struct cmpl_params *out,
-                    struct api_error *err)
+int chat_prompt_ids(const cJSON *root, const struct chat_model *cm, int32_t **ids,
+                    int32_t *n_ids, struct api_error *err)
 {
     const struct api_model *m = cm->m;
-    memset(out, 0, sizeof *out);
-    if (json_model_check(json_field(root, "model"), m->id, err)) return -1;
+    *ids = NULL;
+    *n_ids = 0;
     if (!cm->render) return api_tokenize_no_chat_template(err, m->id);
     if (!tokenizer_has_text(m->tok))
         return api_error_set(err, 400, API_ERR_INVALID, NULL, NULL,
                              "The model `%.*s` has no tokenizer, so it cannot serve chat "
                              "requests: give /v1/completions token ids instead.",
                              json_clip_len(m->id, 256), m->id);
-    if (refuse_unsupported(root, err)) return -1;
-    int32_t logprobs = -1;
-    if (read_logprobs(root, &logprobs, err)) return -1;
     bool gen_prompt = true;
     const cJSON *agp = json_field(root, "add_generation_prompt");
     if (agp && json_read_bool(agp, "add_generation_prompt", &gen_prompt, err)) return -1;
     struct chat_message *msgs = NULL;
     int32_t n_msgs = 0;
     if (read_messages(json_field(root, "messages"), &msgs, &n_msgs, err)) return -1;
-
     char *prompt = NULL, *why = NULL;
-    int32_t *ids = NULL, n_ids = 0;
     int rc = -1;
     if (cm->render(cm->ctx, msgs, n_msgs, gen_prompt, &prompt, &why)) {
         API_BAD_VALUE(err, "messages", "The chat template refused the messages: %s",
                       why ? why : "no reason given");
-        goto done;
-    }
-    /* The template writes special tokens (and bos_token) as text: parse them, and
-     * add nothing of our own. */
-    if (tokenizer_encode_flags(m->tok, prompt, strlen(prompt), TOKENIZER_ENCODE_SPECIAL,
-                               &ids, &n_ids)) {
+    } else if (tokenizer_encode_flags(m->tok, prompt, strlen(prompt),
+                                      TOKENIZER_ENCODE_SPECIAL, ids, n_ids)) {
+        /* The template writes special tokens (and bos_token) as text: they are
+         * parsed, and nothing of our own is added. */
         api_error_set(err, 500, API_ERR_SERVER, NULL, NULL, "tokenizing the prompt failed");
-        goto done;
-    }
-    if (n_ids == 0) {
+    } else if (*n_ids == 0) {
         API_BAD_VALUE(err, "messages", "The messages render to an empty prompt.");
-        goto done;
+    } else {
+        rc = 0;
     }
+    if (rc) {
+        free(*ids);
+        *ids = NULL;
+        *n_ids = 0;
+    }
+    free(prompt);
+    free(why);
+    free_messages(msgs, n_msgs);
+    return rc;
+}
+
+int chat_parse_json(const cJSON *root, const struct chat_model *cm, struct cmpl_params *out,
+                    struct api_error *err)
+{
+    const struct api_model *m = cm->m;
+    memset(out, 0, sizeof *out);
+    if (json_model_check(json_field(root, "model"), m->id, err)) return -1;
+    /* What chat cannot do is refused before the template runs. */
+    if (cm->render && refuse_unsupported(root, err)) return -1;
+    int32_t logprobs = -1;
+    if (cm->render && read_logprobs(root, &logprobs, err)) return -1;
+    int32_t *ids, n_ids;
+    if (chat_prompt_ids(root, cm, &ids, &n_ids, err)) return -1;
     cJSON *body = completions_body(root, m, ids, n_ids, logprobs);
-    rc = cmpl_parse_json(body, m, out, err);
+    free(ids);
+    int rc = cmpl_parse_json(body, m, out, err);
     cJSON_Delete(body);
     if (rc == 0) {
         out->chat = true;
@@ -312,11 +328,6 @@ int chat_parse_json(const cJSON *root, const struct chat_model *cm, struct cmpl_
         free(err->param);
         err->param = xstrdup("messages");
     }
-done:
-    free(ids);
-    free(prompt);
-    free(why);
-    free_messages(msgs, n_msgs);
     return rc;
 }
 

@@ -58,6 +58,15 @@ struct chat_model {
 int chat_parse(const char *body, size_t len, const struct chat_model *cm,
                struct cmpl_params *out, struct api_error *err);
 
+/*
+ * The token ids of root's "messages" (with its add_generation_prompt, default true)
+ * through cm's template: the prompt chat_parse would run, also what /tokenize gives
+ * for a chat. Returns 0 with *ids (heap, caller frees) and *n_ids >= 1, or -1 with
+ * *err set as chat_parse sets it for the messages and the template. Thread: any.
+ */
+int chat_prompt_ids(const cJSON *root, const struct chat_model *cm, int32_t **ids,
+                    int32_t *n_ids, struct api_error *err);
+
 /* chat_parse for an object already parsed by json_parse_checked (a Batch line's
  * body). Returns and owns as chat_parse; root stays the caller's. Thread: any. */
 int chat_parse_json(const cJSON *root, const struct chat_model *cm, struct cmpl_params *out,

@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct chat_model;
 struct tokenizer;
 
 /* OpenAI's limits. */
@@ -50,6 +51,8 @@ struct api_model {
     int32_t max_prompts;         /* prompts per request */
     int32_t max_n;               /* the largest n (and best_of, with OpenAI's 20) */
     int32_t max_seqs;            /* prompts x max(n, best_of) per request; 0 = no limit */
+    const struct chat_model *chat; /* the chat endpoint's view (chat.h), for /tokenize's
+                                      messages; NULL: the model cannot chat */
 };
 
 /* One prompt. Text prompts keep their text (for echo) and get ids too: the tokens

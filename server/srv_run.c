@@ -221,6 +221,7 @@ static void set_model(struct srv *s)
     m->max_n = s->cfg->max_n;
     m->max_seqs = s->cfg->max_queue; /* prompts x max(n, best_of) in one request */
     s->chat = chat_tmpl_model(s->tmpl, m);
+    m->chat = &s->chat;
 }
 
 int srv_run(const struct cfg *cfg)

@@ -67,6 +67,19 @@ def sdk(client, mid):
     return text
 
 
+def tokenize_chat(srv, client, mid):
+    """vLLM's /tokenize with messages: the ids /v1/chat/completions runs."""
+    r = client.chat.completions.create(model=mid, messages=CONVO, max_tokens=1, temperature=0)
+    st, data, _ = srv.post("/tokenize", {"model": mid, "messages": CONVO,
+                                         "return_token_strs": True})
+    t = json.loads(data) if st == 200 else {}
+    tap(st == 200 and t.get("count") == r.usage.prompt_tokens
+        and t["token_strs"][0] == "<|begin_of_text|>" and "<|eot_id|>" in t["token_strs"]
+        and t["token_strs"][-3:] == ["<|end_header_id|>", "\u010a", "\u010a"],
+        "/tokenize with messages: the chat prompt's ids, specials parsed",
+        (st, data[:400], r.usage))
+
+
 def langchain(port, mid, want):
     from langchain_openai import ChatOpenAI
     llm = ChatOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", model=mid,
@@ -174,6 +187,7 @@ with tempfile.TemporaryDirectory() as tmp:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{srv.port}/v1", api_key="unused")
         mid = client.models.list().data[0].id
         want = sdk(client, mid)
+        tokenize_chat(srv, client, mid)
         langchain(srv.port, mid, want)
         litellm_client(srv.port, mid, want)
         lines = batches(client, mid, want)
