@@ -20,21 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-int api_tokenize_no_chat_template(struct api_error *err, const char *model_id)
-{
-    /* vLLM (through transformers) says: "As of transformers v4.44, default chat
-     * template is no longer allowed, so you must provide a chat template if the
-     * tokenizer does not define one." We take no template in the request, so the
-     * advice is the completions endpoint instead. */
-    return api_error_set(err, 400, API_ERR_INVALID, NULL, NULL,
-                         "The model `%.*s` has no chat template, so it cannot serve chat "
-                         "requests: as of transformers v4.44, default chat template is no "
-                         "longer allowed, and this model's tokenizer does not define one. "
-                         "Use /v1/completions with a text prompt instead.",
-                         json_clip_len(model_id, 256), model_id);
-}
-
 /* ---- the response, written as it goes ---- */
 
 struct out {
@@ -169,7 +154,7 @@ char *api_tokenize(const char *body, size_t len, const struct api_model *m, size
          * /v1/chat/completions renders them (the template writes its own special
          * tokens, so add_special_tokens adds nothing here). */
         if (!m->chat)
-            api_tokenize_no_chat_template(err, m->id);
+            chat_no_template(err, m->id);
         else if (!chat_prompt_ids(root, m->chat, &ids, &n, err))
             res = tokenize_body(m, ids, n, strs, out_len);
         goto done;

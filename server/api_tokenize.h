@@ -11,10 +11,9 @@
  *   /detokenize  {"model"?, "tokens": [id, ...]}  ->  {"prompt": text}
  * "model" is optional, as in vLLM; when given it must name the served model (404
  * model_not_found otherwise, as /v1/completions answers). vLLM's chat form of
- * /tokenize ({"messages": [...]}) needs a chat template, which no model we serve has
- * yet: it is the 400 of api_tokenize_no_chat_template, the same answer as
- * /v1/chat/completions (api_chat.c calls it too: that file is loop code, this one is
- * pure and unit-tested, so the shared 400 lives here).
+ * /tokenize ({"messages": [...]}) renders them through the model's chat template
+ * (chat_prompt_ids, chat.h); a model without one gets chat_no_template's 400, the
+ * same answer as /v1/chat/completions.
  *
  * The responses are written by hand rather than through a cJSON tree: a body at the
  * limit (32 MiB by default) can hold tens of millions of ids, and a cJSON node per id
@@ -52,12 +51,5 @@ char *api_tokenize(const char *body, size_t len, const struct api_model *m, size
  */
 char *api_tokenize_detokenize(const char *body, size_t len, const struct api_model *m,
                               size_t *out_len, struct api_error *err);
-
-/*
- * Set err to the 400 a chat request gets from a model without a chat template (every
- * model we serve today), worded like vLLM's: shared by the chat form of /tokenize and
- * by POST /v1/chat/completions (api_chat.c). Returns -1.
- */
-int api_tokenize_no_chat_template(struct api_error *err, const char *model_id);
 
 #endif

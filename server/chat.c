@@ -20,8 +20,6 @@
  */
 #include "chat.h"
 
-#include "api_tokenize.h"
-#include "api_tokenize.h"
 #include "json.h"
 #include "tokenizer.h"
 
@@ -261,13 +259,27 @@ static cJSON *completions_body(const cJSON *root, const struct api_model *m,
     return b;
 }
 
+int chat_no_template(struct api_error *err, const char *model_id)
+{
+    /* vLLM (through transformers) says: "As of transformers v4.44, default chat
+     * template is no longer allowed, so you must provide a chat template if the
+     * tokenizer does not define one." We take no template in the request, so the
+     * advice is the completions endpoint instead. */
+    return api_error_set(err, 400, API_ERR_INVALID, NULL, NULL,
+                         "The model `%.*s` has no chat template, so it cannot serve chat "
+                         "requests: as of transformers v4.44, default chat template is no "
+                         "longer allowed, and this model's tokenizer does not define one. "
+                         "Use /v1/completions with a text prompt instead.",
+                         json_clip_len(model_id, 256), model_id);
+}
+
 int chat_prompt_ids(const cJSON *root, const struct chat_model *cm, int32_t **ids,
                     int32_t *n_ids, struct api_error *err)
 {
     const struct api_model *m = cm->m;
     *ids = NULL;
     *n_ids = 0;
-    if (!cm->render) return api_tokenize_no_chat_template(err, m->id);
+    if (!cm->render) return chat_no_template(err, m->id);
     if (!tokenizer_has_text(m->tok))
         return api_error_set(err, 400, API_ERR_INVALID, NULL, NULL,
                              "The model `%.*s` has no tokenizer, so it cannot serve chat "

@@ -59,6 +59,13 @@ int chat_parse(const char *body, size_t len, const struct chat_model *cm,
                struct cmpl_params *out, struct api_error *err);
 
 /*
+ * Set err to the 400 a chat request gets from a model without a chat template,
+ * worded like vLLM's: shared by /v1/chat/completions and the chat form of /tokenize.
+ * Returns -1. Thread: any.
+ */
+int chat_no_template(struct api_error *err, const char *model_id);
+
+/*
  * The token ids of root's "messages" (with its add_generation_prompt, default true)
  * through cm's template: the prompt chat_parse would run, also what /tokenize gives
  * for a chat. Returns 0 with *ids (heap, caller frees) and *n_ids >= 1, or -1 with

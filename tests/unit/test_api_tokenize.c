@@ -6,6 +6,7 @@
  */
 #include "api_testlib.h"
 #include "api_tokenize.h"
+#include "chat.h"
 
 /* A call's outcome: the status (200 or the error's) and the parsed body. */
 struct res {
@@ -317,7 +318,7 @@ TEST(millions_of_ids)
 TEST(chat_template_error)
 {
     struct api_error e = {0};
-    EXPECT_EQ(api_tokenize_no_chat_template(&e, "default"), -1);
+    EXPECT_EQ(chat_no_template(&e, "default"), -1);
     EXPECT_EQ(e.status, 400);
     EXPECT_STR(e.type, API_ERR_INVALID);
     EXPECT(e.param == NULL && e.code == NULL);
