@@ -352,8 +352,7 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     l->b = b;
     l->custom_id = xstrdup(r->custom_id);
     struct api_error e = {0};
-    int err = chat ? chat_parse_json(body, &s->chat, &l->params, &e)
-                   : cmpl_parse_json(body, &s->model, &l->params, &e);
+    int err = chat_parse_batch_body(body, chat, &s->chat, &l->params, &e);
     cJSON_Delete(body);
     if (err) { /* a request the API refuses: its error body is the response */
         results_add_error(refused, l->custom_id, e.status, api_error_object(&e), NULL, NULL);

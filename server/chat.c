@@ -343,6 +343,13 @@ int chat_parse_json(const cJSON *root, const struct chat_model *cm, struct cmpl_
     return rc;
 }
 
+int chat_parse_batch_body(const cJSON *body, bool chat, const struct chat_model *cm,
+                          struct cmpl_params *out, struct api_error *err)
+{
+    return chat ? chat_parse_json(body, cm, out, err)
+                : cmpl_parse_json(body, cm->m, out, err);
+}
+
 int chat_parse(const char *body, size_t len, const struct chat_model *cm,
                struct cmpl_params *out, struct api_error *err)
 {

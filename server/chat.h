@@ -79,4 +79,12 @@ int chat_prompt_ids(const cJSON *root, const struct chat_model *cm, int32_t **id
 int chat_parse_json(const cJSON *root, const struct chat_model *cm, struct cmpl_params *out,
                     struct api_error *err);
 
+/*
+ * A Batch line's body by its endpoint (batch_line_parse's *chat): chat_parse_json
+ * against cm, else cmpl_parse_json against cm->m. Returns and owns as chat_parse.
+ * Thread: any.
+ */
+int chat_parse_batch_body(const cJSON *body, bool chat, const struct chat_model *cm,
+                          struct cmpl_params *out, struct api_error *err);
+
 #endif

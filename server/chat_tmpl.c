@@ -58,25 +58,21 @@ int chat_tmpl_open(const char *model_dir, const char *file, const struct tokeniz
     t->origin = src.origin ? src.origin : xstrdup("the chat template");
     t->bos = src.bos_token ? src.bos_token : token_name(tok, tokenizer_bos(tok));
     t->eos = src.eos_token ? src.eos_token : token_name(tok, tokenizer_eos(tok));
-    if (chat_template_compile(src.text, &t->t, &err)) {
-        if (file) {
-            int e = err_set(ENG_EFORMAT, "--chat-template %s: %s", file,
-                            err ? err : "cannot compile");
-            free(err);
-            free(src.text);
-            t->origin = NULL;
-            free(src.origin);
-            free(t->bos);
-            free(t->eos);
-            free(t);
-            return e;
-        }
+    const int bad = chat_template_compile(src.text, &t->t, &err);
+    free(src.text); /* the rest of src is t's now */
+    if (bad && file) {
+        int e = err_set(ENG_EFORMAT, "--chat-template %s: %s", file,
+                        err ? err : "cannot compile");
+        free(err);
+        chat_tmpl_free(t);
+        return e;
+    }
+    if (bad) {
         t->why = err ? err : xstrdup("cannot compile");
         log_warn("the chat template in %s/%s cannot be used (%s): chat requests will be "
                  "refused",
                  model_dir, t->origin, t->why);
     }
-    free(src.text);
     *out = t;
     return 0;
 }

@@ -117,8 +117,7 @@ static void line_start(struct rb *b, int32_t k, const char *text, size_t len,
     /* The body as batch_line_parse checked it, through the API's own validation. */
     struct api_error e = {0};
     l->params = xcalloc(1, sizeof *l->params);
-    int err = chat ? chat_parse_json(body, &b->chat, l->params, &e)
-                   : cmpl_parse_json(body, &b->am, l->params, &e);
+    int err = chat_parse_batch_body(body, chat, &b->chat, l->params, &e);
     cJSON_Delete(body);
     if (!err && l->params->stream)
         api_error_set(&e, 400, API_ERR_INVALID, "stream", NULL,

@@ -54,8 +54,7 @@ static void one_line(const char *text, size_t len, bool named, bool any_url,
     struct cmpl_params p;
     struct api_error e = {0};
     REQUIRE(!chat || any_url);
-    if (chat ? chat_parse_json(body, fuzz_opt_chat(), &p, &e)
-             : cmpl_parse_json(body, m, &p, &e)) {
+    if (chat_parse_batch_body(body, chat, fuzz_opt_chat(), &p, &e)) {
         REQUIRE(e.status == 400 || e.status == 404);
         line_out(cid, e.status, api_error_object(&e), NULL, NULL);
         api_error_clear(&e);
