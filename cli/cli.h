@@ -14,6 +14,8 @@
 
 #include "cfg.h"
 
+#include <stdint.h>
+
 /*
  * Defaults for `scope`, then argv through the table, then validation: returns -1
  * with *c filled for the command to run, or an exit status to return at once: 0
@@ -45,5 +47,9 @@ int cli_bench_quality(int argc, char **argv);
 /* `h2oserve tokenize (--text TEXT | --decode IDS)`: ids as JSON, or text. Owns: its
  * configuration and the tokenizer. Thread: main. */
 int cli_tokenize(int argc, char **argv);
+
+/* ids[0..n) on stdout as one JSON array and a newline, as Python prints a list
+ * ("[2, 404, 1000]"): tokenize's output and generate's --print-ids. Thread: any. */
+void cli_print_ids(const int32_t *ids, int32_t n);
 
 #endif

@@ -91,15 +91,6 @@ static int parse_ids(const char *text, int k, int32_t **ids, int32_t *n)
     return 0;
 }
 
-/* The ids of --print-ids: one JSON array, as Python prints a list. */
-static void print_ids(const int32_t *ids, int32_t n)
-{
-    fputc('[', stdout);
-    for (int32_t i = 0; i < n; i++)
-        printf(i ? ", %d" : "%d", ids[i]);
-    fputs("]\n", stdout);
-}
-
 /* The completions on stdout, the per-sequence KV lines and the speed on stderr. */
 static void report(const struct gen_result *res, int n_prompts, int32_t min_budget,
                    bool ids, double dt)
@@ -108,7 +99,7 @@ static void report(const struct gen_result *res, int n_prompts, int32_t min_budg
     for (int i = 0; i < n_prompts; i++) {
         const struct gen_result *r = &res[i];
         if (ids) {
-            print_ids(r->tokens, r->n_tokens);
+            cli_print_ids(r->tokens, r->n_tokens);
         } else {
             fwrite(r->text, 1, r->text_len, stdout);
             fputc('\n', stdout);

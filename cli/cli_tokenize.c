@@ -22,6 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+void cli_print_ids(const int32_t *ids, int32_t n)
+{
+    putchar('[');
+    for (int32_t i = 0; i < n; i++)
+        printf(i ? ", %d" : "%d", ids[i]);
+    printf("]\n");
+}
+
 /* Parse "[2, 31414, 232]" or "2,31414 232" into ids. Returns count or -1. */
 static int parse_ids(const char *s, int32_t **out)
 {
@@ -78,10 +86,7 @@ static int tokenize_run(const struct cfg *c)
             fprintf(stderr, "h2oserve: %s\n", err_msg());
             rc = 1;
         } else {
-            putchar('[');
-            for (int32_t i = 0; i < n; i++)
-                printf(i ? ", %d" : "%d", ids[i]);
-            printf("]\n");
+            cli_print_ids(ids, n);
         }
         free(ids);
     } else {
