@@ -15,9 +15,15 @@ ignored, all in one batch. Times as FlexGen's flex_opt.py takes them:
 One warm-up generate of a single 64-token prompt comes first (as bench_throughput
 does), and with --repeat N each time is the best of N (the machine may be shared).
 
-Usage: python peer.py hf|ct2 --model-dir DIR [--ct2-dir DIR] --batch 16
-         --prompt-len 512 --gen-len 32 --dtype fp32|bf16 --threads N [--repeat 1]
-         [--verify-logits FILE]
+OpenVINO GenAI (ov) runs in its own venv, on the OpenVINO IR of the same folder, through
+its ContinuousBatchingPipeline (its engine with continuous batching, paged attention
+and cache eviction), with bench_throughput's very prompt ids (workload_prompts), all
+requests given to one generate call, every one generating exactly gen_len tokens.
+
+Usage: python peer.py hf|ct2|ov --model-dir DIR [--ct2-dir DIR] [--ov-dir DIR]
+         --batch 16 --prompt-len 512 --gen-len 32 --dtype fp32|bf16 --threads N
+         [--repeat 1] [--verify-logits FILE] [--ov-kv bf16|f32|u8]
+         [--ov-evict START,RECENT,MAX] [--kv-bytes N] [--verify-ids FILE]
 """
 import argparse
 import json
@@ -26,6 +32,8 @@ import sys
 import time
 
 import numpy as np
+
+from workload import workload_prompts
 
 
 def prompts(batch, prompt_len, seed):
@@ -129,9 +137,98 @@ def run_ct2(a):
     return dict(base, compute_type=compute, prefill_s=prefill_s, total_s=total_s)
 
 
+OV_BLOCK = 32  # OpenVINO GenAI's KV block size on the CPU (tokens)
+
+
+def ov_block_bytes(cfg, precision):
+    """
+    Bytes one of OpenVINO's KV blocks takes over all layers, K and V: 32 tokens x
+    heads x head_dim elements each, and for u8 a scale and a zero point (fp32) per
+    token and head, as its CPU plugin stores them by default. The KV-limited run sizes
+    its pool as this many bytes per block.
+    """
+    L, H = cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    D = cfg["hidden_size"] // H
+    elem = {"f32": 4, "bf16": 2, "f16": 2, "u8": 1}[precision]
+    extra = 8 if precision == "u8" else 0
+    return 2 * L * H * OV_BLOCK * (D * elem + extra)
+
+
+def run_ov(a):
+    import openvino as ov
+    import openvino_genai as og
+
+    with open(os.path.join(a.model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    P, G = a.prompt_len, a.gen_len
+    s = og.SchedulerConfig()
+    s.max_num_batched_tokens = a.max_batched
+    s.max_num_seqs = max(a.batch, 1)
+    s.enable_prefix_caching = False
+    if a.kv_bytes:
+        s.num_kv_blocks = a.kv_bytes // ov_block_bytes(cfg, a.ov_kv)
+    else:  # every sequence's whole cache, as bench_throughput's fixed batch has
+        s.num_kv_blocks = a.batch * (-(-(P + G) // OV_BLOCK) + 1)
+    evict = None
+    if a.ov_evict:
+        start, recent, most = (int(x) for x in a.ov_evict.split(","))
+        evict = og.CacheEvictionConfig(start, recent, most, og.AggregationMode.SUM)
+        s.use_cache_eviction = True
+        s.cache_eviction_config = evict
+    infer = {"fp32": "f32", "bf16": "bf16"}[a.dtype]
+    props = {"INFERENCE_NUM_THREADS": a.threads, "INFERENCE_PRECISION_HINT": infer,
+             "KV_CACHE_PRECISION": a.ov_kv}
+    pipe = og.ContinuousBatchingPipeline(a.ov_dir, s, "CPU", props)
+
+    def generate(ids, n_new):
+        gc = og.GenerationConfig()
+        gc.max_new_tokens = gc.min_new_tokens = n_new
+        gc.ignore_eos = True
+        gc.do_sample = False
+        res = pipe.generate([ov.Tensor(np.ascontiguousarray(r[None, :])) for r in ids],
+                            [gc] * len(ids))
+        out = [list(r.m_generation_ids[0]) for r in res]
+        assert {len(o) for o in out} == {n_new}, {len(o) for o in out}
+        return out
+
+    V, bos = cfg["vocab_size"], cfg.get("bos_token_id", 2)
+    if a.verify_ids:
+        # Our greedy ids for bench_throughput's first prompts (run.py ran `h2oserve
+        # generate` on the same folder): proof that it runs the very model we run.
+        with open(a.verify_ids) as f:
+            ours = json.load(f)
+        n, p_len = len(ours["ids"]), ours["prompt_len"]
+        theirs = generate(np.array(workload_prompts(n, p_len, V, bos)), len(ours["ids"][0]))
+        same = sum(x == y for o, t in zip(ours["ids"], theirs) for x, y in zip(o, t))
+        total = sum(len(o) for o in ours["ids"])
+        print(f"# OpenVINO GenAI vs our engine, greedy ids of {n} prompts x "
+              f"{total // n} tokens ({a.dtype}, KV {a.ov_kv}): {same} / {total} equal",
+              file=sys.stderr)
+        if a.dtype == "fp32" and same != total:
+            sys.exit("peer.py: OpenVINO GenAI's greedy ids differ from ours")
+    ids = np.array(workload_prompts(a.batch, P, V, bos))
+    # Warm-up: the timed batch's own prefill, so that every kernel the timed runs use
+    # is compiled and cached first (more than bench_throughput's own warm-up gives us).
+    generate(ids, 1)
+    prefill_s, _ = best_of(a.repeat, lambda: generate(ids, 1))
+    total_s, _ = best_of(a.repeat, lambda: generate(ids, G))
+    return {"system": "openvino-genai", "version": og.__version__.split("-")[0],
+            "openvino": ov.__version__.split("-")[0], "threads": a.threads,
+            "kv_precision": a.ov_kv, "kv_blocks": s.num_kv_blocks,
+            "eviction": evict.to_string() if evict else None,
+            "prefill_s": prefill_s, "total_s": total_s}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("peer", choices=["hf", "ct2"])
+    p.add_argument("peer", choices=["hf", "ct2", "ov"])
+    p.add_argument("--ov-dir", help="the model as OpenVINO IR (optimum-cli's export)")
+    p.add_argument("--ov-kv", default="bf16", help="OpenVINO's KV_CACHE_PRECISION")
+    p.add_argument("--ov-evict", help="start,recent,max_cache_size of its cache eviction")
+    p.add_argument("--kv-bytes", type=int, default=0,
+                   help="OpenVINO's KV pool in bytes (ov_block_bytes each block)")
+    p.add_argument("--max-batched", type=int, default=2048)
+    p.add_argument("--verify-ids", help="our greedy ids to match (JSON from run.py)")
     p.add_argument("--model-dir", required=True)
     p.add_argument("--ct2-dir")
     p.add_argument("--batch", type=int, default=16)
@@ -143,7 +240,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verify-logits")
     a = p.parse_args()
-    r = run_hf(a) if a.peer == "hf" else run_ct2(a)
+    r = {"hf": run_hf, "ct2": run_ct2, "ov": run_ov}[a.peer](a)
     if "total_s" in r:
         n, P, G = a.batch, a.prompt_len, a.gen_len
         r["prefill_throughput"] = n * P / r["prefill_s"]
