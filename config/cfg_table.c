@@ -373,7 +373,8 @@ static const struct cfg_opt opt_table[] = {
      FIELD(dtype),
      .values = dtype_names,
      .value_aliases = dtype_aliases,
-     .help = "weights, activations and KV cache; auto is bf16 on a CPU with "
+     .help = "weights, activations and (unless kv_cache_dtype says otherwise) the KV "
+             "cache; auto is bf16 on a CPU with "
              "AVX512-BF16, else fp32, and fp16 on CUDA. The CPU computes in fp32 or bf16 "
              "(fp16 runs as bf16, as vLLM does, or fp32 without AVX512-BF16), CUDA in "
              "fp16 only: a substitution is logged at startup"},
