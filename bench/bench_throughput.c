@@ -27,7 +27,7 @@
  * first (cuBLAS and oneDNN choose and load their kernels on first use).
  *
  * Usage: bench_throughput [--model dummy:opt-125m] [--device cpu|cuda|auto]
- *          [--dtype fp32|bf16] [--tensor-parallel N]
+ *          [--dtype fp32|bf16] [--kv-cache-dtype auto|fp32|bf16|int8] [--tensor-parallel N]
  *          [--batch 16 | --batch max | --kv-cache-bytes X] [--max-num-seqs 4096]
  *          [--prompt-len 512] [--gen-len 32] [--kv-policy full|h2o|local[,...]]
  *          [--h2o-heavy-ratio 0.1] [--h2o-recent-ratio 0.1] [--kv-min-budget 0]
@@ -141,7 +141,8 @@ static void print_json(const struct model *m, const struct opts *o, const struct
     CHECK(kv_budget_resolve(&spec, w->prompt_len, w->gen_len, &b) == 0);
     const double n = r->batch;
     printf("{\"bench\": \"throughput\", \"model\": \"%s\", \"backend\": \"%s\", \"dtype\": "
-           "\"%s\", \"tensor_parallel\": %d, \"prompt_len\": %d, \"gen_len\": %d, "
+           "\"%s\", \"kv_cache_dtype\": \"%s\", \"tensor_parallel\": %d, \"prompt_len\": "
+           "%d, \"gen_len\": %d, "
            "\"kv_policy\": \"%s\", \"heavy\": %d, \"recent\": %d, \"batch\": %d, "
            "\"batch_rule\": \"%s\", \"batch_fit\": %d, \"max_num_seqs\": %d, "
            "\"kv_capacity_bytes\": %lld, "
@@ -150,7 +151,7 @@ static void print_json(const struct model *m, const struct opts *o, const struct
            "\"prefill_latency_s\": %.4f, \"prefill_throughput\": %.2f, "
            "\"decode_latency_s\": %.4f, \"decode_throughput\": %.2f, "
            "\"total_throughput\": %.2f, \"tokens_evicted\": %lld}\n",
-           m->cfg.name, backend_name(&m->be), dtype_name(m->dtype),
+           m->cfg.name, backend_name(&m->be), dtype_name(m->dtype), dtype_name(m->kv_dtype),
            MAX(o->mo.tensor_parallel, 1), w->prompt_len, w->gen_len,
            kv_budget_policy_name(r->policy), b.policy == KV_POLICY_FULL ? 0 : b.heavy,
            b.policy == KV_POLICY_FULL ? 0 : b.recent, r->batch,
@@ -185,7 +186,8 @@ static int parse_policies(const char *s, struct opts *o)
 static int usage(FILE *f, int rc)
 {
     fprintf(f, "usage: bench_throughput [--model NAME] [--device cpu|cuda|auto] "
-               "[--dtype fp32|bf16] [--tensor-parallel N] "
+               "[--dtype fp32|bf16] [--kv-cache-dtype auto|fp32|bf16|int8] "
+               "[--tensor-parallel N] "
                "[--batch N | --batch max | --kv-cache-bytes X] [--max-num-seqs N (4096)] "
                "[--prompt-len N] [--gen-len N] [--kv-policy full|h2o|local[,...]] "
                "[--h2o-heavy-ratio X] [--h2o-recent-ratio X] [--kv-min-budget N (0)] "
@@ -200,6 +202,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"model", required_argument, 0, 'm'},
         {"device", required_argument, 0, 'D'},
         {"dtype", required_argument, 0, 'd'},
+        {"kv-cache-dtype", required_argument, 0, 'Q'},
         {"tensor-parallel", required_argument, 0, 'p'},
         {"batch", required_argument, 0, 'b'},
         {"kv-cache-bytes", required_argument, 0, 'K'},
@@ -229,6 +232,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
         case 'd':
             if (model_parse_dtype(optarg, &o->mo.dtype))
                 return fprintf(stderr, "--dtype wants fp32 or bf16\n"), 2;
+            break;
+        case 'Q':
+            /* The serve flag's names (cfg_table.c): auto = the compute dtype. */
+            o->mo.kv_dtype_set = strcmp(optarg, "auto") != 0;
+            if (strcmp(optarg, "int8") == 0)
+                o->mo.kv_dtype = DTYPE_I8;
+            else if (o->mo.kv_dtype_set && model_parse_dtype(optarg, &o->mo.kv_dtype))
+                return fprintf(stderr, "--kv-cache-dtype wants auto, fp32, bf16 or int8\n"),
+                       2;
             break;
         case 'p': o->mo.tensor_parallel = atoi(optarg); break;
         case 'b':
@@ -330,10 +342,10 @@ int main(int argc, char **argv)
         }
     }
     printf(
-        "model %s, backend %s (%s), tensor parallel %d, %d + %d tokens, %s, weights %.1f "
-        "MiB (loaded in %.1f s), max batched tokens %d\n",
-        m->cfg.name, backend_name(&m->be), dtype_name(m->dtype), MAX(o.mo.tensor_parallel, 1),
-        o.w.prompt_len, o.w.gen_len,
+        "model %s, backend %s (%s, KV cache %s), tensor parallel %d, %d + %d tokens, %s, "
+        "weights %.1f MiB (loaded in %.1f s), max batched tokens %d\n",
+        m->cfg.name, backend_name(&m->be), dtype_name(m->dtype), dtype_name(m->kv_dtype),
+        MAX(o.mo.tensor_parallel, 1), o.w.prompt_len, o.w.gen_len,
         o.batch_max    ? "batch: the largest that fits the backend's KV capacity"
         : kv_bytes > 0 ? "batch: the largest that fits the KV cache"
                        : "fixed batch",

@@ -175,10 +175,11 @@ static int run(const struct cfg *cf)
         const int32_t L = o.q.prompt_len + o.q.gen_len;
         int64_t segs = n_ids / L;
         if (o.q.segments > 0) segs = MIN(segs, o.q.segments);
-        printf("model %s, backend %s (%s), text %s: %d tokens, %lld segments of %d + %d "
-               "tokens (%lld scored)\n",
-               m->cfg.name, backend_name(&m->be), dtype_name(m->dtype), o.text, n_ids,
-               (long long)segs, o.q.prompt_len, o.q.gen_len, (long long)segs * o.q.gen_len);
+        printf("model %s, backend %s (%s, KV cache %s), text %s: %d tokens, %lld segments "
+               "of %d + %d tokens (%lld scored)\n",
+               m->cfg.name, backend_name(&m->be), dtype_name(m->dtype),
+               dtype_name(m->kv_dtype), o.text, n_ids, (long long)segs, o.q.prompt_len,
+               o.q.gen_len, (long long)segs * o.q.gen_len);
         printf("%-6s %6s %6s %11s %8s\n", "policy", "heavy", "recent", "perplexity",
                "vs full");
     }
@@ -197,16 +198,18 @@ static int run(const struct cfg *cf)
     for (int i = 0; !err && i < n; i++) {
         const struct kv_budget *b = &c[i].r.budget;
         const bool full = b->policy == KV_POLICY_FULL;
-        printf("{\"bench\": \"quality\", \"model\": \"%s\", \"dtype\": \"%s\", \"policy\": "
+        printf("{\"bench\": \"quality\", \"model\": \"%s\", \"dtype\": \"%s\", "
+               "\"kv_cache_dtype\": \"%s\", \"policy\": "
                "\"%s\", \"heavy\": %d, \"recent\": %d, \"min_budget\": %d, \"prompt_len\": "
                "%d, "
                "\"gen_len\": %d, "
                "\"segments\": %d, \"tokens\": %lld, \"perplexity\": %.6f, "
                "\"ratio_to_full\": %.6f}\n",
-               m->cfg.name, dtype_name(m->dtype), kv_budget_policy_name(b->policy),
-               full ? 0 : b->heavy, full ? 0 : b->recent, c[i].kv.min_budget,
-               o.q.prompt_len, o.q.gen_len, c[i].r.segments, (long long)c[i].r.tokens,
-               c[i].r.perplexity, c[i].r.perplexity / c[0].r.perplexity);
+               m->cfg.name, dtype_name(m->dtype), dtype_name(m->kv_dtype),
+               kv_budget_policy_name(b->policy), full ? 0 : b->heavy, full ? 0 : b->recent,
+               c[i].kv.min_budget, o.q.prompt_len, o.q.gen_len, c[i].r.segments,
+               (long long)c[i].r.tokens, c[i].r.perplexity,
+               c[i].r.perplexity / c[0].r.perplexity);
     }
     if (!err && o.plot) {
         char title[256];

@@ -191,8 +191,9 @@ int cli_generate(int argc, char **argv)
         fprintf(stderr, "h2oserve: %s\n", err_msg());
         goto done;
     }
-    fprintf(stderr, "loaded %s (%s, %d layers, hidden %d) in %.2f s\n", m->cfg.name,
-            dtype_name(m->dtype), m->cfg.n_layer, m->cfg.hidden, m->load_seconds);
+    fprintf(stderr, "loaded %s (%s, KV cache %s, %d layers, hidden %d) in %.2f s\n",
+            m->cfg.name, dtype_name(m->dtype), dtype_name(m->kv_dtype), m->cfg.n_layer,
+            m->cfg.hidden, m->load_seconds);
     if (c.kv_cache_bytes > 0) {
         int64_t per_block = (int64_t)backend_kv_block_bytes(&m->be, go.block_size);
         go.kv_blocks = (int32_t)MIN(c.kv_cache_bytes / per_block, INT32_MAX);

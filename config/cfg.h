@@ -66,6 +66,16 @@ enum cfg_dtype {
     CFG_DTYPE_FP16 = 3,
 };
 
+/* The KV cache's storage dtype as the user asks for it (--kv-cache-dtype); auto =
+ * the compute dtype (what the cache always was). int8 is symmetric int8 with an fp32
+ * scale per token and KV head, CPU backend only (docs/kv-cache.md). */
+enum cfg_kv_dtype {
+    CFG_KV_DTYPE_AUTO = 0,
+    CFG_KV_DTYPE_FP32 = 1,
+    CFG_KV_DTYPE_BF16 = 2,
+    CFG_KV_DTYPE_INT8 = 3,
+};
+
 /* The subcommands an option belongs to (struct cfg_opt.scopes, a mask). */
 enum cfg_scope {
     CFG_SERVE = 1,         /* h2oserve serve: the HTTP server */
@@ -100,6 +110,7 @@ struct cfg {
 
     /* engine */
     int32_t block_size;         /* KV slots per block; default 16 */
+    enum cfg_kv_dtype kv_cache_dtype; /* KV storage dtype; default auto (= dtype) */
     int64_t kv_cache_bytes;     /* KV pool bytes; 0 = the engine's default */
     int32_t kv_cache_blocks;    /* > 0: exactly this many blocks (instead of bytes) */
     int32_t max_num_seqs;       /* sequences running at once; default 256 */
@@ -343,6 +354,12 @@ void cfg_usage(FILE *f, const char *cmd);
 
 /* The scope of subcommand `cmd` ("run-batch"), or 0. Thread: any. */
 unsigned cfg_scope_of(const char *cmd);
+
+/*
+ * The KV cache dtype *c runs with, "auto" resolved as model_load will (the compute
+ * dtype; fp16 on CUDA): what a request's kv_cache.dtype must match. Thread: any.
+ */
+enum dtype cfg_kv_dtype(const struct cfg *c);
 
 /*
  * The engine options for *c: model, dtype (auto -> model_opts_default's choice;

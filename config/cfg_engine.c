@@ -32,15 +32,28 @@ void cfg_fingerprint(const struct cfg *c, char *buf, size_t len)
     enum be_device device;
     enum dtype dtype;
     model_resolve_backend(&eo.model_opts, &device, &dtype); /* what auto comes to here */
+    /* The KV dtype changes the outputs (int8 is lossy): it is part of the fingerprint;
+     * auto adds nothing, so fingerprints of configurations without it stay as they
+     * were. */
+    char kvd[16] = "";
+    if (c->kv_cache_dtype != CFG_KV_DTYPE_AUTO)
+        snprintf(kvd, sizeof kvd, "|kv%d", (int)c->kv_cache_dtype);
     char what[4096];
-    snprintf(what, sizeof what, "%s|%s|%d|%d|%d|%llu|%d|%d|%.9g|%.9g|%d|%d|%d", H2O_VERSION,
-             c->model, (int)device, (int)dtype, eo.model_opts.tensor_parallel,
+    snprintf(what, sizeof what, "%s|%s|%d|%d|%d|%llu|%d|%d|%.9g|%.9g|%d|%d|%d%s",
+             H2O_VERSION, c->model, (int)device, (int)dtype, eo.model_opts.tensor_parallel,
              (unsigned long long)eo.model_opts.dummy_seed, eo.block_size, (int)k->policy,
-             k->heavy_ratio, k->recent_ratio, k->heavy, k->recent, k->min_budget);
+             k->heavy_ratio, k->recent_ratio, k->heavy, k->recent, k->min_budget, kvd);
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
     for (const unsigned char *p = (const unsigned char *)what; *p; p++)
         h = (h ^ *p) * 0x100000001b3ull;
     snprintf(buf, len, "fp_%010llx", (unsigned long long)(h >> 24));
+}
+
+enum dtype cfg_kv_dtype(const struct cfg *c)
+{
+    struct engine_opts eo;
+    cfg_engine_opts(c, &eo);
+    return model_kv_dtype(&eo.model_opts);
 }
 
 void cfg_engine_opts(const struct cfg *c, struct engine_opts *o)
@@ -56,6 +69,13 @@ void cfg_engine_opts(const struct cfg *c, struct engine_opts *o)
     else if (c->dtype == CFG_DTYPE_FP16)
         o->model_opts.dtype = DTYPE_F16;
     o->model_opts.dtype_set = c->dtype != CFG_DTYPE_AUTO;
+    /* auto leaves kv_dtype_set false: the backend stores K/V in its compute dtype. */
+    o->model_opts.kv_dtype_set = c->kv_cache_dtype != CFG_KV_DTYPE_AUTO;
+    o->model_opts.kv_dtype = c->kv_cache_dtype == CFG_KV_DTYPE_FP32   ? DTYPE_F32
+                             : c->kv_cache_dtype == CFG_KV_DTYPE_BF16 ? DTYPE_BF16
+                             : c->kv_cache_dtype == CFG_KV_DTYPE_INT8
+                                 ? DTYPE_I8
+                                 : o->model_opts.kv_dtype;
     o->model_opts.n_threads = c->threads;
     o->model_opts.tensor_parallel = c->tensor_parallel;
     o->model_opts.device = c->device;

@@ -34,6 +34,10 @@ _Static_assert(sizeof(enum cfg_dtype) == sizeof(int), "enum cfg_dtype is int-siz
 _Static_assert(CFG_DTYPE_AUTO == 0 && CFG_DTYPE_FP32 == 1 && CFG_DTYPE_BF16 == 2 &&
                    CFG_DTYPE_FP16 == 3,
                "dtype_names[] is indexed by enum cfg_dtype");
+_Static_assert(sizeof(enum cfg_kv_dtype) == sizeof(int), "enum cfg_kv_dtype is int-sized");
+_Static_assert(CFG_KV_DTYPE_AUTO == 0 && CFG_KV_DTYPE_FP32 == 1 && CFG_KV_DTYPE_BF16 == 2 &&
+                   CFG_KV_DTYPE_INT8 == 3,
+               "kv_dtype_names[] is indexed by enum cfg_kv_dtype");
 _Static_assert(sizeof(enum kv_policy) == sizeof(int), "enum kv_policy is int-sized");
 _Static_assert(sizeof(enum be_device) == sizeof(int), "enum be_device is int-sized");
 _Static_assert(BE_DEVICE_CPU == 0 && BE_DEVICE_CUDA == 1 && BE_DEVICE_AUTO == 2,
@@ -60,6 +64,13 @@ static const char *const dtype_names[] = {"auto", "fp32", "bf16", "fp16", NULL};
 static const struct cfg_enum_alias dtype_aliases[] = {
     {"float32", CFG_DTYPE_FP32}, {"float", CFG_DTYPE_FP32}, {"bfloat16", CFG_DTYPE_BF16},
     {"float16", CFG_DTYPE_FP16}, {"half", CFG_DTYPE_FP16},  {NULL, 0},
+};
+static const char *const kv_dtype_names[] = {"auto", "fp32", "bf16", "int8", NULL};
+/* torch's names of the same types, as --dtype takes them. */
+static const struct cfg_enum_alias kv_dtype_aliases[] = {
+    {"float32", CFG_KV_DTYPE_FP32},
+    {"bfloat16", CFG_KV_DTYPE_BF16},
+    {NULL, 0},
 };
 static const char *const policy_names[] = {"full", "h2o", "local", NULL};
 static const char *const device_names[] = {"cpu", "cuda", "auto", NULL};
@@ -362,7 +373,8 @@ static const struct cfg_opt opt_table[] = {
      FIELD(dtype),
      .values = dtype_names,
      .value_aliases = dtype_aliases,
-     .help = "weights, activations and KV cache; auto is bf16 on a CPU with "
+     .help = "weights, activations and (unless kv_cache_dtype says otherwise) the KV "
+             "cache; auto is bf16 on a CPU with "
              "AVX512-BF16, else fp32, and fp16 on CUDA. The CPU computes in fp32 or bf16 "
              "(fp16 runs as bf16, as vLLM does, or fp32 without AVX512-BF16), CUDA in "
              "fp16 only: a substitution is logged at startup"},
@@ -415,6 +427,17 @@ static const struct cfg_opt opt_table[] = {
      .min = 1,
      .max = 1024,
      .help = "token slots per KV-cache block"},
+    {.key = "kv_cache_dtype",
+     .scopes = SRV_GEN_BQ,
+     .group = "engine",
+     .type = CFG_T_ENUM,
+     FIELD(kv_cache_dtype),
+     .values = kv_dtype_names,
+     .value_aliases = kv_dtype_aliases,
+     .help = "KV cache storage: auto is --dtype's; int8 (CPU only) is symmetric "
+             "int8 with an fp32 scale per token and KV head: about half bf16's bytes per "
+             "token, so the same kv_cache_bytes holds about twice the tokens, at a small "
+             "quality cost (docs/kv-cache.md). The H2O scores stay fp32"},
     {.key = "kv_cache_bytes",
      .scopes = SRV_GEN,
      .group = "engine",
@@ -686,6 +709,7 @@ void cfg_defaults(struct cfg *c)
     c->dummy_seed = 0;
     c->max_model_len = 0;
     c->block_size = 16;
+    c->kv_cache_dtype = CFG_KV_DTYPE_AUTO;
     c->kv_cache_bytes = 0;
     c->kv_cache_blocks = 0;
     c->max_num_seqs = 256;

@@ -53,6 +53,7 @@ static int nccl_type(enum dtype dt, ncclDataType_t *out)
     case DTYPE_F32: *out = ncclFloat32; return 0;
     case DTYPE_F16: *out = ncclFloat16; return 0;
     case DTYPE_BF16: *out = ncclBfloat16; return 0;
+    case DTYPE_I8: break; /* a KV storage type: never summed */
     }
     return err_set(ENG_EUNSUPPORTED, "comm_allreduce_sum: dtype %d", (int)dt);
 }

@@ -192,9 +192,9 @@ static int engine_load(struct engine *e)
     const double mib =
         (double)backend_kv_block_bytes(&m->be, e->o.block_size) * n_blocks / (1 << 20);
     log_info("engine: %s (%s, %s) loaded in %.2f s; KV pool %d blocks of %d tokens "
-             "(%.1f MiB)",
-             m->cfg.name, backend_name(&m->be), dtype_name(m->dtype), m->load_seconds, n_blocks,
-             e->o.block_size, mib);
+             "(%.1f MiB, KV cache %s)",
+             m->cfg.name, backend_name(&m->be), dtype_name(m->dtype), m->load_seconds,
+             n_blocks, e->o.block_size, mib, dtype_name(m->kv_dtype));
     return 0;
 }
 

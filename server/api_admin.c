@@ -30,6 +30,8 @@ static cJSON *model_object(const struct srv *s)
     cJSON_AddNumberToObject(m, "created", (double)s->started);
     cJSON_AddStringToObject(m, "owned_by", "h2oserve");
     cJSON_AddNumberToObject(m, "max_model_len", s->max_model_len);
+    /* Lossy storage choices are shown to every client: int8 changes the outputs. */
+    if (s->model.kv_dtype) cJSON_AddStringToObject(m, "kv_cache_dtype", s->model.kv_dtype);
     return m;
 }
 

@@ -259,6 +259,20 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
     for (const cJSON *c = item->child; c; c = c->next) {
         const char *k = c->string;
         if (strcmp(k, "policy") == 0 || cJSON_IsNull(c)) continue;
+        if (strcmp(k, "dtype") == 0) {
+            /* The pool holds one dtype for every sequence, so a request can only
+             * confirm it (or say "auto"), never pick another one. */
+            const char *dt = NULL;
+            if (read_string(c, "kv_cache.dtype", &dt, err)) return -1;
+            if (strcmp(dt, "auto") == 0 || (m->kv_dtype && strcmp(dt, m->kv_dtype) == 0))
+                continue;
+            return API_BAD_VALUE(
+                err, "kv_cache.dtype",
+                "'kv_cache.dtype' \"%.*s\" is not this server's KV cache "
+                "dtype (%s): it is set per server with --kv-cache-dtype, not "
+                "per request.",
+                json_clip_len(dt, 64), dt, m->kv_dtype ? m->kv_dtype : "unknown");
+        }
         if (strcmp(k, "min_budget") == 0) {
             /* The floor, as the top-level kv_min_budget says it (which must agree). */
             int64_t v = 0;
@@ -274,10 +288,10 @@ static int parse_kv_cache(const cJSON *item, const struct api_model *m,
             if (strcmp(k, names[i]) == 0) which = i;
         if (which < 0)
             return API_BAD_VALUE(err, "kv_cache",
-                             "Unknown key in 'kv_cache': \"%.*s\" (expected "
-                             "policy, heavy, recent, heavy_ratio, recent_ratio, "
-                             "min_budget).",
-                             json_clip_len(k, 64), k);
+                                 "Unknown key in 'kv_cache': \"%.*s\" (expected "
+                                 "policy, heavy, recent, heavy_ratio, recent_ratio, "
+                                 "min_budget, dtype).",
+                                 json_clip_len(k, 64), k);
         char param[32];
         snprintf(param, sizeof param, "kv_cache.%s", names[which]);
         const bool is_heavy = which < 2, is_ratio = which % 2 == 1;

@@ -48,6 +48,10 @@ struct api_model {
     int32_t vocab_size;          /* valid token ids are 0..vocab_size-1 */
     const struct tokenizer *tok; /* counts the tokens of text prompts */
     struct kv_spec kv_default;   /* the KV policy of requests that name none */
+    /* The KV pool's storage dtype ("bf16", "int8", ...: dtype_name), set per server
+     * (--kv-cache-dtype); a request's kv_cache.dtype may only repeat it or say
+     * "auto". NULL: unknown, so only "auto" is accepted. */
+    const char *kv_dtype;
     int32_t max_prompts;         /* prompts per request */
     int32_t max_n;               /* the largest n (and best_of, with OpenAI's 20) */
     int32_t max_seqs;            /* prompts x max(n, best_of) per request; 0 = no limit */

@@ -284,6 +284,7 @@ int run_batch_run(struct cfg c)
     b.am.vocab_size = b.m->cfg.vocab_size;
     b.am.tok = b.m->tok;
     b.am.kv_default = eo.kv_default;
+    b.am.kv_dtype = dtype_name(b.m->kv_dtype);
     b.am.max_prompts = c.max_prompts_per_request;
     b.am.max_n = c.max_n;
     if (chat_tmpl_open_model(c.model, c.chat_template, b.m->tok, &b.tmpl)) {

@@ -217,6 +217,7 @@ static void set_model(struct srv *s)
     m->vocab_size = s->mcfg.vocab_size;
     m->tok = s->tok;
     cfg_kv_spec(s->cfg, &m->kv_default);
+    m->kv_dtype = dtype_name(cfg_kv_dtype(s->cfg));
     m->max_prompts = s->cfg->max_prompts_per_request;
     m->max_n = s->cfg->max_n;
     m->max_seqs = s->cfg->max_queue; /* prompts x max(n, best_of) in one request */

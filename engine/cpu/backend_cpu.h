@@ -13,7 +13,12 @@
 struct backend;
 
 struct be_cpu_opts {
-    enum dtype dtype; /* DTYPE_F32 or DTYPE_BF16: weights, activations into GEMMs, KV */
+    enum dtype dtype; /* DTYPE_F32 or DTYPE_BF16: weights, activations into GEMMs */
+    /* With kv_dtype_set, the KV cache's storage: DTYPE_F32, DTYPE_BF16 or DTYPE_I8
+     * (symmetric, an fp32 scale per token and KV head: engine/cpu/cpu_attn_int8.c),
+     * independent of dtype; without, the cache is stored in dtype. */
+    enum dtype kv_dtype;
+    bool kv_dtype_set;
     int n_threads;    /* 0 = OpenMP's default; split evenly between the ranks */
     int tensor_parallel; /* ranks (threads) the layers are sharded over; 0 or 1 = none */
     /* Serve the slot state as a device backend does (kv_state NULL; kv_read_state,

@@ -81,12 +81,18 @@ int backend_cpu_create(struct backend *out, const struct be_cpu_opts *opts)
     if (opts->dtype == DTYPE_BF16 && !backend_cpu_has_bf16())
         return err_set(ENG_EUNSUPPORTED, "CPU backend: bf16 needs AVX512-BF16, which this "
                                          "CPU lacks; use --dtype fp32");
+    if (opts->kv_dtype_set && opts->kv_dtype != DTYPE_F32 && opts->kv_dtype != DTYPE_BF16 &&
+        opts->kv_dtype != DTYPE_I8)
+        return err_set(ENG_EUNSUPPORTED,
+                       "CPU backend: KV cache dtype %s is not supported (fp32, bf16, int8)",
+                       dtype_name(opts->kv_dtype));
     if (opts->tensor_parallel < 0 || opts->tensor_parallel > BE_MAX_TP)
         return err_set(ENG_EINVAL, "CPU backend: tensor_parallel %d is not in 1..%d",
                        opts->tensor_parallel, BE_MAX_TP);
     struct cpu_be *c = xcalloc(1, sizeof *c);
     c->opts = *opts;
     c->m.dtype = opts->dtype;
+    c->m.kv_dtype = opts->kv_dtype_set ? opts->kv_dtype : opts->dtype;
     c->n_rank = opts->tensor_parallel > 0 ? opts->tensor_parallel : 1;
     if (opts->n_threads > 0) omp_set_num_threads(opts->n_threads);
     /* The cores are split between the ranks: N teams of T / N threads. */
@@ -194,9 +200,12 @@ static size_t cpu_kv_block_bytes(void *ctx, int32_t block_size)
 {
     struct cpu_be *c = ctx;
     size_t slots = (size_t)c->m.cfg.n_kv_head * (size_t)block_size;
+    /* K and V, pos and score, and with int8 K/V one fp32 scale each per slot: about
+     * 0.55x bf16's bytes at head_dim 64, so the same memory holds ~1.8x the tokens. */
     size_t per_layer =
-        2 * slots * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.dtype) +
-        slots * (sizeof(int32_t) + sizeof(float));
+        2 * slots * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.kv_dtype) +
+        slots * (sizeof(int32_t) + sizeof(float)) +
+        (c->m.kv_dtype == DTYPE_I8 ? 2 * slots * sizeof(float) : 0);
     return per_layer * (size_t)c->m.cfg.n_layer;
 }
 
@@ -209,6 +218,8 @@ static void kv_free(struct cpu_be *c)
         free(kv->v);
         free(kv->pos);
         free(kv->score);
+        free(kv->k_scale);
+        free(kv->v_scale);
         memset(kv, 0, sizeof *kv);
     }
     c->n_blocks = 0;
@@ -225,14 +236,20 @@ static int cpu_kv_alloc(void *ctx, int32_t n_blocks, int32_t block_size)
     kv_free(c);
     const size_t slots = (size_t)n_blocks * (size_t)c->m.cfg.n_kv_head * (size_t)block_size;
     const size_t kv_bytes =
-        slots * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.dtype);
+        slots * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.kv_dtype);
+    const bool int8 = c->m.kv_dtype == DTYPE_I8;
     for (int32_t li = 0; li < c->m.cfg.n_layer; li++) {
         struct cpu_kv_layer *kv = &c->kv[li];
         kv->k = malloc(kv_bytes);
         kv->v = malloc(kv_bytes);
         kv->pos = malloc(slots * sizeof *kv->pos);
         kv->score = malloc(slots * sizeof *kv->score);
-        if (!kv->k || !kv->v || !kv->pos || !kv->score)
+        if (int8) { /* zeroed: every scale is finite before its slot is first written */
+            kv->k_scale = calloc(slots, sizeof *kv->k_scale);
+            kv->v_scale = calloc(slots, sizeof *kv->v_scale);
+        }
+        if (!kv->k || !kv->v || !kv->pos || !kv->score ||
+            (int8 && (!kv->k_scale || !kv->v_scale)))
             return err_set(
                 ENG_ENOMEM, "out of memory for a KV pool of %d blocks (%.1f MiB)", n_blocks,
                 (double)cpu_kv_block_bytes(c, block_size) * n_blocks / (1 << 20));
@@ -267,8 +284,9 @@ static void cpu_kv_init_blocks(void *ctx, const int32_t *blocks, int32_t n)
              * would leak into this sequence. (K needs nothing: free slots' logits are
              * replaced, not multiplied.) */
             const size_t vb =
-                per_block * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.dtype);
+                per_block * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.kv_dtype);
             memset((char *)kv->v + (size_t)blocks[i] * vb, 0, vb);
+            if (kv->v_scale) memset(kv->v_scale + base, 0, per_block * sizeof *kv->v_scale);
         }
     }
 }
@@ -278,11 +296,17 @@ static void cpu_kv_copy_blocks(void *ctx, const int32_t *src, const int32_t *dst
     struct cpu_be *c = ctx;
     const size_t per_block = (size_t)c->m.cfg.n_kv_head * (size_t)c->m.block_size;
     const size_t kv_block =
-        per_block * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.dtype);
+        per_block * (size_t)c->m.cfg.head_dim * (size_t)dtype_size(c->m.kv_dtype);
     for (int32_t li = 0; li < c->m.cfg.n_layer; li++) {
         struct cpu_kv_layer *kv = &c->kv[li];
         for (int32_t i = 0; i < n; i++) {
             size_t s = (size_t)src[i], d = (size_t)dst[i];
+            if (kv->k_scale) { /* int8: the scales are part of the block */
+                memcpy(kv->k_scale + d * per_block, kv->k_scale + s * per_block,
+                       per_block * sizeof *kv->k_scale);
+                memcpy(kv->v_scale + d * per_block, kv->v_scale + s * per_block,
+                       per_block * sizeof *kv->v_scale);
+            }
             memcpy((char *)kv->k + d * kv_block, (char *)kv->k + s * kv_block, kv_block);
             memcpy((char *)kv->v + d * kv_block, (char *)kv->v + s * kv_block, kv_block);
             memcpy(kv->pos + d * per_block, kv->pos + s * per_block,
@@ -299,7 +323,7 @@ static void cpu_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots,
     struct cpu_be *c = ctx;
     const int32_t L = c->m.cfg.n_layer, H = c->m.cfg.n_kv_head, D = c->m.cfg.head_dim,
                   BS = c->m.block_size;
-    const size_t es = (size_t)dtype_size(c->m.dtype);
+    const size_t es = (size_t)dtype_size(c->m.kv_dtype);
 #pragma omp parallel for schedule(dynamic, 1) collapse(2)
     for (int32_t l = 0; l < L; l++)
         for (int32_t h = 0; h < H; h++)

@@ -49,7 +49,13 @@ static void write_kv(const struct cpu_attn_args *a)
             int64_t t = cpu_attn_bh(a, sq->blocks[slot / BS], h);
             const float *k = a->qkv + r * row_stride + (int64_t)H * D + (int64_t)h * D;
             const float *v = k + (int64_t)NKV * D;
-            if (a->kv_dtype == DTYPE_F32) {
+            if (a->kv_dtype == DTYPE_I8) {
+                const int64_t si = t * BS + off;
+                a->kv.k_scale[si] =
+                    cpu_attn_int8_quantize((int8_t *)a->kv.k + t * D * BS + off, BS, k, D);
+                a->kv.v_scale[si] =
+                    cpu_attn_int8_quantize((int8_t *)a->kv.v + si * D, 1, v, D);
+            } else if (a->kv_dtype == DTYPE_F32) {
                 float *kt = (float *)a->kv.k + t * D * BS + off;
                 for (int32_t d = 0; d < D; d++) kt[(int64_t)d * BS] = k[d];
                 memcpy((float *)a->kv.v + (t * BS + off) * D, v, (size_t)D * sizeof(float));
@@ -287,8 +293,12 @@ void cpu_attn_forward(const struct cpu_attn_args *a)
 {
     const struct be_batch *b = a->batch;
     CHECK(cpu_attn_supports(a->head_dim, a->block_size));
-    const struct cpu_attn_kernels *k = a->kernels ? a->kernels : cpu_attn_kernels_for(a->block_size);
+    const bool int8 = a->kv_dtype == DTYPE_I8;
+    const struct cpu_attn_kernels *k = a->kernels ? a->kernels
+                                       : int8     ? cpu_attn_int8_kernels_for(a->block_size)
+                                                  : cpu_attn_kernels_for(a->block_size);
     CHECK(k->block_size == 0 || k->block_size == a->block_size);
+    CHECK(k->int8 == int8);
     write_kv(a);
     /* Tasks: a decode sequence as a whole (all heads, the table's decode_seq) when
      * the table has one and there are enough of them to keep every thread busy, else
@@ -368,5 +378,9 @@ void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size,
                (size_t)D * es);
         kv->pos[td * BS + od] = kv->pos[ts * BS + os];
         kv->score[td * BS + od] = kv->score[ts * BS + os];
+        if (kv->k_scale) {
+            kv->k_scale[td * BS + od] = kv->k_scale[ts * BS + os];
+            kv->v_scale[td * BS + od] = kv->v_scale[ts * BS + os];
+        }
     }
 }

@@ -3,8 +3,9 @@
  *
  * One layer's cache: K [n_blocks, n_head, head_dim, block_size] (each block's keys
  * transposed, so the logits of a block's slots are one vector FMA per dimension) and
- * V [n_blocks, n_head, block_size, head_dim] in the KV dtype (fp32 or bf16), and the
- * slot state pos / score [n_blocks, n_head, block_size].
+ * V [n_blocks, n_head, block_size, head_dim] in the KV dtype (fp32, bf16, or int8 with
+ * an fp32 scale per slot and head, cpu_attn_int8.c), and the slot state pos / score
+ * [n_blocks, n_head, block_size].
  * Scores stay fp32 even with bf16 K/V: the accumulated attention of old heavy
  * hitters reaches hundreds, where bf16 would round away every new contribution.
  * Thread: engine (the caller), fanning out to OpenMP over (sequence, head).
@@ -24,6 +25,9 @@ struct cpu_kv_layer {
     void *v;        /* [n_blocks, n_head, block_size, head_dim] */
     int32_t *pos;   /* [n_blocks, n_head, block_size], -1 = free */
     float *score;   /* [n_blocks, n_head, block_size] accumulated attention */
+    /* int8 KV only, else NULL: each slot's key and value dequantization scale (x =
+     * scale * element), [n_blocks, n_head, block_size], moved with pos and score. */
+    float *k_scale, *v_scale;
 };
 
 struct cpu_attn_kernels; /* a kernel set (cpu_attn_impl.h) */
@@ -75,8 +79,9 @@ void cpu_attn_forward(const struct cpu_attn_args *a);
  * slot i (K, V, pos, score; bit copies) for i < n_keep, keep ascending with
  * keep[i] >= i, in increasing i (so a slot is read before it is overwritten); then
  * mark slots n_keep..n_slots-1 free (pos -1, score 0; their K/V stay). elem_size is
- * the KV dtype's size. The CPU backend runs it for every (layer, head); it is
- * exported so that the CUDA twin's host reference is tested against this very code.
+ * the KV dtype's size; with int8 K/V (kv->k_scale set) the scales move too. The CPU backend
+ * runs it for every (layer, head); it is exported so that the CUDA twin's host reference is
+ * tested against this very code.
  */
 void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size,
                               int32_t n_head, int32_t head_dim, int32_t block_size,
@@ -100,6 +105,22 @@ const struct cpu_attn_kernels *cpu_attn_kernels_for(int32_t block_size);
 
 /* The name of a kernel set ("portable", "avx512"), for test and log lines. */
 const char *cpu_attn_kernels_name(const struct cpu_attn_kernels *k);
+
+/* The int8 KV cache's kernel sets (cpu_attn_int8.c), as the two above: the portable
+ * reference (any block size), the AVX-512 set (block size 16; NULL where not built),
+ * and the one cpu_attn_forward runs for int8 K/V by default. Thread: any. */
+extern const struct cpu_attn_kernels cpu_attn_int8_ref;
+const struct cpu_attn_kernels *cpu_attn_int8_avx512(void);
+const struct cpu_attn_kernels *cpu_attn_int8_kernels_for(int32_t block_size);
+
+/*
+ * Quantize x[0..n) to symmetric int8: dst[i * stride] = round(x[i] / scale), scale =
+ * max|x| / 127 (0 for an all-zero x, whose elements are then 0), so that
+ * |x[i] - scale * dst[i * stride]| <= scale / 2. Returns the scale. The K/V write of
+ * the int8 cache runs it per (token, KV head); stride lets it write a transposed K
+ * column. Pure; the caller owns both buffers. Thread: any.
+ */
+float cpu_attn_int8_quantize(int8_t *dst, int64_t stride, const float *x, int32_t n);
 
 /* Scratch floats one thread needs for a sequence of n_slots slots. */
 int32_t cpu_attn_scratch_floats(int32_t n_slots, int32_t block_size, int32_t n_head);

@@ -36,6 +36,9 @@
 struct cpu_attn_kernels {
     const char *name;
     int32_t block_size; /* the only block size the set handles; 0 = any */
+    /* The set reads int8 K/V with per-slot scales (cpu_attn_int8.c); the others read
+     * fp32 or bf16. cpu_attn_forward checks that it matches the KV dtype. */
+    bool int8;
     /*
      * Pass 1 over every block of sequence sq for head h and a tile of nq <= ATTN_QT
      * queries (qv [nq, head_dim] scaled, qpos [nq]): s [nq, width] gets each slot's

@@ -40,7 +40,8 @@ struct weights;
 /* What every rank reads and nobody writes during a forward. */
 struct cpu_model {
     struct opt_config cfg;
-    enum dtype dtype;        /* fp32 or bf16: weights, GEMM inputs, KV */
+    enum dtype dtype;        /* fp32 or bf16: weights, GEMM inputs */
+    enum dtype kv_dtype;     /* fp32, bf16 or int8 (with scales): the KV cache */
     float *embed;            /* [vocab, proj] token embedding, fp32 for the lookup */
     float *pos_embed;        /* [max_pos + 2, hidden], learned positions only */
     float *inv_freq;         /* [rope.dims / 2] rotary frequencies, rotary only */

@@ -11,16 +11,22 @@ enum dtype {
     DTYPE_F32 = 0,
     DTYPE_F16 = 1,
     DTYPE_BF16 = 2,
+    /* Symmetric int8 with an fp32 scale per (token, head): a KV cache storage type
+     * only (--kv-cache-dtype int8), never weights or activations. */
+    DTYPE_I8 = 3,
 };
 
 static inline int dtype_size(enum dtype t)
 {
-    return t == DTYPE_F32 ? 4 : 2;
+    return t == DTYPE_F32 ? 4 : t == DTYPE_I8 ? 1 : 2;
 }
 
 static inline const char *dtype_name(enum dtype t)
 {
-    return t == DTYPE_F32 ? "fp32" : t == DTYPE_F16 ? "fp16" : "bf16";
+    return t == DTYPE_F32   ? "fp32"
+           : t == DTYPE_F16 ? "fp16"
+           : t == DTYPE_I8  ? "int8"
+                            : "bf16";
 }
 
 static inline float bf16_to_f32(uint16_t h)

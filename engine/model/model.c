@@ -144,12 +144,30 @@ void model_resolve_backend(const struct model_opts *opts, enum be_device *device
 
 /* The backend of opts->device (auto: CUDA when a GPU is there, else CPU). A dtype
  * the backend cannot compute in is replaced, never silently: the user asked for it. */
+enum dtype model_kv_dtype(const struct model_opts *opts)
+{
+    enum be_device dev;
+    enum dtype dt;
+    model_resolve_backend(opts, &dev, &dt);
+    return dev == BE_DEVICE_CPU && opts->kv_dtype_set ? opts->kv_dtype : dt;
+}
+
 static int create_backend(struct model *m, const struct model_opts *opts)
 {
     enum be_device dev;
     enum dtype dt;
     model_resolve_backend(opts, &dev, &dt);
     if (dev == BE_DEVICE_CUDA) {
+        /* The CUDA kernels read fp16 K/V only; an int8 cache would silently be a
+         * different model than the one asked for, so it is refused, not replaced. */
+        if (opts->kv_dtype_set && opts->kv_dtype == DTYPE_I8)
+            return err_set(ENG_EUNSUPPORTED,
+                           "int8 KV cache is CPU-only in this build: run --device cpu, or "
+                           "--kv-cache-dtype auto on CUDA");
+        if (opts->kv_dtype_set)
+            log_warn("kv_cache_dtype %s is not supported by the CUDA backend, which stores "
+                     "K/V in fp16: running fp16",
+                     dtype_name(opts->kv_dtype));
         struct be_cuda_opts co = {.tensor_parallel = opts->tensor_parallel,
                                   .gpu_memory_utilization = opts->gpu_memory_utilization,
                                   .max_step_tokens = opts->max_step_tokens,
@@ -159,16 +177,22 @@ static int create_backend(struct model *m, const struct model_opts *opts)
                      "fp16: running fp16",
                      dtype_name(opts->dtype));
         m->dtype = dt;
+        m->kv_dtype = dt;
         return backend_cuda_create(&m->be, &co);
     }
     if (dt != opts->dtype)
         log_warn("dtype fp16 is not supported by the CPU backend (as in vLLM, float16 "
                  "runs as bfloat16 on CPUs): running %s%s",
                  dtype_name(dt), dt == DTYPE_F32 ? " (this CPU has no AVX512-BF16)" : "");
-    struct be_cpu_opts bo = {.dtype = dt, .n_threads = opts->n_threads,
+    const enum dtype kv = model_kv_dtype(opts);
+    struct be_cpu_opts bo = {.dtype = dt,
+                             .kv_dtype = kv,
+                             .kv_dtype_set = true,
+                             .n_threads = opts->n_threads,
                              .tensor_parallel = opts->tensor_parallel,
                              .device_state = opts->device_state};
     m->dtype = dt;
+    m->kv_dtype = kv;
     return backend_cpu_create(&m->be, &bo);
 }
 

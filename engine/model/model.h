@@ -26,6 +26,11 @@ struct model_opts {
      * when they substitute a dtype that dtype_set says was asked for. */
     enum dtype dtype;
     bool dtype_set;      /* the user chose dtype (not "auto"): substitutions are logged */
+    /* The KV cache's storage dtype (--kv-cache-dtype) when kv_dtype_set; else the
+     * cache is stored in the compute dtype. DTYPE_I8 runs on the CPU backend only:
+     * model_load refuses it on CUDA. */
+    enum dtype kv_dtype;
+    bool kv_dtype_set;
     int n_threads;       /* 0 = OpenMP's default */
     int tensor_parallel; /* ranks the layers are sharded over; 0 or 1 = none */
     float gpu_memory_utilization; /* CUDA: share of each GPU to use; 0 = 0.9 */
@@ -45,6 +50,7 @@ struct model {
     struct tokenizer *tok;
     struct backend be;
     enum dtype dtype;            /* what the backend computes in (fp16 on CUDA) */
+    enum dtype kv_dtype;         /* what the KV cache stores (int8: with fp32 scales) */
     double load_seconds;
 };
 
@@ -65,6 +71,14 @@ int model_parse_dtype(const char *s, enum dtype *out);
  */
 void model_resolve_backend(const struct model_opts *opts, enum be_device *device,
                            enum dtype *dtype);
+
+/*
+ * The KV cache dtype model_load will run opts with: on the CPU opts->kv_dtype when
+ * kv_dtype_set, else the compute dtype; on CUDA fp16 (which stores K/V in fp16 only;
+ * model_load refuses int8 there). The server names it before the model is loaded
+ * (per-request kv_cache.dtype, /v1/models). Thread: any.
+ */
+enum dtype model_kv_dtype(const struct model_opts *opts);
 
 /*
  * Load `name`: a checkpoint folder (config.json, weights, and vocab.json +

@@ -93,13 +93,23 @@ tap(rc == 0 and js5 and js5[0]["batch"] == max(fit - 1, 1) and
     js5[0]["batch_fit"] == fit, "--max-num-seqs below the fit caps the batch and reports "
     "the fit", out)
 
+# --kv-cache-dtype int8: the JSON line says so, and the same KV memory holds more
+# sequences than the default cache (its blocks are smaller: scales included).
+rc, _, js7, out = run("--kv-cache-bytes", "1M", "--kv-policy", "full", "--kv-cache-dtype",
+                      "int8")
+tap(rc == 0 and js7 and js7[0]["kv_cache_dtype"] == "int8" and js4 and
+    js4[0]["kv_cache_dtype"] == js4[0]["dtype"] and js7[0]["batch_fit"] > fit and
+    js7[0]["peak_kv_bytes"] <= 1 << 20,
+    "--kv-cache-dtype int8: reported, and 1M holds a larger batch", out)
+
 # Refusals: exit 2 with a message, nothing run.
 for args, what in [(["--batch", "max", "--kv-cache-bytes", "1M"], "--batch max with "
                     "--kv-cache-bytes"),
                    (["--batch", "max", "--max-num-seqs", "0"], "--max-num-seqs 0"),
                    (["--kv-policy", "full,full"], "a policy twice"),
                    (["--kv-policy", "full,lru"], "an unknown policy"),
-                   (["--batch", "most"], "--batch most")]:
+                   (["--batch", "most"], "--batch most"),
+                   (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype fp8")]:
     rc, _, js6, out = run(*args)
     tap(rc == 2 and not js6 and out.strip(), f"refused: {what}", out)
 

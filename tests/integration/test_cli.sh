@@ -36,6 +36,18 @@ expect "generate dummy:tiny" 0 "generated tokens" -- \
 "$bin" generate --model dummy:tiny --prompt "abc" --max-tokens 12 --seed 7 --dtype fp32 >"$tmp/b" 2>/dev/null
 cmp -s "$tmp/a" "$tmp/b" && ok "same seed, same completion" || not_ok "same seed, same completion"
 
+# --kv-cache-dtype int8: the same command runs, and says what the cache stores; a
+# dtype that is not one of the choices is refused naming them.
+expect "generate --kv-cache-dtype int8" 0 "KV cache int8" -- \
+    "$bin" generate --model dummy:tiny --prompt "Hello" --max-tokens 8 --temperature 0 \
+    --dtype fp32 --kv-cache-dtype int8 --kv-policy h2o --h2o-heavy 2 --h2o-recent 2 \
+    --kv-min-budget 0
+[ -s "$tmp/out" ] && ok "int8 KV generate printed a completion" \
+    || not_ok "int8 KV generate printed a completion"
+expect "generate --kv-cache-dtype fp8 names the choices" 2 \
+    "kv-cache-dtype wants auto, fp32, bf16 or int8" -- \
+    "$bin" generate --model dummy:tiny --prompt "Hello" --kv-cache-dtype fp8
+
 # Several prompts: one line each.
 "$bin" generate --model dummy:tiny --prompt "a" --prompt "bb" --prompt "ccc" --max-tokens 4 \
     --temperature 0 --dtype fp32 >"$tmp/out" 2>/dev/null

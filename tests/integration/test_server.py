@@ -466,6 +466,48 @@ def main():
     tap(st == 200, "health needs no key")
     tap(srv.stop() == 0, "second server exits 0")
 
+    # --- an int8 KV cache: shown at startup and in /v1/models, serves completions,
+    # and a request may only repeat the server's KV dtype.
+    # The built-in trained model: its attention matters to its next token, as a
+    # random dummy's barely does.
+    srv = Server("--kv-cache-dtype", "int8", "--kv-cache-bytes", "4M", model="default")
+    tap(srv.stderr_has("KV cache int8"), "int8 server logs its KV dtype", "".join(srv.log))
+    st, body, _ = srv.get("/v1/models/default")
+    tap(st == 200 and json.loads(body).get("kv_cache_dtype") == "int8",
+        "/v1/models shows kv_cache_dtype int8", body)
+    st, body, _ = srv.post("/v1/completions", {
+        "model": "default", "prompt": "Hello there", "max_tokens": 12, "ignore_eos": True,
+        "kv_cache": {"policy": "h2o", "heavy": 2, "recent": 3, "dtype": "int8"}})
+    j = json.loads(body) if st == 200 else {}
+    tap(st == 200 and j["usage"]["completion_tokens"] == 12,
+        "int8 completion with kv_cache.dtype int8", body)
+    # n = 2 forks the prefilled sequence by copying its blocks: the copy must carry
+    # the scales, or the second greedy completion would differ from the first.
+    st, body, _ = srv.post("/v1/completions", {
+        "model": "default", "prompt": "Hello there", "max_tokens": 12, "ignore_eos": True,
+        "n": 2, "temperature": 0})
+    ch = json.loads(body).get("choices", []) if st == 200 else []
+    tap(len(ch) == 2 and ch[0]["text"] == ch[1]["text"],
+        "int8 n=2 greedy: the forked copy reads the same cache", body)
+    st, body, _ = srv.post("/v1/completions", {
+        "model": "default", "prompt": "Hello", "max_tokens": 2, "kv_cache": {"policy": "full",
+                                                                          "dtype": "bf16"}})
+    e = json.loads(body).get("error", {}) if st == 400 else {}
+    tap(st == 400 and e.get("param") == "kv_cache.dtype" and "(int8)" in e.get("message", "")
+        and "--kv-cache-dtype" in e.get("message", ""),
+        "kv_cache.dtype other than the server's is a 400 naming it", body)
+    tap(srv.stop() == 0, "int8 server exits 0")
+    # The default server (fp32 here) says fp32, and takes its own dtype by name.
+    srv = Server()
+    st, body, _ = srv.get("/v1/models/" + MODEL)
+    tap(st == 200 and json.loads(body).get("kv_cache_dtype") == "fp32",
+        "/v1/models shows the default KV dtype (the compute dtype)", body)
+    st, body, _ = srv.post("/v1/completions", {
+        "model": MODEL, "prompt": "Hello", "max_tokens": 2,
+        "kv_cache": {"policy": "full", "dtype": "fp32"}})
+    tap(st == 200, "kv_cache.dtype equal to the server's is accepted", body)
+    tap(srv.stop() == 0, "fp32 server exits 0")
+
     connection_robustness()
     print(f"1..{len(results)}")
     return 0 if all(results) else 1

@@ -157,6 +157,10 @@ TEST(each_flag_mistake_names_the_flag)
         {{"--dtype=fp8"},
          "auto, fp32, bf16 or fp16 (or float32, float, bfloat16, float16, half), got"},
         {{"--dtype", "FP16"}, "--dtype"},
+        {{"--kv-cache-dtype", "fp8"},
+         "--kv-cache-dtype wants auto, fp32, bf16 or int8 (or float32, bfloat16), got "
+         "'fp8'"},
+        {{"--kv-cache-dtype=int4"}, "--kv-cache-dtype"},
         {{"--tensor-parallel-size", "0"}, "--tensor-parallel-size wants"},
         {{"--max-num-batched-tokens=x"}, "--max-num-batched-tokens"},
         {{"--no-tensor-parallel-size"}, "--no-tensor-parallel-size"},

@@ -243,6 +243,62 @@ TEST(dtype_names_normalise)
     free(buf);
 }
 
+/* --kv-cache-dtype (vLLM's spelling) and the file's kv_cache_dtype reach the engine:
+ * auto leaves the cache in the compute dtype (kv_dtype_set false), anything else is
+ * passed on, and is part of the fingerprint. Every subcommand that loads a model
+ * takes it. */
+TEST(kv_cache_dtype_reaches_the_engine)
+{
+    static const struct {
+        const char *name;
+        enum cfg_kv_dtype want;
+        enum dtype dt;
+    } cases[] = {
+        {"auto", CFG_KV_DTYPE_AUTO, DTYPE_F32},
+        {"fp32", CFG_KV_DTYPE_FP32, DTYPE_F32},
+        {"float32", CFG_KV_DTYPE_FP32, DTYPE_F32},
+        {"bf16", CFG_KV_DTYPE_BF16, DTYPE_BF16},
+        {"bfloat16", CFG_KV_DTYPE_BF16, DTYPE_BF16},
+        {"int8", CFG_KV_DTYPE_INT8, DTYPE_I8},
+    };
+    char fp_auto[64];
+    {
+        struct cfg c;
+        cfg_defaults(&c);
+        EXPECT_EQ(c.kv_cache_dtype, CFG_KV_DTYPE_AUTO);
+        cfg_fingerprint(&c, fp_auto, sizeof fp_auto);
+        cfg_free(&c);
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cfg c;
+        cfg_defaults(&c);
+        if (PARSE(&c, "--kv-cache-dtype", cases[i].name))
+            TEST_FAIL("%s: %s", cases[i].name, err_msg());
+        EXPECT_EQ(c.kv_cache_dtype, cases[i].want);
+        struct engine_opts e;
+        cfg_engine_opts(&c, &e);
+        EXPECT_EQ(e.model_opts.kv_dtype_set, cases[i].want != CFG_KV_DTYPE_AUTO);
+        if (cases[i].want != CFG_KV_DTYPE_AUTO)
+            EXPECT_EQ(e.model_opts.kv_dtype, cases[i].dt);
+        char fp[64];
+        cfg_fingerprint(&c, fp, sizeof fp);
+        EXPECT((strcmp(fp, fp_auto) == 0) == (cases[i].want == CFG_KV_DTYPE_AUTO));
+        /* On the CPU the resolved dtype is the one asked for (auto: the compute one). */
+        c.device = BE_DEVICE_CPU;
+        EXPECT_EQ(cfg_kv_dtype(&c),
+                  cases[i].want == CFG_KV_DTYPE_AUTO ? e.model_opts.dtype : cases[i].dt);
+        char json[80];
+        snprintf(json, sizeof json, "{\"kv_cache_dtype\": \"%s\"}", cases[i].name);
+        c.kv_cache_dtype = CFG_KV_DTYPE_BF16;
+        if (cfg_load_string(&c, json, "k.json")) TEST_FAIL("%s: %s", json, err_msg());
+        EXPECT_EQ(c.kv_cache_dtype, cases[i].want);
+        cfg_free(&c);
+    }
+    const unsigned scopes[] = {CFG_SERVE, CFG_RUN_BATCH, CFG_GENERATE, CFG_BENCH_QUALITY};
+    for (int i = 0; i < 4; i++)
+        EXPECT(cfg_find("kv_cache_dtype")->scopes & scopes[i]);
+}
+
 /* `serve MODEL` is `serve --model MODEL`, wherever MODEL stands. */
 TEST(the_positional_argument_is_the_model)
 {
@@ -337,6 +393,7 @@ int main(void)
     RUN(every_alias_sets_the_same_field_as_its_key);
     RUN(a_flag_and_its_alias_last_wins_a_key_and_its_alias_is_an_error);
     RUN(dtype_names_normalise);
+    RUN(kv_cache_dtype_reaches_the_engine);
     RUN(the_positional_argument_is_the_model);
     RUN(max_model_len_is_a_token_count);
     char cmd[300];

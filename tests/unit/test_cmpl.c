@@ -424,6 +424,48 @@ TEST(parse_limits_from_the_model)
     api_error_clear(&e);
 }
 
+TEST(kv_cache_dtype_may_only_repeat_the_servers)
+{
+    /* The pool holds one dtype (--kv-cache-dtype): a request may confirm it or say
+     * auto; anything else is a 400 that names the server's dtype and the flag. */
+    struct api_model m;
+    model_init(&m, byte_tok);
+    m.kv_dtype = "int8";
+    struct cmpl_params p;
+    struct api_error e = {0};
+    EXPECT_EQ(parse_m(&m, "{" M ",'prompt':'a','kv_cache':{'policy':'h2o','dtype':'int8'}}",
+                      &p, &e),
+              0);
+    EXPECT_EQ(p.kv.policy, KV_POLICY_H2O);
+    cmpl_params_free(&p);
+    EXPECT_EQ(parse_m(&m,
+                      "{" M ",'prompt':'a','kv_cache':{'policy':'full','dtype':'auto'}}",
+                      &p, &e),
+              0);
+    EXPECT_EQ(p.kv.policy, KV_POLICY_FULL);
+    cmpl_params_free(&p);
+    EXPECT_EQ(parse_m(&m, "{" M ",'prompt':'a','kv_cache':{'policy':'h2o','dtype':'bf16'}}",
+                      &p, &e),
+              -1);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_STR(e.param, "kv_cache.dtype");
+    EXPECT(e.message && strstr(e.message, "(int8)") &&
+           strstr(e.message, "--kv-cache-dtype") && strstr(e.message, "\"bf16\""));
+    api_error_clear(&e);
+    EXPECT_EQ(
+        parse_m(&m, "{" M ",'prompt':'a','kv_cache':{'policy':'h2o','dtype':8}}", &p, &e),
+        -1);
+    EXPECT_STR(e.param, "kv_cache.dtype");
+    api_error_clear(&e);
+    /* A server whose dtype the parser does not know accepts auto only. */
+    m.kv_dtype = NULL;
+    EXPECT_EQ(parse_m(&m, "{" M ",'prompt':'a','kv_cache':{'policy':'h2o','dtype':'int8'}}",
+                      &p, &e),
+              -1);
+    EXPECT_STR(e.param, "kv_cache.dtype");
+    api_error_clear(&e);
+}
+
 TEST(a_model_without_a_tokenizer_takes_token_ids_only)
 {
     /* A folder with no tokenizer files (tokenizer_create_none): token prompts work,
@@ -656,6 +698,7 @@ int main(void)
     RUN(parse_defaults_and_fields);
     RUN(parse_invalid_table);
     RUN(parse_limits_from_the_model);
+    RUN(kv_cache_dtype_may_only_repeat_the_servers);
     RUN(a_model_without_a_tokenizer_takes_token_ids_only);
     RUN(an_empty_prompt_without_bos_is_refused);
     RUN(error_body_has_all_four_keys);

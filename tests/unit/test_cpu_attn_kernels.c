@@ -10,8 +10,9 @@
  * chunks of every tile shape (full tiles of ATTN_QT = 8, partial tiles, one query),
  * decode tokens into contiguous slots or into H2O holes (head_slots), freed slots in
  * the middle of a sequence, positions out of slot order (after H2O compaction), a last
- * block partly beyond n_slots, a tensor-parallel rank's share of the heads, and fp32
- * and bf16 K/V and outputs.
+ * block partly beyond n_slots, a tensor-parallel rank's share of the heads, and fp32,
+ * bf16 and int8 K/V (int8: the AVX-512 int8 set against the portable int8 set, scales
+ * included) and fp32 and bf16 outputs.
  * Where the build has no AVX-512 set (cpu_attn_avx512 returns NULL) there is nothing
  * to compare: the set selection is still checked and the comparisons do not run.
  */
@@ -86,9 +87,20 @@ static void kcase_make(struct kcase *c, struct rng *r, int32_t n_seq, const int3
     c->kv.v = xmalloc(n_el * D * es);
     c->kv.pos = xmalloc(n_el * sizeof(int32_t));
     c->kv.score = xmalloc(n_el * sizeof(float));
+    if (c->kv_dtype == DTYPE_I8) {
+        c->kv.k_scale = xmalloc(n_el * sizeof(float));
+        c->kv.v_scale = xmalloc(n_el * sizeof(float));
+        for (size_t e = 0; e < n_el; e++) {
+            c->kv.k_scale[e] = 0.02f * (float)rng_uniform(r);
+            c->kv.v_scale[e] = 0.02f * (float)rng_uniform(r);
+        }
+    }
     for (size_t e = 0; e < n_el * D; e++) {
         const float k = rnd_f(r), v = rnd_f(r);
-        if (c->kv_dtype == DTYPE_F32) {
+        if (c->kv_dtype == DTYPE_I8) {
+            ((int8_t *)c->kv.k)[e] = (int8_t)(k * 127.0f);
+            ((int8_t *)c->kv.v)[e] = (int8_t)(v * 127.0f);
+        } else if (c->kv_dtype == DTYPE_F32) {
             ((float *)c->kv.k)[e] = k;
             ((float *)c->kv.v)[e] = v;
         } else {
@@ -168,6 +180,8 @@ static void kcase_free(struct kcase *c)
     free(c->kv.v);
     free(c->kv.pos);
     free(c->kv.score);
+    free(c->kv.k_scale);
+    free(c->kv.v_scale);
     free(c->blocks);
     free(c->head_slots);
     free(c->tokens);
@@ -193,6 +207,13 @@ static void run(const struct kcase *c, const struct cpu_attn_kernels *k, struct 
     memcpy(res->kv.v, c->kv.v, n_el * D * es);
     memcpy(res->kv.pos, c->kv.pos, n_el * sizeof(int32_t));
     memcpy(res->kv.score, c->kv.score, n_el * sizeof(float));
+    res->kv.k_scale = res->kv.v_scale = NULL;
+    if (c->kv.k_scale) {
+        res->kv.k_scale = xmalloc(n_el * sizeof(float));
+        res->kv.v_scale = xmalloc(n_el * sizeof(float));
+        memcpy(res->kv.k_scale, c->kv.k_scale, n_el * sizeof(float));
+        memcpy(res->kv.v_scale, c->kv.v_scale, n_el * sizeof(float));
+    }
     const size_t out_bytes = (size_t)c->n_tok * c->n_head * D * dtype_size(c->out_dtype);
     res->out = xmalloc(out_bytes);
     memset(res->out, 0xa5, out_bytes); /* every element must be written */
@@ -231,6 +252,8 @@ static void kresult_free(struct kresult *r)
     free(r->kv.v);
     free(r->kv.pos);
     free(r->kv.score);
+    free(r->kv.k_scale);
+    free(r->kv.v_scale);
     free(r->out);
 }
 
@@ -247,6 +270,10 @@ static int64_t compare(const struct kcase *c, const struct kresult *x, const str
     for (size_t e = 0; e < n_el; e++) {
         n_diff += memcmp(&x->kv.score[e], &y->kv.score[e], sizeof(float)) != 0;
         n_diff += x->kv.pos[e] != y->kv.pos[e];
+        if (c->kv_dtype == DTYPE_I8) {
+            n_diff += memcmp(&x->kv.k_scale[e], &y->kv.k_scale[e], sizeof(float)) != 0;
+            n_diff += memcmp(&x->kv.v_scale[e], &y->kv.v_scale[e], sizeof(float)) != 0;
+        }
     }
     n_diff += memcmp(x->kv.k, y->kv.k, n_el * D * es) != 0;
     n_diff += memcmp(x->kv.v, y->kv.v, n_el * D * es) != 0;
@@ -256,10 +283,11 @@ static int64_t compare(const struct kcase *c, const struct kresult *x, const str
 /* Run c with both sets and expect the same bits; returns the differences. */
 static int64_t agree(const struct kcase *c, const char *what)
 {
-    const struct cpu_attn_kernels *fast = cpu_attn_avx512();
+    const bool int8 = c->kv_dtype == DTYPE_I8;
+    const struct cpu_attn_kernels *fast = int8 ? cpu_attn_int8_avx512() : cpu_attn_avx512();
     if (!fast) return 0;
     struct kresult ref, got;
-    run(c, &cpu_attn_ref, &ref);
+    run(c, int8 ? &cpu_attn_int8_ref : &cpu_attn_ref, &ref);
     run(c, fast, &got);
     const int64_t n = compare(c, &ref, &got);
     if (n)
@@ -286,9 +314,10 @@ static const struct {
     int32_t H, D;
     enum dtype kv, out;
 } geoms[] = {
-    {4, 64, DTYPE_F32, DTYPE_F32},  {3, 80, DTYPE_F32, DTYPE_F32},
+    {4, 64, DTYPE_F32, DTYPE_F32},    {3, 80, DTYPE_F32, DTYPE_F32},
     {2, 128, DTYPE_BF16, DTYPE_BF16}, {5, 16, DTYPE_BF16, DTYPE_F32},
-    {6, 64, DTYPE_BF16, DTYPE_BF16},
+    {6, 64, DTYPE_BF16, DTYPE_BF16},  {4, 64, DTYPE_I8, DTYPE_F32},
+    {3, 80, DTYPE_I8, DTYPE_BF16},    {2, 128, DTYPE_I8, DTYPE_F32},
 };
 #define N_GEOMS ((int)(sizeof geoms / sizeof geoms[0]))
 
@@ -301,6 +330,7 @@ TEST(default_set_is_avx512_for_block_size_16_where_built)
     if (!fast) {
         printf("# this build has no AVX-512 kernel set: the comparisons do not run\n");
         EXPECT(cpu_attn_kernels_for(16) == &cpu_attn_ref);
+        EXPECT(cpu_attn_int8_kernels_for(16) == &cpu_attn_int8_ref);
         return;
     }
     EXPECT_STR(cpu_attn_kernels_name(fast), "avx512");
@@ -309,6 +339,13 @@ TEST(default_set_is_avx512_for_block_size_16_where_built)
     EXPECT(cpu_attn_kernels_for(8) == &cpu_attn_ref);
     EXPECT(cpu_attn_kernels_for(32) == &cpu_attn_ref);
     EXPECT_STR(cpu_attn_kernels_name(&cpu_attn_ref), "portable");
+    /* int8 K/V have their own pair of sets, chosen the same way. */
+    const struct cpu_attn_kernels *fast8 = cpu_attn_int8_avx512();
+    EXPECT(fast8 != NULL && fast8 != fast);
+    EXPECT_STR(cpu_attn_kernels_name(&cpu_attn_int8_ref), "portable-int8");
+    EXPECT(cpu_attn_int8_kernels_for(16) == fast8);
+    EXPECT(cpu_attn_int8_kernels_for(32) == &cpu_attn_int8_ref);
+    EXPECT_STR(cpu_attn_kernels_name(fast8), "avx512-int8");
 }
 
 TEST(prompt_chunks_agree_bit_for_bit)
@@ -359,11 +396,11 @@ TEST(mixed_batches_and_tensor_parallel_shares_agree)
     int32_t n_new[64];
     const int32_t n_seq = MIN(64, 2 * omp_get_max_threads() + 4);
     for (int32_t i = 0; i < n_seq; i++) n_new[i] = i % 3 == 0 ? 1 + rnd_int(&r, 20) : 1;
+    const enum dtype kvs[3] = {DTYPE_F32, DTYPE_BF16, DTYPE_I8};
     for (int tp = 0; tp < 2; tp++)
-        for (int v = 0; v < 2; v++) {
+        for (int v = 0; v < 3; v++) {
             struct kcase c;
-            geometry(&c, tp ? 2 : 6, 64, v ? DTYPE_BF16 : DTYPE_F32,
-                     v ? DTYPE_BF16 : DTYPE_F32);
+            geometry(&c, tp ? 2 : 6, 64, kvs[v], v == 1 ? DTYPE_BF16 : DTYPE_F32);
             if (tp) {
                 c.kv_n_head = 6;
                 c.head0 = 2;
@@ -384,6 +421,10 @@ TEST(long_sequences_agree_bit_for_bit)
     geometry(&c, 4, 128, DTYPE_BF16, DTYPE_BF16);
     kcase_make(&c, &r, 8, n_new, 1500, true, false);
     agree(&c, "long sequences");
+    kcase_free(&c);
+    geometry(&c, 4, 64, DTYPE_I8, DTYPE_F32);
+    kcase_make(&c, &r, 8, n_new, 1500, true, false);
+    agree(&c, "long sequences, int8");
     kcase_free(&c);
 }
 
