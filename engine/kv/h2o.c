@@ -12,6 +12,9 @@
 
 #include <math.h>
 #include <stdbool.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,13 +86,12 @@ int32_t h2o_select_prefill(const float *col, const int32_t *pos, int32_t n, int3
     return n_keep;
 }
 
-int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int32_t t,
-                         int32_t recent)
+int32_t h2o_select_evict_portable(const float *score, const int32_t *pos, int32_t n,
+                                  int32_t t, int32_t recent)
 {
     const int32_t protect_from = t - recent + 2; /* positions above t - (R - 1) stay */
-    /* Two passes instead of one branchy one: every decode step runs this for every
-     * head of every evicting sequence, B slots each. The first is branch-free, so it
-     * vectorises: the lowest score among the candidates (scores are finite, >= 0). */
+    /* Two passes instead of one branchy one. The first is branch-free: the lowest
+     * score among the candidates (scores are finite, >= 0). */
     float lo = INFINITY;
     for (int32_t i = 0; i < n; i++) {
         const float s = pos[i] >= 0 && pos[i] < protect_from ? score[i] : INFINITY;
@@ -106,6 +108,80 @@ int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int3
     for (int32_t i = 0; best < 0 && i < n; i++)
         if (pos[i] >= 0 && pos[i] < protect_from) best = i;
     return best;
+}
+
+#ifdef __AVX512F__
+/*
+ * h2o_select_evict in one pass, 16 slots a vector: each lane keeps the best
+ * candidate it has seen by (score, position, slot), the order the portable version's
+ * two passes decide by (the lowest score, then the older position, then the first
+ * slot), so the lanes' winners reduced by the same order give the same slot. A NaN
+ * score compares false both ways and is never taken, as there; a lane that saw no
+ * candidate keeps slot -1. Every decode step runs this for every head of every
+ * evicting sequence over B slots, which made it a visible share of a step.
+ */
+static int32_t select_evict_avx512(const float *score, const int32_t *pos, int32_t n,
+                                   int32_t t, int32_t recent)
+{
+    const int32_t protect_from = t - recent + 2;
+    const __m512i lim = _mm512_set1_epi32(protect_from), zero = _mm512_setzero_si512();
+    const __m512i step = _mm512_set1_epi32(16);
+    __m512 bs = _mm512_set1_ps(INFINITY);
+    __m512i bp = _mm512_set1_epi32(INT32_MAX), bi = _mm512_set1_epi32(-1);
+    __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int32_t i = 0; i < n; i += 16) {
+        const __mmask16 in =
+            n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512i p = _mm512_maskz_loadu_epi32(in, pos + i);
+        const __m512 s = _mm512_maskz_loadu_ps(in, score + i);
+        const __mmask16 cand =
+            _mm512_mask_cmpge_epi32_mask(in, p, zero) & _mm512_cmplt_epi32_mask(p, lim);
+        /* Better than the lane's best: lower score, or the same score (a lane with
+         * none yet holds INFINITY with slot -1, which any finite or infinite score
+         * beats or matches) and an older position or no best yet. */
+        const __mmask16 none = _mm512_cmplt_epi32_mask(bi, zero);
+        const __mmask16 eq = _mm512_cmp_ps_mask(s, bs, _CMP_EQ_OQ);
+        const __mmask16 better = cand & (_mm512_cmp_ps_mask(s, bs, _CMP_LT_OQ) |
+                                         (eq & (_mm512_cmplt_epi32_mask(p, bp) | none)));
+        bs = _mm512_mask_mov_ps(bs, better, s);
+        bp = _mm512_mask_mov_epi32(bp, better, p);
+        bi = _mm512_mask_mov_epi32(bi, better, idx);
+        idx = _mm512_add_epi32(idx, step);
+    }
+    float ls[16];
+    int32_t lp[16], li[16];
+    _mm512_storeu_ps(ls, bs);
+    _mm512_storeu_si512(lp, bp);
+    _mm512_storeu_si512(li, bi);
+    int32_t best = -1;
+    float best_s = INFINITY;
+    int32_t best_p = INT32_MAX;
+    for (int32_t l = 0; l < 16; l++) {
+        if (li[l] < 0) continue;
+        if (best < 0 || ls[l] < best_s ||
+            (ls[l] == best_s && (lp[l] < best_p || (lp[l] == best_p && li[l] < best)))) {
+            best = li[l];
+            best_s = ls[l];
+            best_p = lp[l];
+        }
+    }
+    if (best >= 0) return best;
+    /* No candidate with a comparable score (all NaN, or none at all): the portable
+     * version's fallback, the first candidate. */
+    for (int32_t i = 0; i < n; i++)
+        if (pos[i] >= 0 && pos[i] < protect_from) return i;
+    return -1;
+}
+#endif
+
+int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int32_t t,
+                         int32_t recent)
+{
+#ifdef __AVX512F__
+    return select_evict_avx512(score, pos, n, t, recent);
+#else
+    return h2o_select_evict_portable(score, pos, n, t, recent);
+#endif
 }
 
 int32_t h2o_select_prefill_window(const float *col, const int32_t *pos, int32_t n,
@@ -159,15 +235,49 @@ int32_t h2o_select_prefill_window(const float *col, const int32_t *pos, int32_t 
     return got;
 }
 
+/* The first slot holding the oldest position <= hi (outside the window), or -1. */
+static int32_t oldest_outside_portable(const int32_t *pos, int32_t n, int32_t hi)
+{
+    int32_t best = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (pos[i] >= 0 && pos[i] <= hi && (best < 0 || pos[i] < pos[best])) best = i;
+    return best;
+}
+
+static int32_t oldest_outside(const int32_t *pos, int32_t n, int32_t hi)
+{
+#ifdef __AVX512F__
+    /* The oldest such position in 16 lanes, then its first slot: the slot the
+     * scalar scan picks (strictly older wins there, so the first of equals). */
+    __m512i lo = _mm512_set1_epi32(INT32_MAX);
+    for (int32_t i = 0; i < n; i += 16) {
+        const __mmask16 in =
+            n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512i p = _mm512_maskz_loadu_epi32(in, pos + i);
+        const __mmask16 out = _mm512_mask_cmpge_epi32_mask(in, p, _mm512_setzero_si512()) &
+                              _mm512_cmple_epi32_mask(p, _mm512_set1_epi32(hi));
+        lo = _mm512_mask_min_epi32(lo, out, lo, p);
+    }
+    /* hi < INT32_MAX (t + 1 - window with window > 0), so INT32_MAX means none. */
+    const int32_t oldest = _mm512_reduce_min_epi32(lo);
+    for (int32_t i = 0; oldest != INT32_MAX && i < n; i++)
+        if (pos[i] == oldest) return i;
+    return -1;
+#else
+    return oldest_outside_portable(pos, n, hi);
+#endif
+}
+
+int32_t h2o_select_evict_window_portable(const float *score, const int32_t *pos, int32_t n,
+                                         int32_t t, int32_t recent, int32_t window)
+{
+    const int32_t best = window > 0 ? oldest_outside_portable(pos, n, t + 1 - window) : -1;
+    return best >= 0 ? best : h2o_select_evict_portable(score, pos, n, t, recent);
+}
+
 int32_t h2o_select_evict_window(const float *score, const int32_t *pos, int32_t n,
                                 int32_t t, int32_t recent, int32_t window)
 {
-    if (window > 0) {
-        int32_t best = -1;
-        for (int32_t i = 0; i < n; i++)
-            if (pos[i] >= 0 && pos[i] <= t + 1 - window && (best < 0 || pos[i] < pos[best]))
-                best = i;
-        if (best >= 0) return best;
-    }
-    return h2o_select_evict(score, pos, n, t, recent);
+    const int32_t best = window > 0 ? oldest_outside(pos, n, t + 1 - window) : -1;
+    return best >= 0 ? best : h2o_select_evict(score, pos, n, t, recent);
 }
