@@ -286,9 +286,13 @@ static const struct {
     int32_t H, D;
     enum dtype kv, out;
 } geoms[] = {
-    {4, 64, DTYPE_F32, DTYPE_F32},  {3, 80, DTYPE_F32, DTYPE_F32},
-    {2, 128, DTYPE_BF16, DTYPE_BF16}, {5, 16, DTYPE_BF16, DTYPE_F32},
+    {4, 64, DTYPE_F32, DTYPE_F32},
+    {3, 80, DTYPE_F32, DTYPE_F32},
+    {2, 128, DTYPE_BF16, DTYPE_BF16},
+    {5, 16, DTYPE_BF16, DTYPE_F32},
     {6, 64, DTYPE_BF16, DTYPE_BF16},
+    /* bf16 V rows widened 32 dimensions at a time, with a tail of 16 in order */
+    {3, 80, DTYPE_BF16, DTYPE_F32},
 };
 #define N_GEOMS ((int)(sizeof geoms / sizeof geoms[0]))
 
