@@ -133,6 +133,37 @@ static inline void block_values16_1(const struct cpu_attn_args *a, int64_t t, co
 }
 
 /*
+ * One decode query per head for NH consecutive heads of one block (their K tiles
+ * are adjacent in memory): NH independent FMA chains over one contiguous stretch of
+ * the pool. Per head the arithmetic is exactly block_logits16's with NQ = 1.
+ */
+static inline __attribute__((always_inline)) void
+block_logits16_heads(const struct cpu_attn_args *a, int64_t t0, int32_t n_valid,
+                     const float *qv, int32_t qpos, float *s, int32_t stride,
+                     const int32_t NH)
+{
+    const int32_t D = a->head_dim;
+    __m512 acc[4];
+    for (int32_t k = 0; k < NH; k++)
+        acc[k] = _mm512_setzero_ps();
+    for (int32_t d = 0; d < D; d++)
+        for (int32_t k = 0; k < NH; k++)
+            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(qv[k * D + d]),
+                                     load16(a->kv.k, ((t0 + k) * D + d) * 16, a->kv_dtype),
+                                     acc[k]);
+    const __mmask16 in_range = (__mmask16)(n_valid >= 16 ? 0xffffu : (1u << n_valid) - 1u);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int32_t k = 0; k < NH; k++) {
+        const __m512i pos = _mm512_loadu_si512(a->kv.pos + (t0 + k) * 16);
+        __mmask16 vis =
+            in_range & _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()) &
+            _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos)) &
+            _mm512_cmpgt_epi32_mask(pos, _mm512_set1_epi32(cpu_attn_lo(a, qpos)));
+        _mm512_storeu_ps(s + k * stride, _mm512_mask_blend_ps(vis, ninf, acc[k]));
+    }
+}
+
+/*
  * Pass 1 (tile_logits) for block size 16: a full tile runs block_logits16 with NQ =
  * ATTN_QT (or 4 or 2: a GQA group's heads of one decode token, sharing each K load);
  * a lone decode query queues its visible blocks and runs them four at a time
@@ -218,109 +249,17 @@ static void tile_values16(const struct cpu_attn_args *a, const struct be_seq *sq
 }
 
 /*
- * Software prefetch for a decode sequence's walk over its blocks. Each pass reads a
- * block's tiles of every head as one contiguous run (run bytes: n_head tiles), and
- * the runs of consecutive blocks lie anywhere in the pool. The hardware prefetchers
- * stop at every 4 KiB page and cannot guess the next block, so the kernels ask for
- * the line PF_DIST bytes ahead in this logical stream for each line they load:
- * within the run, or in the next block's run. A fixed distance in bytes, not in
- * blocks, keeps the lines in flight constant whatever the model's head count and
- * dtype.
- */
-#ifndef PF_DIST
-#define PF_DIST 4096
-#endif
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T0
-#endif
-
-static inline void prefetch_ahead(const char *cur, const char *next, int64_t off,
-                                  int64_t run)
-{
-    const int64_t t = off + PF_DIST;
-    if (t < run)
-        _mm_prefetch(cur + t, PF_HINT);
-    else if (next && t - run < run)
-        _mm_prefetch(next + (t - run), PF_HINT);
-}
-
-/*
- * One decode query per head for NH consecutive heads of one block (their K tiles
- * are adjacent in memory): NH independent FMA chains over one contiguous stretch of
- * the pool. Per head the arithmetic is exactly block_logits16's with NQ = 1. k0 and
- * kn are the K runs (every head's tile) of this block and the next (NULL for the
- * last), for the prefetch; the NH heads start at head h0.
- */
-static inline __attribute__((always_inline)) void
-block_logits16_heads_pf(const struct cpu_attn_args *a, int64_t t0, int32_t n_valid,
-                        const float *qv, int32_t qpos, float *s, int32_t stride,
-                        const char *k0, const char *kn, int32_t h0, const int32_t NH)
-{
-    const int32_t D = a->head_dim;
-    const int64_t es = dtype_size(a->kv_dtype), run = (int64_t)a->n_head * D * 16 * es;
-    __m512 acc[4];
-    for (int32_t k = 0; k < NH; k++)
-        acc[k] = _mm512_setzero_ps();
-    for (int32_t d = 0; d < D; d++) {
-        /* One prefetch per 64-byte line: every dimension in fp32, every other in
-         * bf16 (a dimension of 16 slots is 32 bytes). */
-        if (es == 4 || !(d & 1))
-            for (int32_t k = 0; k < NH; k++)
-                prefetch_ahead(k0, kn, ((int64_t)(h0 + k) * D + d) * 16 * es, run);
-        for (int32_t k = 0; k < NH; k++)
-            acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(qv[k * D + d]),
-                                     load16(a->kv.k, ((t0 + k) * D + d) * 16, a->kv_dtype),
-                                     acc[k]);
-    }
-    const __mmask16 in_range = (__mmask16)(n_valid >= 16 ? 0xffffu : (1u << n_valid) - 1u);
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    for (int32_t k = 0; k < NH; k++) {
-        const __m512i pos = _mm512_loadu_si512(a->kv.pos + (t0 + k) * 16);
-        __mmask16 vis =
-            in_range & _mm512_cmpge_epi32_mask(pos, _mm512_setzero_si512()) &
-            _mm512_cmple_epi32_mask(pos, _mm512_set1_epi32(qpos)) &
-            _mm512_cmpgt_epi32_mask(pos, _mm512_set1_epi32(cpu_attn_lo(a, qpos)));
-        _mm512_storeu_ps(s + k * stride, _mm512_mask_blend_ps(vis, ninf, acc[k]));
-    }
-}
-
-/*
- * block_values16_1 with prefetch: head h's tile of the V runs v0 (this block) and vn
- * (the next, NULL for the last). The same operations in the same order per element.
- */
-static inline __attribute__((always_inline)) void
-block_values16_1_pf(const struct cpu_attn_args *a, int64_t t, const float *p, float *out,
-                    const char *v0, const char *vn, int32_t h)
-{
-    const int32_t D = a->head_dim, nc = D / 16;
-    const int64_t es = dtype_size(a->kv_dtype), run = (int64_t)a->n_head * D * 16 * es;
-    const int64_t tile_off = (int64_t)h * 16 * D * es;
-    __m512 acc[ATTN_MAX_D / 16];
-    for (int32_t c = 0; c < nc; c++)
-        acc[c] = _mm512_loadu_ps(out + c * 16);
-    for (int32_t j = 0; j < 16; j++) {
-        /* Slot j's row is D * es bytes: one prefetch per 64-byte line of it. */
-        for (int64_t o = 0; o < D * es; o += 64)
-            prefetch_ahead(v0, vn, tile_off + j * D * es + o, run);
-        const __m512 pj = _mm512_set1_ps(p[j]);
-        for (int32_t c = 0; c < nc; c++)
-            acc[c] = _mm512_fmadd_ps(
-                pj, load16(a->kv.v, (t * 16 + j) * D + c * 16, a->kv_dtype), acc[c]);
-    }
-    for (int32_t c = 0; c < nc; c++)
-        _mm512_storeu_ps(out + c * 16, acc[c]);
-}
-
-/*
  * A decode token (one query) of one sequence, all heads in one task. The pool keeps
  * a block's heads next to each other, so both passes walk blocks with every head at
- * once: the sequence's cache is read as one contiguous run per block (n_head tiles)
- * instead of n_head scattered 2-4 KiB tiles, with the software prefetch above
- * running ahead across runs. A decode step streams the whole cache once, so this
- * walk is what sets the attention's speed. Per head, the same arithmetic as
- * tile_logits16 and tile_values16 (the same per-element operations in the same
- * order: blocks in order, slots in order), so results do not depend on which path
- * ran. s is [n_head, width] scratch.
+ * once: the sequence's cache is read as one contiguous run per block (n_head tiles,
+ * 48 KiB for OPT-125m in fp32) instead of n_head scattered 2-4 KiB tiles per block,
+ * which the hardware prefetchers follow well. A decode step streams the whole cache
+ * once, so this walk is what sets the attention's speed (docs/benchmarks.md,
+ * "Decode attention and the memory roofline": software prefetch on top of it
+ * measured slower). Per head, the same arithmetic as tile_logits16 and
+ * tile_values16 (the same per-element operations in the same order: blocks in
+ * order, slots in order), so results do not depend on which path ran. s is
+ * [n_head, width] scratch.
  */
 static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq *sq, float *s)
 {
@@ -328,7 +267,6 @@ static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq
     const int32_t H = a->n_head, D = a->head_dim;
     const int32_t nb = CEIL_DIV(sq->n_slots, 16), width = nb * 16;
     const int32_t r = sq->tok_start, qpos = b->pos[r];
-    const int64_t tile = (int64_t)16 * D * dtype_size(a->kv_dtype); /* bytes */
     // qv: [n_head, head_dim] scaled query, out: [n_head, head_dim]
     float qv[ATTN_MAX_HEADS * ATTN_MAX_D], out[ATTN_MAX_HEADS * ATTN_MAX_D];
     const float *qr = a->qkv + (int64_t)r * 3 * H * D;
@@ -336,31 +274,23 @@ static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq
 
     for (int32_t bi = 0; bi < nb; bi++) {
         const int64_t t0 = cpu_attn_bh(a, sq->blocks[bi], 0);
-        const char *k0 = (const char *)a->kv.k + t0 * tile;
-        const char *kn = bi + 1 < nb ? (const char *)a->kv.k +
-                                           cpu_attn_bh(a, sq->blocks[bi + 1], 0) * tile
-                                     : NULL;
         const int32_t n_valid = MIN(16, sq->n_slots - bi * 16);
         int32_t h = 0;
         for (; h + 4 <= H; h += 4)
-            block_logits16_heads_pf(a, t0 + h, n_valid, qv + h * D, qpos,
-                                    s + h * width + bi * 16, width, k0, kn, h, 4);
+            block_logits16_heads(a, t0 + h, n_valid, qv + h * D, qpos,
+                                 s + h * width + bi * 16, width, 4);
         for (; h < H; h++)
-            block_logits16_heads_pf(a, t0 + h, n_valid, qv + h * D, qpos,
-                                    s + h * width + bi * 16, width, k0, kn, h, 1);
+            block_logits16_heads(a, t0 + h, n_valid, qv + h * D, qpos,
+                                 s + h * width + bi * 16, width, 1);
     }
     for (int32_t h = 0; h < H; h++) cpu_attn_softmax_row(s + (int64_t)h * width, width);
     memset(out, 0, (size_t)(H * D) * sizeof *out);
     for (int32_t bi = 0; bi < nb; bi++) {
         const int64_t t0 = cpu_attn_bh(a, sq->blocks[bi], 0);
-        const char *v0 = (const char *)a->kv.v + t0 * tile;
-        const char *vn = bi + 1 < nb ? (const char *)a->kv.v +
-                                           cpu_attn_bh(a, sq->blocks[bi + 1], 0) * tile
-                                     : NULL;
         for (int32_t h = 0; h < H; h++) {
             const float *p = s + (int64_t)h * width + bi * 16;
             cpu_attn_block_scores(a, t0 + h, p, width, 1, 16);
-            block_values16_1_pf(a, t0 + h, p, out + h * D, v0, vn, h);
+            block_values16_1(a, t0 + h, p, out + h * D);
         }
     }
     for (int32_t h = 0; h < H; h++)
