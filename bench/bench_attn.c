@@ -189,5 +189,9 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_dt; i++)
         run_dtype(dts[i], B, ctx, L, H, D, reps, buf, n_buf, &sink);
     free(buf);
-    return sink == 42; /* the probe's reads must not be optimised away */
+    /* Every probe (reps + 1 per dtype) summed 0 .. n_buf - 1, modulo 2^64 like sink:
+     * a wrong total means reads were dropped. */
+    const uint64_t per_probe = (uint64_t)(n_buf * (n_buf - 1) / 2);
+    CHECK(sink == (uint64_t)n_dt * (uint64_t)(reps + 1) * per_probe);
+    return 0;
 }
