@@ -11,6 +11,15 @@
  * projection when present) per token whose logits are needed, and 4 * hidden per
  * attended (query, key) pair per layer (QK^T and PV).
  *
+ * Decode attention streams the whole KV cache once per step, so its yardstick is the
+ * memory bandwidth, not the FLOP peak: the run starts with a streaming-read probe
+ * (a 1 GiB buffer, far beyond every cache, summed by as many OpenMP threads as the
+ * model runs on; five reads, all printed, the median the reference) and repeats it
+ * (three reads, the median) right after each batch's decode steps; each profile line
+ * gives the bytes the decode attention reads per step (the K and V tiles of every
+ * block a sequence holds, plus its slots' pos and score), the GB/s that makes over
+ * the attention's time and its share of the probe taken after it.
+ *
  * Usage: bench_cpu [--model NAME] [--ctx 512] [--decode-steps 16] [--batches 1,16,64]
  *                  [--dtypes fp32,bf16] [--max-batched-tokens 2048]
  *                  [--tensor-parallel N]
@@ -28,6 +37,7 @@
 #include "util.h"
 
 #include <getopt.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +82,66 @@ static double gemm_peak(enum dtype dt, int64_t n)
     return 2.0 * (double)n * (double)n * (double)n / best * 1e-9;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * GB/s of a streaming read of a 1 GiB buffer by omp_get_max_threads() threads (the
+ * model's), each summing its static share: the roofline of decode attention, which
+ * reads its KV tiles once per step the same way. Writes the n_rep rates to rates[]
+ * and returns their median. The buffer is written by the same threads and static
+ * split first, so each thread's pages are faulted in before the timed reads.
+ */
+static double read_bandwidth(double *rates, int n_rep)
+{
+    const int64_t n = ((int64_t)1 << 30) / (int64_t)sizeof(uint64_t);
+    uint64_t *buf = xmalloc((size_t)n * sizeof *buf);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        buf[i] = (uint64_t)i;
+    uint64_t check = 0;
+    for (int rep = 0; rep < n_rep; rep++) {
+        uint64_t sum = 0;
+        const double t0 = time_now();
+        /* A line a step, summed on its own: gcc then keeps the loads wide and
+         * independent, as the attention kernels' are. */
+#pragma omp parallel for schedule(static) reduction(+ : sum)
+        for (int64_t i = 0; i < n; i += 8) {
+            uint64_t line = 0;
+            for (int k = 0; k < 8; k++)
+                line += buf[i + k];
+            sum += line;
+        }
+        rates[rep] = (double)n * sizeof *buf / (time_now() - t0) * 1e-9;
+        check += sum;
+    }
+    /* Every read summed 0..n-1: a wrong sum means the compiler dropped reads. */
+    CHECK(check == (uint64_t)n_rep * (uint64_t)(n * (n - 1) / 2));
+    free(buf);
+    double sorted[16];
+    memcpy(sorted, rates, (size_t)n_rep * sizeof *rates);
+    qsort(sorted, (size_t)n_rep, sizeof *sorted, cmp_double);
+    return sorted[n_rep / 2];
+}
+
+/*
+ * Bytes decode attention reads per step, averaged over the run's steps: per layer,
+ * sequence and KV head, every 16-slot block the sequence holds (its last one too,
+ * read whole) with its K and V tiles and each slot's pos and score.
+ */
+static double attn_bytes_per_step(const struct opt_config *c, const struct bench_opts *o,
+                                  int32_t B, enum dtype dt)
+{
+    const double per_slot = 2.0 * c->head_dim * dtype_size(dt) + 2.0 * sizeof(int32_t);
+    double slots = 0;
+    for (int32_t s = 0; s < o->decode_steps; s++)
+        slots += (double)B * CEIL_DIV(o->ctx + s + 1, 16) * 16;
+    return slots * c->n_layer * c->n_kv_head * per_slot / o->decode_steps;
+}
+
 /* Model FLOPs per token outside attention and the LM head. */
 static double layer_flops_per_token(const struct opt_config *c)
 {
@@ -101,6 +171,7 @@ static double attn_flops(const struct opt_config *c, double pairs)
 struct result {
     double prefill_tps, prefill_gflops, decode_tps, decode_gflops;
     double decode_s;           /* wall time of all decode steps */
+    double read_bw;            /* read_bandwidth's median right after them */
     struct be_profile decode;  /* backend time split of those steps */
 };
 
@@ -156,6 +227,11 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
     }
     double td = time_now() - t0;
     struct be_profile prof = read_profile(m);
+    /* The machine's bandwidth drifts (a shared host: 17 to 46 GB/s within minutes
+     * here), so each batch's attention is compared with a probe taken right after
+     * its decode steps rather than with the one at the start. */
+    double rates[3];
+    const double bw = read_bandwidth(rates, 3);
 
     struct result r;
     double pairs_prefill = (double)B * P * (P + 1) / 2.0;
@@ -170,6 +246,7 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
     r.decode_tps = (double)B * S / td;
     r.decode_gflops = fl_decode / td * 1e-9;
     r.decode_s = td;
+    r.read_bw = bw;
     r.decode = prof;
 
     for (int32_t i = 0; i < B; i++) kv_seq_deinit(&kv[i], pool);
@@ -227,6 +304,11 @@ int main(int argc, char **argv)
     printf("model %s, context %d, %d decode steps, %d tokens per prefill forward, "
            "tensor parallel %d\n", o.model, o.ctx, o.decode_steps, o.max_batched,
            MAX(o.tensor_parallel, 1));
+    double rates[5];
+    const double bw = read_bandwidth(rates, 5);
+    printf("read bandwidth %.1f GB/s (median of %.1f %.1f %.1f %.1f %.1f), %d threads, "
+           "1 GiB buffer\n",
+           bw, rates[0], rates[1], rates[2], rates[3], rates[4], omp_get_max_threads());
     printf("%-5s %-8s %6s %12s %10s %7s\n", "dtype", "phase", "batch", "tokens/s", "GFLOP/s",
            "MFU");
     for (int di = 0; di < o.n_dtypes; di++) {
@@ -261,12 +343,17 @@ int main(int argc, char **argv)
         for (int bi = 0; bi < o.n_batches; bi++) {
             const struct result *r = &prof[bi];
             const double steps = o.decode_steps, f = r->decode.forward_s;
+            const double bytes = attn_bytes_per_step(&m->cfg, &o, o.batches[bi], dt);
+            const double gbs =
+                r->decode.attn_s > 0 ? bytes * steps / r->decode.attn_s * 1e-9 : 0;
             printf("%-5s %-8s %6d   step %.2f ms = gemm %.2f + attention %.2f + other %.2f "
-                   "+ host %.2f\n",
+                   "+ host %.2f; attention reads %.3f GB/step = %.1f GB/s = %.0f%% of the "
+                   "%.1f GB/s read probe after it\n",
                    dtype_name(dt), "profile", o.batches[bi], 1e3 * r->decode_s / steps,
                    1e3 * r->decode.gemm_s / steps, 1e3 * r->decode.attn_s / steps,
                    1e3 * (f - r->decode.gemm_s - r->decode.attn_s) / steps,
-                   1e3 * (r->decode_s - f) / steps);
+                   1e3 * (r->decode_s - f) / steps, bytes * 1e-9, gbs,
+                   100.0 * gbs / r->read_bw, r->read_bw);
         }
         engine_core_close(core);
     }

@@ -17,10 +17,13 @@
 static void gather_head(const struct cpu_kv_layer *kv, const int32_t *blocks, int32_t n,
                         int32_t h, int32_t n_head, int32_t bs, int32_t *pos, float *score)
 {
-    for (int32_t s = 0; s < n; s++) {
-        const int64_t i = ((int64_t)blocks[s / bs] * n_head + h) * bs + s % bs;
-        pos[s] = kv->pos[i];
-        score[s] = kv->score[i];
+    /* A block's slots are contiguous: one copy per block, not a division per slot
+     * (this runs for every head of every evicting sequence each decode step). */
+    for (int32_t s0 = 0; s0 < n; s0 += bs) {
+        const int64_t i = ((int64_t)blocks[s0 / bs] * n_head + h) * bs;
+        const size_t m = (size_t)MIN(bs, n - s0);
+        memcpy(pos + s0, kv->pos + i, m * sizeof *pos);
+        memcpy(score + s0, kv->score + i, m * sizeof *score);
     }
 }
 

@@ -138,16 +138,19 @@ static inline void block_values16_1(const struct cpu_attn_args *a, int64_t t, co
  * the pool. Per head the arithmetic is exactly block_logits16's with NQ = 1.
  */
 static inline __attribute__((always_inline)) void
-block_logits16_heads(const struct cpu_attn_args *a, int64_t t0, int32_t n_valid, const float *qv,
-                     int32_t qpos, float *s, int32_t stride, const int32_t NH)
+block_logits16_heads(const struct cpu_attn_args *a, int64_t t0, int32_t n_valid,
+                     const float *qv, int32_t qpos, float *s, int32_t stride,
+                     const int32_t NH)
 {
     const int32_t D = a->head_dim;
     __m512 acc[4];
-    for (int32_t k = 0; k < NH; k++) acc[k] = _mm512_setzero_ps();
+    for (int32_t k = 0; k < NH; k++)
+        acc[k] = _mm512_setzero_ps();
     for (int32_t d = 0; d < D; d++)
         for (int32_t k = 0; k < NH; k++)
             acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(qv[k * D + d]),
-                                     load16(a->kv.k, ((t0 + k) * D + d) * 16, a->kv_dtype), acc[k]);
+                                     load16(a->kv.k, ((t0 + k) * D + d) * 16, a->kv_dtype),
+                                     acc[k]);
     const __mmask16 in_range = (__mmask16)(n_valid >= 16 ? 0xffffu : (1u << n_valid) - 1u);
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int32_t k = 0; k < NH; k++) {
@@ -247,12 +250,16 @@ static void tile_values16(const struct cpu_attn_args *a, const struct be_seq *sq
 
 /*
  * A decode token (one query) of one sequence, all heads in one task. The pool keeps
- * a block's heads next to each other, so walking blocks with every head at once
- * reads the sequence's cache as a few long contiguous runs instead of n_head
- * scattered 2-4 KiB tiles per block: a decode step streams the whole cache, and
- * this is what lets the hardware prefetchers keep up. Per head, the same arithmetic
- * as tile_logits16 and tile_values16 (the same kernels, in the same order), so results do not
- * depend on which path ran. s is [n_head, width] scratch.
+ * a block's heads next to each other, so both passes walk blocks with every head at
+ * once: the sequence's cache is read as one contiguous run per block (n_head tiles,
+ * 48 KiB for OPT-125m in fp32) instead of n_head scattered 2-4 KiB tiles per block,
+ * which the hardware prefetchers follow well. A decode step streams the whole cache
+ * once, so this walk is what sets the attention's speed (docs/benchmarks.md,
+ * "Decode attention and the memory roofline": software prefetch on top of it
+ * measured slower). Per head, the same arithmetic as tile_logits16 and
+ * tile_values16 (the same per-element operations in the same order: blocks in
+ * order, slots in order), so results do not depend on which path ran. s is
+ * [n_head, width] scratch.
  */
 static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq *sq, float *s)
 {
@@ -260,7 +267,8 @@ static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq
     const int32_t H = a->n_head, D = a->head_dim;
     const int32_t nb = CEIL_DIV(sq->n_slots, 16), width = nb * 16;
     const int32_t r = sq->tok_start, qpos = b->pos[r];
-    float qv[ATTN_MAX_HEADS * ATTN_MAX_D], out[ATTN_MAX_D];
+    // qv: [n_head, head_dim] scaled query, out: [n_head, head_dim]
+    float qv[ATTN_MAX_HEADS * ATTN_MAX_D], out[ATTN_MAX_HEADS * ATTN_MAX_D];
     const float *qr = a->qkv + (int64_t)r * 3 * H * D;
     for (int32_t i = 0; i < H * D; i++) qv[i] = qr[i] * a->scale;
 
@@ -269,23 +277,24 @@ static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq
         const int32_t n_valid = MIN(16, sq->n_slots - bi * 16);
         int32_t h = 0;
         for (; h + 4 <= H; h += 4)
-            block_logits16_heads(a, t0 + h, n_valid, qv + h * D, qpos, s + h * width + bi * 16,
-                                 width, 4);
+            block_logits16_heads(a, t0 + h, n_valid, qv + h * D, qpos,
+                                 s + h * width + bi * 16, width, 4);
         for (; h < H; h++)
-            block_logits16_heads(a, t0 + h, n_valid, qv + h * D, qpos, s + h * width + bi * 16,
-                                 width, 1);
+            block_logits16_heads(a, t0 + h, n_valid, qv + h * D, qpos,
+                                 s + h * width + bi * 16, width, 1);
     }
     for (int32_t h = 0; h < H; h++) cpu_attn_softmax_row(s + (int64_t)h * width, width);
-    for (int32_t h = 0; h < H; h++) {
-        const float *p = s + (int64_t)h * width;
-        memset(out, 0, (size_t)D * sizeof *out);
-        for (int32_t bi = 0; bi < nb; bi++) {
-            const int64_t t = cpu_attn_bh(a, sq->blocks[bi], h);
-            cpu_attn_block_scores(a, t, p + bi * 16, width, 1, 16);
-            block_values16_1(a, t, p + bi * 16, out);
+    memset(out, 0, (size_t)(H * D) * sizeof *out);
+    for (int32_t bi = 0; bi < nb; bi++) {
+        const int64_t t0 = cpu_attn_bh(a, sq->blocks[bi], 0);
+        for (int32_t h = 0; h < H; h++) {
+            const float *p = s + (int64_t)h * width + bi * 16;
+            cpu_attn_block_scores(a, t0 + h, p, width, 1, 16);
+            block_values16_1(a, t0 + h, p, out + h * D);
         }
-        cpu_attn_store(a, r, h, out);
     }
+    for (int32_t h = 0; h < H; h++)
+        cpu_attn_store(a, r, h, out + h * D);
 }
 
 static const struct cpu_attn_kernels avx512_kernels = {

@@ -12,6 +12,9 @@
 
 #include <math.h>
 #include <stdbool.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,13 +86,12 @@ int32_t h2o_select_prefill(const float *col, const int32_t *pos, int32_t n, int3
     return n_keep;
 }
 
-int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int32_t t,
-                         int32_t recent)
+int32_t h2o_select_evict_portable(const float *score, const int32_t *pos, int32_t n,
+                                  int32_t t, int32_t recent)
 {
     const int32_t protect_from = t - recent + 2; /* positions above t - (R - 1) stay */
-    /* Two passes instead of one branchy one: every decode step runs this for every
-     * head of every evicting sequence, B slots each. The first is branch-free, so it
-     * vectorises: the lowest score among the candidates (scores are finite, >= 0). */
+    /* Two passes instead of one branchy one. The first is branch-free: the lowest
+     * score among the candidates (scores are finite, >= 0). */
     float lo = INFINITY;
     for (int32_t i = 0; i < n; i++) {
         const float s = pos[i] >= 0 && pos[i] < protect_from ? score[i] : INFINITY;
@@ -106,6 +108,104 @@ int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int3
     for (int32_t i = 0; best < 0 && i < n; i++)
         if (pos[i] >= 0 && pos[i] < protect_from) best = i;
     return best;
+}
+
+#ifdef __AVX512F__
+/* One set of 16 lanes, each the best candidate it has seen: score, position, slot. */
+struct evict_lanes {
+    __m512 s;
+    __m512i p, i;
+};
+
+/*
+ * Offer slots i0 .. i0 + 15 (those below n) to the lanes: a candidate replaces a
+ * lane's best if its score is lower, or equal (a lane with none yet holds INFINITY
+ * with slot -1, which any finite or infinite score beats or matches) with an older
+ * position or no best yet. Slots come in increasing order per lane, so on a full tie
+ * the lane keeps the first.
+ */
+static inline void evict_offer(struct evict_lanes *l, const float *score,
+                               const int32_t *pos, int32_t n, int32_t i0, __m512i lim)
+{
+    const __m512i zero = _mm512_setzero_si512();
+    const __mmask16 in = n - i0 >= 16 ? (__mmask16)0xffff
+                         : n > i0     ? (__mmask16)((1u << (n - i0)) - 1u)
+                                      : (__mmask16)0;
+    const __m512i p = _mm512_maskz_loadu_epi32(in, pos + i0);
+    const __m512 s = _mm512_maskz_loadu_ps(in, score + i0);
+    const __mmask16 cand =
+        _mm512_mask_cmpge_epi32_mask(in, p, zero) & _mm512_cmplt_epi32_mask(p, lim);
+    const __mmask16 none = _mm512_cmplt_epi32_mask(l->i, zero);
+    const __mmask16 eq = _mm512_cmp_ps_mask(s, l->s, _CMP_EQ_OQ);
+    const __mmask16 better = cand & (_mm512_cmp_ps_mask(s, l->s, _CMP_LT_OQ) |
+                                     (eq & (_mm512_cmplt_epi32_mask(p, l->p) | none)));
+    const __m512i idx = _mm512_add_epi32(
+        _mm512_set1_epi32(i0),
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    l->s = _mm512_mask_mov_ps(l->s, better, s);
+    l->p = _mm512_mask_mov_epi32(l->p, better, p);
+    l->i = _mm512_mask_mov_epi32(l->i, better, idx);
+}
+
+/*
+ * h2o_select_evict in one pass, 16 slots a vector: lanes keep the best candidate by
+ * (score, position, slot), the order the portable version's two passes decide by
+ * (the lowest score, then the older position, then the first slot), so the lanes'
+ * winners reduced by the same order give the same slot, however the slots were
+ * dealt to lanes. Two sets of lanes take alternate vectors, so that two update
+ * chains are in flight. A NaN score compares false both ways and is never taken, as
+ * there. Every decode step runs this for every head of every evicting sequence over
+ * B slots, which made it a visible share of a step.
+ */
+static int32_t select_evict_avx512(const float *score, const int32_t *pos, int32_t n,
+                                   int32_t t, int32_t recent)
+{
+    const int32_t protect_from = t - recent + 2;
+    const __m512i lim = _mm512_set1_epi32(protect_from);
+    struct evict_lanes l[2];
+    for (int k = 0; k < 2; k++)
+        l[k] = (struct evict_lanes){_mm512_set1_ps(INFINITY), _mm512_set1_epi32(INT32_MAX),
+                                    _mm512_set1_epi32(-1)};
+    for (int32_t i = 0; i < n; i += 32) {
+        evict_offer(&l[0], score, pos, n, i, lim);
+        evict_offer(&l[1], score, pos, n, i + 16, lim);
+    }
+    float ls[32];
+    int32_t lp[32], li[32];
+    for (int k = 0; k < 2; k++) {
+        _mm512_storeu_ps(ls + 16 * k, l[k].s);
+        _mm512_storeu_si512(lp + 16 * k, l[k].p);
+        _mm512_storeu_si512(li + 16 * k, l[k].i);
+    }
+    int32_t best = -1;
+    float best_s = INFINITY;
+    int32_t best_p = INT32_MAX;
+    for (int32_t k = 0; k < 32; k++) {
+        if (li[k] < 0) continue;
+        if (best < 0 || ls[k] < best_s ||
+            (ls[k] == best_s && (lp[k] < best_p || (lp[k] == best_p && li[k] < best)))) {
+            best = li[k];
+            best_s = ls[k];
+            best_p = lp[k];
+        }
+    }
+    if (best >= 0) return best;
+    /* No candidate with a comparable score (all NaN, or none at all): the portable
+     * version's fallback, the first candidate. */
+    for (int32_t i = 0; i < n; i++)
+        if (pos[i] >= 0 && pos[i] < protect_from) return i;
+    return -1;
+}
+#endif
+
+int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int32_t t,
+                         int32_t recent)
+{
+#ifdef __AVX512F__
+    return select_evict_avx512(score, pos, n, t, recent);
+#else
+    return h2o_select_evict_portable(score, pos, n, t, recent);
+#endif
 }
 
 int32_t h2o_select_prefill_window(const float *col, const int32_t *pos, int32_t n,
@@ -159,15 +259,49 @@ int32_t h2o_select_prefill_window(const float *col, const int32_t *pos, int32_t 
     return got;
 }
 
+/* The first slot holding the oldest position <= hi (outside the window), or -1. */
+static int32_t oldest_outside_portable(const int32_t *pos, int32_t n, int32_t hi)
+{
+    int32_t best = -1;
+    for (int32_t i = 0; i < n; i++)
+        if (pos[i] >= 0 && pos[i] <= hi && (best < 0 || pos[i] < pos[best])) best = i;
+    return best;
+}
+
+static int32_t oldest_outside(const int32_t *pos, int32_t n, int32_t hi)
+{
+#ifdef __AVX512F__
+    /* The oldest such position in 16 lanes, then its first slot: the slot the
+     * scalar scan picks (strictly older wins there, so the first of equals). */
+    __m512i lo = _mm512_set1_epi32(INT32_MAX);
+    for (int32_t i = 0; i < n; i += 16) {
+        const __mmask16 in =
+            n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512i p = _mm512_maskz_loadu_epi32(in, pos + i);
+        const __mmask16 out = _mm512_mask_cmpge_epi32_mask(in, p, _mm512_setzero_si512()) &
+                              _mm512_cmple_epi32_mask(p, _mm512_set1_epi32(hi));
+        lo = _mm512_mask_min_epi32(lo, out, lo, p);
+    }
+    /* hi < INT32_MAX (t + 1 - window with window > 0), so INT32_MAX means none. */
+    const int32_t oldest = _mm512_reduce_min_epi32(lo);
+    for (int32_t i = 0; oldest != INT32_MAX && i < n; i++)
+        if (pos[i] == oldest) return i;
+    return -1;
+#else
+    return oldest_outside_portable(pos, n, hi);
+#endif
+}
+
+int32_t h2o_select_evict_window_portable(const float *score, const int32_t *pos, int32_t n,
+                                         int32_t t, int32_t recent, int32_t window)
+{
+    const int32_t best = window > 0 ? oldest_outside_portable(pos, n, t + 1 - window) : -1;
+    return best >= 0 ? best : h2o_select_evict_portable(score, pos, n, t, recent);
+}
+
 int32_t h2o_select_evict_window(const float *score, const int32_t *pos, int32_t n,
                                 int32_t t, int32_t recent, int32_t window)
 {
-    if (window > 0) {
-        int32_t best = -1;
-        for (int32_t i = 0; i < n; i++)
-            if (pos[i] >= 0 && pos[i] <= t + 1 - window && (best < 0 || pos[i] < pos[best]))
-                best = i;
-        if (best >= 0) return best;
-    }
-    return h2o_select_evict(score, pos, n, t, recent);
+    const int32_t best = window > 0 ? oldest_outside(pos, n, t + 1 - window) : -1;
+    return best >= 0 ? best : h2o_select_evict(score, pos, n, t, recent);
 }

@@ -32,6 +32,14 @@ int32_t h2o_select_evict(const float *score, const int32_t *pos, int32_t n, int3
                          int32_t recent);
 
 /*
+ * The same choice in portable C, the reference: h2o_select_evict runs an AVX-512
+ * version where the build targets it, which must pick the very same slot (ties and
+ * NaN scores included); tests/unit/test_h2o_evict.c compares the two. Thread: any.
+ */
+int32_t h2o_select_evict_portable(const float *score, const int32_t *pos, int32_t n,
+                                  int32_t t, int32_t recent);
+
+/*
  * Sliding window (Mistral) and H2O: a slot outside the window of the next token
  * (position <= next - window, next = the largest position + 1) is never attended
  * again, so it is the first to go. Prefill: when at least B - 1 prompt tokens are
@@ -51,5 +59,9 @@ int32_t h2o_select_prefill_window(const float *col, const int32_t *pos, int32_t 
  */
 int32_t h2o_select_evict_window(const float *score, const int32_t *pos, int32_t n,
                                 int32_t t, int32_t recent, int32_t window);
+
+/* The portable reference of h2o_select_evict_window (see h2o_select_evict_portable). */
+int32_t h2o_select_evict_window_portable(const float *score, const int32_t *pos, int32_t n,
+                                         int32_t t, int32_t recent, int32_t window);
 
 #endif

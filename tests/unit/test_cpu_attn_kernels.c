@@ -318,6 +318,8 @@ static const struct {
     {2, 128, DTYPE_BF16, DTYPE_BF16}, {5, 16, DTYPE_BF16, DTYPE_F32},
     {6, 64, DTYPE_BF16, DTYPE_BF16},  {4, 64, DTYPE_I8, DTYPE_F32},
     {3, 80, DTYPE_I8, DTYPE_BF16},    {2, 128, DTYPE_I8, DTYPE_F32},
+    /* bf16 with head_dim 80: five chunks of 16 in the values pass */
+    {3, 80, DTYPE_BF16, DTYPE_F32},
 };
 #define N_GEOMS ((int)(sizeof geoms / sizeof geoms[0]))
 
