@@ -64,7 +64,7 @@ static dnnl_status_t md_make(dnnl_memory_desc_t *md, int64_t rows, int64_t cols,
     return dnnl_memory_desc_create_with_tag(md, 2, dims, dt, tag);
 }
 
-/* The descriptor's storage, where it has any: a 3.x handle is the caller's. */
+/* Frees what md_make or md_keep made: a 3.x descriptor is heap memory of its owner's. */
 static void md_free(dnnl_memory_desc_t *md)
 {
     if (*md) dnnl_memory_desc_destroy(*md);
@@ -170,7 +170,7 @@ fail:
 }
 
 /* The matmul primitive for src rows `m` (DNNL_RUNTIME_DIM_VAL: any) against weights
- * in layout *w_md (format_tag_any: oneDNN's choice). */
+ * in layout w_md (format_tag_any: oneDNN's choice). */
 static int make_matmul(dnnl_primitive_desc_t *pd, const struct cpu_linear *l,
                        struct cpu_dnnl *d, int64_t m, md_ref w_md)
 {
