@@ -11,7 +11,8 @@
  * CPU_LINEAR_CHUNK rows, each chunk on a primitive built for exactly its row count
  * (lazily, once per count; oneDNN's primitive cache shares the JIT code between
  * layers of the same shape). fp32 keeps one runtime-M primitive: there gemm:jit is
- * as fast.
+ * as fast. oneDNN 3.2 (-Donednn_prefix) still picks gemm:jit for a runtime-M bf16
+ * matmul (avx512_core_bf16, 2026-12-02), so the chunks stay with it too.
  */
 #include "cpu_gemm.h"
 
@@ -20,6 +21,14 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+/* The engine's thread count (omp_set_num_threads per rank thread, OMP_NUM_THREADS)
+ * bounds the GEMMs only when oneDNN's threads are OpenMP's too: a TBB build (PyPI's
+ * `onednn` wheels) would take every core, and TBB's limit (tbb::global_control) has
+ * no C API. */
+#if DNNL_CPU_RUNTIME != DNNL_RUNTIME_OMP
+#error "oneDNN must be an OpenMP build (DNNL_CPU_RUNTIME OMP): see docs/benchmarks.md"
+#endif
 
 #define DNNL_TRY(call, what)                                                               \
     do {                                                                                   \
@@ -35,6 +44,90 @@ static dnnl_data_type_t dnnl_dt(enum dtype t)
 {
     return t == DTYPE_BF16 ? dnnl_bf16 : t == DTYPE_F16 ? dnnl_f16 : dnnl_f32;
 }
+
+/*
+ * The C API's two generations, in one place. oneDNN 2.x memory descriptors are
+ * structs the caller fills and passes by pointer, and a matmul is an operation
+ * descriptor first; 3.x (-Donednn_prefix, docs/benchmarks.md) makes descriptors
+ * opaque heap handles, passed by value and destroyed by their owner, and builds the
+ * primitive descriptor in one call. Everything below this block is written once
+ * against md_ref (how a descriptor is passed) and these helpers.
+ */
+#if DNNL_VERSION_MAJOR >= 3
+typedef const_dnnl_memory_desc_t md_ref;
+#define MD(md) (md)
+
+static dnnl_status_t md_make(dnnl_memory_desc_t *md, int64_t rows, int64_t cols,
+                             dnnl_data_type_t dt, dnnl_format_tag_t tag)
+{
+    dnnl_dims_t dims = {rows, cols};
+    return dnnl_memory_desc_create_with_tag(md, 2, dims, dt, tag);
+}
+
+/* Frees what md_make or md_keep made: a 3.x descriptor is heap memory of its owner's. */
+static void md_free(dnnl_memory_desc_t *md)
+{
+    if (*md) dnnl_memory_desc_destroy(*md);
+    *md = NULL;
+}
+
+/* A copy of what pd reports, that outlives pd. */
+static dnnl_status_t md_keep(dnnl_memory_desc_t *md, const_dnnl_primitive_desc_t pd,
+                             dnnl_query_t what)
+{
+    return dnnl_memory_desc_clone(md, dnnl_primitive_desc_query_md(pd, what, 0));
+}
+
+static dnnl_status_t matmul_pd_create(dnnl_primitive_desc_t *pd, dnnl_engine_t engine,
+                                      md_ref src, md_ref w, md_ref bias, md_ref dst,
+                                      const_dnnl_primitive_attr_t attr)
+{
+    return dnnl_matmul_primitive_desc_create(pd, engine, src, w, bias, dst, attr);
+}
+
+/* 3.x dropped the post-op's output scale (scales moved to attributes). */
+static dnnl_status_t append_relu(dnnl_post_ops_t po)
+{
+    return dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.0f, 0.0f);
+}
+#else
+typedef const dnnl_memory_desc_t *md_ref;
+#define MD(md) (&(md))
+
+static dnnl_status_t md_make(dnnl_memory_desc_t *md, int64_t rows, int64_t cols,
+                             dnnl_data_type_t dt, dnnl_format_tag_t tag)
+{
+    dnnl_dims_t dims = {rows, cols};
+    return dnnl_memory_desc_init_by_tag(md, 2, dims, dt, tag);
+}
+
+static void md_free(dnnl_memory_desc_t *md)
+{
+    (void)md; /* a 2.x descriptor is a plain struct */
+}
+
+static dnnl_status_t md_keep(dnnl_memory_desc_t *md, const_dnnl_primitive_desc_t pd,
+                             dnnl_query_t what)
+{
+    *md = *dnnl_primitive_desc_query_md(pd, what, 0);
+    return dnnl_success;
+}
+
+static dnnl_status_t matmul_pd_create(dnnl_primitive_desc_t *pd, dnnl_engine_t engine,
+                                      md_ref src, md_ref w, md_ref bias, md_ref dst,
+                                      const_dnnl_primitive_attr_t attr)
+{
+    dnnl_matmul_desc_t desc;
+    dnnl_status_t st = dnnl_matmul_desc_init(&desc, src, w, bias, dst);
+    return st != dnnl_success ? st
+                              : dnnl_primitive_desc_create(pd, &desc, attr, engine, NULL);
+}
+
+static dnnl_status_t append_relu(dnnl_post_ops_t po)
+{
+    return dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+}
+#endif
 
 int cpu_gemm_init(struct cpu_dnnl *d)
 {
@@ -57,8 +150,8 @@ void cpu_gemm_deinit(struct cpu_dnnl *d)
 }
 
 /* Reorder src memory into dst memory (same dims, different layouts). */
-static int reorder(struct cpu_dnnl *d, dnnl_memory_t src, const dnnl_memory_desc_t *src_md,
-                   dnnl_memory_t dst, const dnnl_memory_desc_t *dst_md)
+static int reorder(struct cpu_dnnl *d, dnnl_memory_t src, md_ref src_md, dnnl_memory_t dst,
+                   md_ref dst_md)
 {
     int err = 0;
     dnnl_primitive_desc_t pd = NULL;
@@ -77,27 +170,25 @@ fail:
 }
 
 /* The matmul primitive for src rows `m` (DNNL_RUNTIME_DIM_VAL: any) against weights
- * in layout *w_md (format_tag_any: oneDNN's choice). */
+ * in layout w_md (format_tag_any: oneDNN's choice). */
 static int make_matmul(dnnl_primitive_desc_t *pd, const struct cpu_linear *l,
-                       struct cpu_dnnl *d, int64_t m, const dnnl_memory_desc_t *w_md)
+                       struct cpu_dnnl *d, int64_t m, md_ref w_md)
 {
     int err = 0;
     dnnl_memory_desc_t src_md, b_md, dst_md;
-    dnnl_dims_t src_dims = {m, l->k}, b_dims = {1, l->n}, dst_dims = {m, l->n};
-    DNNL_TRY(
-        dnnl_memory_desc_init_by_tag(&src_md, 2, src_dims, dnnl_dt(l->src_dtype), dnnl_ab),
-        "src md");
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&b_md, 2, b_dims, dnnl_f32, dnnl_ab), "bias md");
-    DNNL_TRY(
-        dnnl_memory_desc_init_by_tag(&dst_md, 2, dst_dims, dnnl_dt(l->dst_dtype), dnnl_ab),
-        "dst md");
-    dnnl_matmul_desc_t desc;
-    DNNL_TRY(
-        dnnl_matmul_desc_init(&desc, &src_md, w_md, l->bias_buf ? &b_md : NULL, &dst_md),
-        "matmul_desc_init");
-    DNNL_TRY(dnnl_primitive_desc_create(pd, &desc, l->attr, d->engine, NULL),
+    memset(&src_md, 0, sizeof src_md); /* md_free-able whatever fails */
+    memset(&b_md, 0, sizeof b_md);
+    memset(&dst_md, 0, sizeof dst_md);
+    DNNL_TRY(md_make(&src_md, m, l->k, dnnl_dt(l->src_dtype), dnnl_ab), "src md");
+    DNNL_TRY(md_make(&b_md, 1, l->n, dnnl_f32, dnnl_ab), "bias md");
+    DNNL_TRY(md_make(&dst_md, m, l->n, dnnl_dt(l->dst_dtype), dnnl_ab), "dst md");
+    DNNL_TRY(matmul_pd_create(pd, d->engine, MD(src_md), w_md,
+                              l->bias_buf ? MD(b_md) : NULL, MD(dst_md), l->attr),
              "matmul primitive_desc_create");
 fail:
+    md_free(&src_md);
+    md_free(&b_md);
+    md_free(&dst_md);
     return err;
 }
 
@@ -109,7 +200,7 @@ static dnnl_primitive_t chunk_primitive(const struct cpu_linear *l, struct cpu_d
     dnnl_primitive_desc_t pd = NULL;
     /* The weights layout was accepted for CPU_LINEAR_CHUNK rows at init; a row count
      * it is refused for would be a oneDNN bug, not an input error. */
-    CHECK(make_matmul(&pd, l, d, rows, &l->weights_md) == 0);
+    CHECK(make_matmul(&pd, l, d, rows, MD(l->weights_md)) == 0);
     CHECK(dnnl_primitive_create(&l->by_rows[rows], pd) == dnnl_success);
     dnnl_primitive_desc_destroy(pd);
     return l->by_rows[rows];
@@ -124,6 +215,10 @@ int cpu_gemm_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *
     dnnl_primitive_desc_t pd = NULL;
     dnnl_memory_t plain = NULL;
     void *plain_buf = NULL;
+    dnnl_memory_desc_t any_md, plain_md, b_md;
+    memset(&any_md, 0, sizeof any_md); /* md_free-able whatever fails */
+    memset(&plain_md, 0, sizeof plain_md);
+    memset(&b_md, 0, sizeof b_md);
 
     memset(l, 0, sizeof *l);
     l->k = k;
@@ -138,21 +233,16 @@ int cpu_gemm_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *
     DNNL_TRY(dnnl_primitive_attr_create(&l->attr), "attr_create");
     if (relu) {
         DNNL_TRY(dnnl_post_ops_create(&po), "post_ops_create");
-        DNNL_TRY(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f),
-                 "append relu");
+        DNNL_TRY(append_relu(po), "append relu");
         DNNL_TRY(dnnl_primitive_attr_set_post_ops(l->attr, po), "set_post_ops");
     }
 
-    dnnl_memory_desc_t any_md;
-    dnnl_dims_t w_dims = {k, n};
-    DNNL_TRY(dnnl_memory_desc_init_by_tag(&any_md, 2, w_dims, dnnl_dt(src_dtype),
-                                          dnnl_format_tag_any),
-             "weights md");
+    DNNL_TRY(md_make(&any_md, k, n, dnnl_dt(src_dtype), dnnl_format_tag_any), "weights md");
     const bool chunked = src_dtype != DTYPE_F32;
-    err =
-        make_matmul(&pd, l, d, chunked ? CPU_LINEAR_CHUNK : DNNL_RUNTIME_DIM_VAL, &any_md);
+    err = make_matmul(&pd, l, d, chunked ? CPU_LINEAR_CHUNK : DNNL_RUNTIME_DIM_VAL,
+                      MD(any_md));
     if (err) goto fail;
-    l->weights_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    DNNL_TRY(md_keep(&l->weights_md, pd, dnnl_query_weights_md), "weights md query");
     if (chunked) {
         l->by_rows = calloc(CPU_LINEAR_CHUNK + 1, sizeof *l->by_rows);
         if (!l->by_rows) {
@@ -167,19 +257,16 @@ int cpu_gemm_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *
 
     /* The PyTorch matrix w [n, k] row-major is the [k, n] matrix with strides
      * {1, k}: oneDNN's "ba" tag. Convert it to the compute dtype first. */
-    l->weights_bytes = dnnl_memory_desc_get_size(&l->weights_md);
+    l->weights_bytes = dnnl_memory_desc_get_size(MD(l->weights_md));
     l->weights_buf = aligned_alloc(64, (l->weights_bytes + 63) / 64 * 64);
     if (!l->weights_buf) {
         err = err_set(ENG_ENOMEM, "out of memory for a %lldx%lld weight", (long long)n,
                       (long long)k);
         goto fail;
     }
-    DNNL_TRY(dnnl_memory_create(&l->weights, &l->weights_md, d->engine, l->weights_buf),
+    DNNL_TRY(dnnl_memory_create(&l->weights, MD(l->weights_md), d->engine, l->weights_buf),
              "weights memory");
-    dnnl_memory_desc_t plain_md;
-    DNNL_TRY(
-        dnnl_memory_desc_init_by_tag(&plain_md, 2, w_dims, dnnl_dt(src_dtype), dnnl_ba),
-        "plain weights md");
+    DNNL_TRY(md_make(&plain_md, k, n, dnnl_dt(src_dtype), dnnl_ba), "plain weights md");
     size_t nk = (size_t)n * (size_t)k;
     if (src_dtype == DTYPE_F32) {
         plain_buf = (void *)w; /* oneDNN only reads it */
@@ -190,16 +277,14 @@ int cpu_gemm_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *
             h[i] = f32_to_bf16(w[i]);
         plain_buf = h;
     }
-    DNNL_TRY(dnnl_memory_create(&plain, &plain_md, d->engine, plain_buf), "plain memory");
-    err = reorder(d, plain, &plain_md, l->weights, &l->weights_md);
+    DNNL_TRY(dnnl_memory_create(&plain, MD(plain_md), d->engine, plain_buf),
+             "plain memory");
+    err = reorder(d, plain, MD(plain_md), l->weights, MD(l->weights_md));
     if (err) goto fail;
 
     if (b) {
-        dnnl_memory_desc_t b_md;
-        dnnl_dims_t b_dims = {1, n};
-        DNNL_TRY(dnnl_memory_desc_init_by_tag(&b_md, 2, b_dims, dnnl_f32, dnnl_ab),
-                 "bias md");
-        DNNL_TRY(dnnl_memory_create(&l->bias, &b_md, d->engine, l->bias_buf),
+        DNNL_TRY(md_make(&b_md, 1, n, dnnl_f32, dnnl_ab), "bias md");
+        DNNL_TRY(dnnl_memory_create(&l->bias, MD(b_md), d->engine, l->bias_buf),
                  "bias memory");
     }
     err = 0;
@@ -208,6 +293,9 @@ fail:
     if (plain_buf && plain_buf != (void *)w) free(plain_buf);
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
+    md_free(&any_md);
+    md_free(&plain_md);
+    md_free(&b_md);
     if (err) cpu_gemm_linear_deinit(l);
     return err;
 }
@@ -221,6 +309,7 @@ void cpu_gemm_linear_deinit(struct cpu_linear *l)
     if (l->attr) dnnl_primitive_attr_destroy(l->attr);
     if (l->weights) dnnl_memory_destroy(l->weights);
     if (l->bias) dnnl_memory_destroy(l->bias);
+    md_free(&l->weights_md);
     free(l->by_rows);
     free(l->weights_buf);
     free(l->bias_buf);
@@ -232,14 +321,13 @@ static void run_rows(const struct cpu_linear *l, struct cpu_dnnl *d, dnnl_primit
                      const void *src, int64_t m, void *dst)
 {
     dnnl_memory_desc_t src_md, dst_md;
-    dnnl_dims_t src_dims = {m, l->k}, dst_dims = {m, l->n};
     dnnl_memory_t src_mem = NULL, dst_mem = NULL;
-    CHECK(dnnl_memory_desc_init_by_tag(&src_md, 2, src_dims, dnnl_dt(l->src_dtype),
-                                       dnnl_ab) == dnnl_success);
-    CHECK(dnnl_memory_desc_init_by_tag(&dst_md, 2, dst_dims, dnnl_dt(l->dst_dtype),
-                                       dnnl_ab) == dnnl_success);
-    CHECK(dnnl_memory_create(&src_mem, &src_md, d->engine, (void *)src) == dnnl_success);
-    CHECK(dnnl_memory_create(&dst_mem, &dst_md, d->engine, dst) == dnnl_success);
+    CHECK(md_make(&src_md, m, l->k, dnnl_dt(l->src_dtype), dnnl_ab) == dnnl_success);
+    CHECK(md_make(&dst_md, m, l->n, dnnl_dt(l->dst_dtype), dnnl_ab) == dnnl_success);
+    CHECK(dnnl_memory_create(&src_mem, MD(src_md), d->engine, (void *)src) == dnnl_success);
+    CHECK(dnnl_memory_create(&dst_mem, MD(dst_md), d->engine, dst) == dnnl_success);
+    md_free(&src_md); /* the memory objects keep their own copies */
+    md_free(&dst_md);
     dnnl_exec_arg_t args[4] = {
         {DNNL_ARG_SRC, src_mem},
         {DNNL_ARG_WEIGHTS, l->weights},

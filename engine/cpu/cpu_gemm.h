@@ -35,7 +35,7 @@ struct cpu_linear {
     enum dtype src_dtype; /* weights have this dtype too */
     enum dtype dst_dtype;
     dnnl_primitive_attr_t attr;    /* post-ops (ReLU) */
-    dnnl_memory_desc_t weights_md; /* the layout oneDNN chose */
+    dnnl_memory_desc_t weights_md; /* the layout oneDNN chose (3.x: a handle, owned) */
     dnnl_primitive_t prim;         /* fp32: runtime M */
     dnnl_primitive_t *by_rows;     /* half precision: [CPU_LINEAR_CHUNK + 1], by M */
     dnnl_memory_t weights;         /* [k, n] in oneDNN's chosen layout */

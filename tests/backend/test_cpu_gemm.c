@@ -2,7 +2,8 @@
  * test_cpu_gemm.c - cpu_linear against a plain loop: every dtype path, bias and ReLU,
  * row counts below, at and past CPU_LINEAR_CHUNK (the half-precision layers run in
  * chunks on primitives built per row count), and rows that do not depend on how
- * many other rows share the call.
+ * many other rows share the call; and that the oneDNN loaded is the one compiled
+ * against (-Donednn_prefix builds link a second one).
  */
 #include "cpu_gemm.h"
 #include "test.h"
@@ -142,8 +143,24 @@ TEST(bf16_output_is_the_rounded_fp32_output)
     free(y);
 }
 
+/* A build with -Donednn_prefix compiles against the prefix's headers and links its
+ * library; were /usr/include's 2.6 headers found first, or the system's libdnnl.so.2
+ * loaded, the API would not match the code (cpu_gemm.c's helpers pick by the header's
+ * version). And the library's threads must be OpenMP's, which the engine's thread
+ * count bounds. */
+TEST(runs_the_onednn_it_was_compiled_against)
+{
+    const dnnl_version_t *v = dnnl_version();
+    printf("# oneDNN %d.%d.%d (%s), headers %d.%d\n", v->major, v->minor, v->patch, v->hash,
+           DNNL_VERSION_MAJOR, DNNL_VERSION_MINOR);
+    EXPECT_EQ(v->major, DNNL_VERSION_MAJOR);
+    EXPECT_EQ(v->minor, DNNL_VERSION_MINOR);
+    EXPECT_EQ(v->cpu_runtime, DNNL_RUNTIME_OMP);
+}
+
 int main(void)
 {
+    RUN(runs_the_onednn_it_was_compiled_against);
     RUN(bf16_rows_of_every_chunking_match_the_reference);
     RUN(bf16_relu_without_bias);
     RUN(fp32_runtime_rows_match_the_reference);
