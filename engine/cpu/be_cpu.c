@@ -35,6 +35,7 @@
 #include "cpu_gemm.h"
 #include "cpu_ops.h"
 #include "cpu_rank.h"
+#include "cpu_threads.h"
 #include "err.h"
 #include "ranks.h"
 #include "shard.h"
@@ -97,6 +98,8 @@ int backend_cpu_create(struct backend *out, const struct be_cpu_opts *opts)
     if (opts->n_threads > 0) omp_set_num_threads(opts->n_threads);
     /* The cores are split between the ranks: N teams of T / N threads. */
     c->rank_threads = MAX(1, omp_get_max_threads() / c->n_rank);
+    log_info("CPU backend: %d OpenMP threads, %s", omp_get_max_threads(),
+             cpu_threads_wait_policy());
     c->ranks = xcalloc((size_t)c->n_rank, sizeof *c->ranks);
     out->ops = opts->device_state ? &cpu_device_ops : &cpu_ops;
     out->ctx = c;
