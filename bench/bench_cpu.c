@@ -173,6 +173,8 @@ struct result {
     double decode_s;           /* wall time of all decode steps */
     double read_bw;            /* read_bandwidth's median right after them */
     struct be_profile decode;  /* backend time split of those steps */
+    double prefill_s;          /* wall time of the prefill forwards */
+    struct be_profile prefill; /* and their split */
 };
 
 /* Time profile of the backend since the last read (zeros if it keeps none). */
@@ -204,6 +206,7 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
     for (int32_t i = 0; i < B; i++) kv_seq_init(&kv[i]);
 
     /* Prefill: whole prompts, as many per forward as max_batched_tokens allows. */
+    read_profile(m);
     double t0 = time_now();
     for (int32_t i = 0; i < B;) {
         int32_t n = 0, room = o->max_batched;
@@ -216,8 +219,8 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
         i += n;
     }
     double tp = time_now() - t0;
+    const struct be_profile pre = read_profile(m);
     /* Decode: every sequence one token per step. */
-    read_profile(m);
     t0 = time_now();
     for (int32_t s = 0; s < S; s++) {
         for (int32_t i = 0; i < B; i++)
@@ -246,6 +249,8 @@ static struct result run_batch(struct model *m, const struct bench_opts *o, int3
     r.decode_tps = (double)B * S / td;
     r.decode_gflops = fl_decode / td * 1e-9;
     r.decode_s = td;
+    r.prefill_s = tp;
+    r.prefill = pre;
     r.read_bw = bw;
     r.decode = prof;
 
@@ -337,6 +342,18 @@ int main(int argc, char **argv)
                    o.batches[bi], r.decode_tps, r.decode_gflops, 100.0 * r.decode_gflops / peak);
             fflush(stdout);
             prof[bi] = r;
+        }
+        /* Where the prefill's time goes, per 1000 prompt tokens: what OpenVINO
+         * GenAI's faster prefill would have to be won back in. */
+        for (int bi = 0; bi < o.n_batches; bi++) {
+            const struct result *r = &prof[bi];
+            const double k = 1e3 / ((double)o.batches[bi] * o.ctx), f = r->prefill.forward_s;
+            printf("%-5s %-8s %6d   per 1000 prompt tokens %.1f ms = gemm %.1f + attention "
+                   "%.1f + other %.1f + host %.1f\n",
+                   dtype_name(dt), "prefill", o.batches[bi], 1e3 * r->prefill_s * k,
+                   1e3 * r->prefill.gemm_s * k, 1e3 * r->prefill.attn_s * k,
+                   1e3 * (f - r->prefill.gemm_s - r->prefill.attn_s) * k,
+                   1e3 * (r->prefill_s - f) * k);
         }
         /* Where a decode step's time goes: weight GEMMs, attention over the KV
          * cache, the rest of the forward, and the host work around it. */
