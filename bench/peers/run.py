@@ -386,7 +386,7 @@ def bars_for(a):
         return []
     if a.dtype != "bf16":
         return []
-    bars = [("openvino-genai", "ratio_prefill", 1.0)]  # issue 21
+    bars = [("openvino-genai kv bf16", "ratio_prefill", 1.0)]  # issue 21
     if a.kv_memory_of == 8 and a.prompt_len == 512 and a.gen_len == 512:
         bars.append(("openvino-genai kv u8", "ratio_total", 1.5))
     elif a.kv_policy == "full" and shape == (16, 512, 32):
