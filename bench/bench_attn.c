@@ -16,6 +16,7 @@
  * Usage: bench_attn [--batch 64] [--ctx 512] [--layers 12] [--heads 12]
  *                   [--head-dim 64] [--dtypes fp32,bf16] [--reps 5]
  */
+#include "bench_probe.h"
 #include "cpu_attn.h"
 #include "dtype.h"
 #include "util.h"
@@ -26,23 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* GB/s of one streaming read of buf [n] by every OpenMP thread (bench_cpu's probe). */
-static double probe(const uint64_t *buf, int64_t n, uint64_t *sink)
-{
-    uint64_t sum = 0;
-    const double t0 = time_now();
-#pragma omp parallel for schedule(static) reduction(+ : sum)
-    for (int64_t i = 0; i < n; i += 8) {
-        uint64_t line = 0;
-        for (int k = 0; k < 8; k++)
-            line += buf[i + k];
-        sum += line;
-    }
-    const double t = time_now() - t0;
-    *sink += sum;
-    return (double)n * sizeof *buf / t * 1e-9;
-}
 
 static void run_dtype(enum dtype dt, int32_t B, int32_t ctx, int32_t L, int32_t H,
                       int32_t D, int32_t reps, const uint64_t *buf, int64_t n_buf,
@@ -114,7 +98,7 @@ static void run_dtype(enum dtype dt, int32_t B, int32_t ctx, int32_t L, int32_t 
                                             .scratch_stride = stride};
             cpu_attn_forward(&a);
         }
-        const double t = time_now() - t0, bw = probe(buf, n_buf, sink);
+        const double t = time_now() - t0, bw = bench_probe_read(buf, n_buf, sink);
         if (rep == 0) continue; /* warm-up: first touch of the scratch, clock ramp */
         printf(
             "%-5s step %7.2f ms, %.3f GB = %5.1f GB/s = %3.0f%% of the %.1f GB/s probe\n",

@@ -29,6 +29,7 @@
 #include "backend_cpu.h"
 #include "batch.h"
 #include "bench_args.h"
+#include "bench_probe.h"
 #include "cpu_gemm.h"
 #include "engine_core.h"
 #include "err.h"
@@ -103,21 +104,8 @@ static double read_bandwidth(double *rates, int n_rep)
     for (int64_t i = 0; i < n; i++)
         buf[i] = (uint64_t)i;
     uint64_t check = 0;
-    for (int rep = 0; rep < n_rep; rep++) {
-        uint64_t sum = 0;
-        const double t0 = time_now();
-        /* A line a step, summed on its own: gcc then keeps the loads wide and
-         * independent, as the attention kernels' are. */
-#pragma omp parallel for schedule(static) reduction(+ : sum)
-        for (int64_t i = 0; i < n; i += 8) {
-            uint64_t line = 0;
-            for (int k = 0; k < 8; k++)
-                line += buf[i + k];
-            sum += line;
-        }
-        rates[rep] = (double)n * sizeof *buf / (time_now() - t0) * 1e-9;
-        check += sum;
-    }
+    for (int rep = 0; rep < n_rep; rep++)
+        rates[rep] = bench_probe_read(buf, n, &check);
     /* Every read summed 0..n-1: a wrong sum means the compiler dropped reads. */
     CHECK(check == (uint64_t)n_rep * (uint64_t)(n * (n - 1) / 2));
     free(buf);
