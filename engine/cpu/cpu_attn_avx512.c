@@ -248,53 +248,10 @@ static void tile_values16(const struct cpu_attn_args *a, const struct be_seq *sq
     }
 }
 
-/*
- * A decode token (one query) of one sequence, all heads in one task. The pool keeps
- * a block's heads next to each other, so both passes walk blocks with every head at
- * once: the sequence's cache is read as one contiguous run per block (n_head tiles,
- * 48 KiB for OPT-125m in fp32) instead of n_head scattered 2-4 KiB tiles per block,
- * which the hardware prefetchers follow well. A decode step streams the whole cache
- * once, so this walk is what sets the attention's speed (docs/benchmarks.md,
- * "Decode attention and the memory roofline": software prefetch on top of it
- * measured slower). Per head, the same arithmetic as tile_logits16 and
- * tile_values16 (the same per-element operations in the same order: blocks in
- * order, slots in order), so results do not depend on which path ran. s is
- * [n_head, width] scratch.
- */
+/* A decode token of one sequence, every head in one task (cpu_attn_decode_walk). */
 static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq *sq, float *s)
 {
-    const struct be_batch *b = a->batch;
-    const int32_t H = a->n_head, D = a->head_dim;
-    const int32_t nb = CEIL_DIV(sq->n_slots, 16), width = nb * 16;
-    const int32_t r = sq->tok_start, qpos = b->pos[r];
-    // qv: [n_head, head_dim] scaled query, out: [n_head, head_dim]
-    float qv[ATTN_MAX_HEADS * ATTN_MAX_D], out[ATTN_MAX_HEADS * ATTN_MAX_D];
-    const float *qr = a->qkv + (int64_t)r * 3 * H * D;
-    for (int32_t i = 0; i < H * D; i++) qv[i] = qr[i] * a->scale;
-
-    for (int32_t bi = 0; bi < nb; bi++) {
-        const int64_t t0 = cpu_attn_bh(a, sq->blocks[bi], 0);
-        const int32_t n_valid = MIN(16, sq->n_slots - bi * 16);
-        int32_t h = 0;
-        for (; h + 4 <= H; h += 4)
-            block_logits16_heads(a, t0 + h, n_valid, qv + h * D, qpos,
-                                 s + h * width + bi * 16, width, 4);
-        for (; h < H; h++)
-            block_logits16_heads(a, t0 + h, n_valid, qv + h * D, qpos,
-                                 s + h * width + bi * 16, width, 1);
-    }
-    for (int32_t h = 0; h < H; h++) cpu_attn_softmax_row(s + (int64_t)h * width, width);
-    memset(out, 0, (size_t)(H * D) * sizeof *out);
-    for (int32_t bi = 0; bi < nb; bi++) {
-        const int64_t t0 = cpu_attn_bh(a, sq->blocks[bi], 0);
-        for (int32_t h = 0; h < H; h++) {
-            const float *p = s + (int64_t)h * width + bi * 16;
-            cpu_attn_block_scores(a, t0 + h, p, width, 1, 16);
-            block_values16_1(a, t0 + h, p, out + h * D);
-        }
-    }
-    for (int32_t h = 0; h < H; h++)
-        cpu_attn_store(a, r, h, out + h * D);
+    cpu_attn_decode_walk(a, sq, s, block_logits16_heads, block_values16_1);
 }
 
 static const struct cpu_attn_kernels avx512_kernels = {

@@ -156,4 +156,64 @@ static inline void cpu_attn_store(const struct cpu_attn_args *a, int32_t r, int3
     }
 }
 
+/* The two block kernels a whole-sequence decode walk runs (cpu_attn_decode_walk):
+ * the logits of one query per head for NH (1 or 4) consecutive heads of a block, and
+ * one head's values (and nothing else) over a block. */
+typedef void (*cpu_attn_heads_fn)(const struct cpu_attn_args *a, int64_t t0,
+                                  int32_t n_valid, const float *qv, int32_t qpos, float *s,
+                                  int32_t stride, int32_t NH);
+typedef void (*cpu_attn_values1_fn)(const struct cpu_attn_args *a, int64_t t,
+                                    const float *p, float *out);
+
+/*
+ * A decode token (one query) of sequence sq, every head in one task: the walk the
+ * AVX-512 sets' decode_seq share, each with its own block kernels (inlined here: the
+ * sets call it with constant kernels). The pool keeps a block's heads next to each
+ * other, so both passes walk blocks with every head at once: the sequence's cache is
+ * read as one contiguous run per block (n_head tiles) instead of n_head scattered
+ * tiles per block, which the hardware prefetchers follow well (docs/benchmarks.md,
+ * "Decode attention and the memory roofline"). Per head the same operations in the
+ * same order as the sets' tile passes (blocks in order, slots in order), so results
+ * do not depend on which path ran. Block size 16; s is [n_head, width] scratch.
+ */
+static inline __attribute__((always_inline)) void
+cpu_attn_decode_walk(const struct cpu_attn_args *a, const struct be_seq *sq, float *s,
+                     cpu_attn_heads_fn logits_heads, cpu_attn_values1_fn values1)
+{
+    const struct be_batch *b = a->batch;
+    const int32_t H = a->n_head, D = a->head_dim;
+    const int32_t nb = CEIL_DIV(sq->n_slots, 16), width = nb * 16;
+    const int32_t r = sq->tok_start, qpos = b->pos[r];
+    // qv: [n_head, head_dim] scaled query, out: [n_head, head_dim]
+    float qv[ATTN_MAX_HEADS * ATTN_MAX_D], out[ATTN_MAX_HEADS * ATTN_MAX_D];
+    const float *qr = a->qkv + (int64_t)r * 3 * H * D;
+    for (int32_t i = 0; i < H * D; i++)
+        qv[i] = qr[i] * a->scale;
+
+    for (int32_t bi = 0; bi < nb; bi++) {
+        const int64_t t0 = cpu_attn_bh(a, sq->blocks[bi], 0);
+        const int32_t n_valid = MIN(16, sq->n_slots - bi * 16);
+        int32_t h = 0;
+        for (; h + 4 <= H; h += 4)
+            logits_heads(a, t0 + h, n_valid, qv + h * D, qpos, s + h * width + bi * 16,
+                         width, 4);
+        for (; h < H; h++)
+            logits_heads(a, t0 + h, n_valid, qv + h * D, qpos, s + h * width + bi * 16,
+                         width, 1);
+    }
+    for (int32_t h = 0; h < H; h++)
+        cpu_attn_softmax_row(s + (int64_t)h * width, width);
+    memset(out, 0, (size_t)(H * D) * sizeof *out);
+    for (int32_t bi = 0; bi < nb; bi++) {
+        const int64_t t0 = cpu_attn_bh(a, sq->blocks[bi], 0);
+        for (int32_t h = 0; h < H; h++) {
+            const float *p = s + (int64_t)h * width + bi * 16;
+            cpu_attn_block_scores(a, t0 + h, p, width, 1, 16);
+            values1(a, t0 + h, p, out + h * D);
+        }
+    }
+    for (int32_t h = 0; h < H; h++)
+        cpu_attn_store(a, r, h, out + h * D);
+}
+
 #endif
