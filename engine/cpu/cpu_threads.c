@@ -22,6 +22,7 @@
  */
 #include "cpu_threads.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -42,15 +43,22 @@ static void describe(void)
                  spin ? spin : "300000 (libgomp's default)");
 }
 
-/* glibc passes constructors argc, argv and the environment. */
+/* glibc passes constructors argc, argv and the environment. The program is executed
+ * again by its own path, not by /proc/self/exe: the kernel names a process after the
+ * file it executes, and ps, top and pgrep must go on seeing h2oserve. */
 __attribute__((constructor)) static void cpu_threads_reexec(int argc, char **argv,
                                                             char **envp)
 {
     (void)envp;
-    if (argc >= 1 && !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") &&
-        setenv("GOMP_SPINCOUNT", CPU_THREADS_SPIN, 0) == 0)
-        execv("/proc/self/exe", argv);
-    describe(); /* no exec, or it failed: this process's policy as it is */
+    char self[PATH_MAX];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (argc >= 1 && n > 0 && !getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT") &&
+        setenv("GOMP_SPINCOUNT", CPU_THREADS_SPIN, 0) == 0) {
+        self[n] = '\0';
+        execv(self, argv);
+        unsetenv("GOMP_SPINCOUNT"); /* it failed (say, a deleted binary): as it was */
+    }
+    describe(); /* this process's policy as it is */
 }
 
 const char *cpu_threads_wait_policy(void)
