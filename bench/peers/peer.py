@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from workload import workload_prompts
+from workload import OV_BLOCK, workload_prompts
 
 
 def prompts(batch, prompt_len, seed):
@@ -135,9 +135,6 @@ def run_ct2(a):
     lens = {len(r.sequences_ids[0]) for r in out}
     assert lens == {a.gen_len}, lens
     return dict(base, compute_type=compute, prefill_s=prefill_s, total_s=total_s)
-
-
-OV_BLOCK = 32  # OpenVINO GenAI's KV block size on the CPU (tokens)
 
 
 def ov_block_bytes(cfg, precision):

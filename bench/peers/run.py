@@ -53,7 +53,7 @@ import subprocess
 import sys
 import time
 
-from workload import workload_prompts
+from workload import OV_BLOCK, workload_prompts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -64,7 +64,6 @@ NAMES = {"ours": "h2oserve", "hf": "transformers", "ct2": "ctranslate2",
 VENVS = {"venv": ("requirements.txt", True),
          "ov-venv": ("requirements-openvino.txt", False),
          "ov-export-venv": ("requirements-openvino-export.txt", False)}
-OV_BLOCK = 32  # OpenVINO GenAI's KV block size on the CPU; its eviction sizes are multiples
 
 
 def log(msg):

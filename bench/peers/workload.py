@@ -1,8 +1,10 @@
-"""workload.py - bench_throughput's prompt ids (bench/workload.c), in plain Python.
-
-run.py (no numpy) and peer.py both need them: the OpenVINO GenAI peer runs the very
-prompts our engine runs, and run.py checks our greedy ids against its on them.
+"""workload.py - what run.py (no numpy) and peer.py share about the workload, in plain
+Python: bench_throughput's prompt ids (bench/workload.c), which the OpenVINO GenAI peer
+runs and run.py checks our greedy ids against its on, and OpenVINO's KV block size,
+which both its pool size and its eviction sizes are counted in.
 """
+
+OV_BLOCK = 32  # OpenVINO GenAI's KV block size on the CPU (tokens)
 
 
 def workload_prompts(batch, prompt_len, vocab, bos):
