@@ -19,6 +19,7 @@
 #include "err.h"
 #include "util.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,10 +130,28 @@ static dnnl_status_t append_relu(dnnl_post_ops_t po)
 }
 #endif
 
+/*
+ * Cap oneDNN below AMX, once per process and before its first primitive (later calls
+ * are refused by oneDNN), unless the user chose a cap (ONEDNN_MAX_CPU_ISA, or
+ * oneDNN 2.x's DNNL_MAX_CPU_ISA). On AMX CPUs (Sapphire Rapids on) oneDNN 2.6 runs a
+ * bf16 matmul of a few rows on AVX512-BF16 kernels and of more rows on AMX tiles,
+ * which sum in another order: a row's result would then depend on how many rows
+ * share its step, and a sequence's output on the rest of the batch
+ * (tests/backend/test_cpu_gemm.c caught it). AMX for the GEMMs is follow-up work
+ * (docs/benchmarks.md, "AMX").
+ */
+static void cap_isa_below_amx(void)
+{
+    if (getenv("ONEDNN_MAX_CPU_ISA") || getenv("DNNL_MAX_CPU_ISA")) return;
+    (void)dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16);
+}
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
 int cpu_gemm_init(struct cpu_dnnl *d)
 {
     int err = 0;
     memset(d, 0, sizeof *d);
+    pthread_once(&isa_once, cap_isa_below_amx); /* tensor-parallel ranks init at once */
     DNNL_TRY(dnnl_engine_create(&d->engine, dnnl_cpu, 0), "engine_create");
     DNNL_TRY(dnnl_stream_create(&d->stream, d->engine, dnnl_stream_default_flags),
              "stream_create");
