@@ -326,11 +326,10 @@ static void cpu_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots,
     struct cpu_be *c = ctx;
     const int32_t L = c->m.cfg.n_layer, H = c->m.cfg.n_kv_head, D = c->m.cfg.head_dim,
                   BS = c->m.block_size;
-    const size_t es = (size_t)dtype_size(c->m.kv_dtype);
 #pragma omp parallel for schedule(dynamic, 1) collapse(2)
     for (int32_t l = 0; l < L; l++)
         for (int32_t h = 0; h < H; h++)
-            cpu_attn_kv_compact_head(&c->kv[l], es, H, D, BS, h, blocks, n_slots,
+            cpu_attn_kv_compact_head(&c->kv[l], c->m.kv_dtype, H, D, BS, h, blocks, n_slots,
                                      keep + ((int64_t)l * H + h) * n_keep, n_keep);
 }
 

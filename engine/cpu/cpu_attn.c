@@ -59,29 +59,17 @@ static void write_kv(const struct cpu_attn_args *a)
                 float *kt = (float *)a->kv.k + t * D * BS + off;
                 for (int32_t d = 0; d < D; d++) kt[(int64_t)d * BS] = k[d];
                 memcpy((float *)a->kv.v + (t * BS + off) * D, v, (size_t)D * sizeof(float));
-            } else {
-                uint16_t *kt = (uint16_t *)a->kv.k + t * D * BS + off;
-                uint16_t *vd = (uint16_t *)a->kv.v + (t * BS + off) * D;
+            } else { /* bf16, in the paired layout (cpu_attn.h) */
+                uint16_t *kt = (uint16_t *)a->kv.k + t * D * BS;
+                uint16_t *vt = (uint16_t *)a->kv.v + t * D * BS;
                 for (int32_t d = 0; d < D; d++) {
-                    kt[(int64_t)d * BS] = f32_to_bf16(k[d]);
-                    vd[d] = f32_to_bf16(v[d]);
+                    kt[cpu_attn_k_at(DTYPE_BF16, BS, d, off)] = cpu_attn_bf16_ftz(k[d]);
+                    vt[cpu_attn_v_at(DTYPE_BF16, D, BS, off, d)] = cpu_attn_bf16_ftz(v[d]);
                 }
             }
             a->kv.pos[t * BS + off] = b->pos[r];
             a->kv.score[t * BS + off] = 0.0f;
         }
-    }
-}
-
-/* dst[0..n) = elements off..off+n of a K or V pool, as fp32. */
-static inline void load_f32(float *dst, const void *base, int64_t off, int32_t n,
-                            enum dtype dt)
-{
-    if (dt == DTYPE_F32) {
-        memcpy(dst, (const float *)base + off, (size_t)n * sizeof(float));
-    } else {
-        const uint16_t *h = (const uint16_t *)base + off;
-        for (int32_t i = 0; i < n; i++) dst[i] = bf16_to_f32(h[i]);
     }
 }
 
@@ -99,11 +87,11 @@ block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const fl
     // qv: [NQ, head_dim] scaled queries; K tile t: [head_dim, BS]; s: [NQ, stride]
     const int32_t D = a->head_dim;
     float acc[ATTN_QT][ATTN_MAX_BS]; // acc: [NQ, BS] logits
-    float kt[ATTN_MAX_BS];           // kt: [BS] dimension d of the block's keys
     for (int32_t q = 0; q < NQ; q++)
         for (int32_t j = 0; j < BS; j++) acc[q][j] = 0.0f;
     for (int32_t d = 0; d < D; d++) {
-        load_f32(kt, a->kv.k, (t * D + d) * BS, BS, a->kv_dtype);
+        float kt[ATTN_MAX_BS]; // kt: [BS] dimension d of the block's keys
+        memcpy(kt, (const float *)a->kv.k + (t * D + d) * BS, (size_t)BS * sizeof(float));
         for (int32_t q = 0; q < NQ; q++) {
             const float qd = qv[q * D + d];
             for (int32_t j = 0; j < BS; j++) acc[q][j] += qd * kt[j];
@@ -130,11 +118,12 @@ block_values(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t s
     // p: [NQ, stride] probabilities; V tile t: [BS, head_dim]; out: [NQ, head_dim]
     const int32_t D = a->head_dim; /* a multiple of 16, checked at load */
     for (int32_t d0 = 0; d0 < D; d0 += 16) {
-        float acc[ATTN_QT][16], v[16]; // acc: [NQ, 16] outputs d0.., v: [16] of slot j
+        float acc[ATTN_QT][16]; // acc: [NQ, 16] outputs d0..
         for (int32_t q = 0; q < NQ; q++)
             for (int32_t d = 0; d < 16; d++) acc[q][d] = out[q * D + d0 + d];
         for (int32_t j = 0; j < BS; j++) {
-            load_f32(v, a->kv.v, (t * BS + j) * D + d0, 16, a->kv_dtype);
+            float v[16]; // v: [16] of slot j
+            memcpy(v, (const float *)a->kv.v + (t * BS + j) * D + d0, sizeof v);
             for (int32_t q = 0; q < NQ; q++) {
                 const float pj = p[q * stride + j];
                 for (int32_t d = 0; d < 16; d++) acc[q][d] += pj * v[d];
@@ -221,10 +210,11 @@ static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, 
     }
 }
 
-/* The portable kernel set: any block size, no whole-sequence decode task. */
+/* The portable fp32 kernel set: any block size, no whole-sequence decode task. */
 const struct cpu_attn_kernels cpu_attn_ref = {
     .name = "portable",
     .block_size = 0,
+    .kv_dtype = DTYPE_F32,
     .tile_logits = tile_logits,
     .tile_values = tile_values,
     .decode_seq = NULL,
@@ -293,12 +283,13 @@ void cpu_attn_forward(const struct cpu_attn_args *a)
 {
     const struct be_batch *b = a->batch;
     CHECK(cpu_attn_supports(a->head_dim, a->block_size));
-    const bool int8 = a->kv_dtype == DTYPE_I8;
-    const struct cpu_attn_kernels *k = a->kernels ? a->kernels
-                                       : int8     ? cpu_attn_int8_kernels_for(a->block_size)
-                                                  : cpu_attn_kernels_for(a->block_size);
+    const struct cpu_attn_kernels *k =
+        a->kernels                  ? a->kernels
+        : a->kv_dtype == DTYPE_I8   ? cpu_attn_int8_kernels_for(a->block_size)
+        : a->kv_dtype == DTYPE_BF16 ? cpu_attn_bf16_kernels_for(a->block_size)
+                                    : cpu_attn_kernels_for(a->block_size);
     CHECK(k->block_size == 0 || k->block_size == a->block_size);
-    CHECK(k->int8 == int8);
+    CHECK(k->kv_dtype == a->kv_dtype);
     write_kv(a);
     /* Tasks: a decode sequence as a whole (all heads, the table's decode_seq) when
      * the table has one and there are enough of them to keep every thread busy, else
@@ -349,13 +340,13 @@ bool cpu_attn_supports(int32_t head_dim, int32_t block_size)
            block_size <= ATTN_MAX_BS;
 }
 
-void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size,
+void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, enum dtype kv_dtype,
                               int32_t n_head, int32_t head_dim, int32_t block_size,
                               int32_t h, const int32_t *blocks, int32_t n_slots,
                               const int32_t *keep, int32_t n_keep)
 {
     const int32_t H = n_head, D = head_dim, BS = block_size;
-    const size_t es = elem_size;
+    const size_t es = (size_t)dtype_size(kv_dtype);
     const int32_t *k = keep;
     for (int32_t i = 0; i < n_slots; i++) {
         /* (block, head) tile and offset of the destination slot i. */
@@ -369,13 +360,20 @@ void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size,
         CHECK(src >= i && src < n_slots && (i == 0 || src > k[i - 1]));
         if (src == i) continue;
         const int64_t ts = (int64_t)blocks[src / BS] * H + h, os = src % BS;
-        /* K tiles are transposed ([head_dim, block_size]): one element per
-         * dimension; V rows are contiguous. */
-        char *kb = kv->k;
-        for (int32_t d = 0; d < D; d++)
-            memcpy(kb + ((td * D + d) * BS + od) * es, kb + ((ts * D + d) * BS + os) * es, es);
-        memcpy((char *)kv->v + (td * BS + od) * D * es, (char *)kv->v + (ts * BS + os) * D * es,
-               (size_t)D * es);
+        /* A slot's key is one element per dimension (K tiles are transposed); its
+         * value is a contiguous row except in bf16's paired layout. */
+        char *kb = (char *)kv->k, *vb = (char *)kv->v;
+        const bool v_row = kv_dtype != DTYPE_BF16;
+        for (int32_t d = 0; d < D; d++) {
+            memcpy(kb + (td * D * BS + cpu_attn_k_at(kv_dtype, BS, d, od)) * es,
+                   kb + (ts * D * BS + cpu_attn_k_at(kv_dtype, BS, d, os)) * es, es);
+            if (!v_row)
+                memcpy(vb + (td * D * BS + cpu_attn_v_at(kv_dtype, D, BS, od, d)) * es,
+                       vb + (ts * D * BS + cpu_attn_v_at(kv_dtype, D, BS, os, d)) * es, es);
+        }
+        if (v_row)
+            memcpy(vb + (td * BS + od) * D * es, vb + (ts * BS + os) * D * es,
+                   (size_t)D * es);
         kv->pos[td * BS + od] = kv->pos[ts * BS + os];
         kv->score[td * BS + od] = kv->score[ts * BS + os];
         if (kv->k_scale) {

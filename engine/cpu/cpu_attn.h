@@ -6,6 +6,12 @@
  * V [n_blocks, n_head, block_size, head_dim] in the KV dtype (fp32, bf16, or int8 with
  * an fp32 scale per slot and head, cpu_attn_int8.c), and the slot state pos / score
  * [n_blocks, n_head, block_size].
+ * bf16 tiles interleave pairs for AVX512-BF16's vdpbf16ps, which multiplies pairs of
+ * bf16 elements per fp32 lane (cpu_attn_bf16.c): K [head_dim / 2, block_size, 2]
+ * (dimensions 2i and 2i + 1 of a slot side by side, lane = slot) and V
+ * [block_size / 2, head_dim, 2] (slots 2m and 2m + 1 of a dimension side by side, lane
+ * = dimension; with an odd block size the last slot is a plain row). The element
+ * offsets are cpu_attn_k_at and cpu_attn_v_at.
  * Scores stay fp32 even with bf16 K/V: the accumulated attention of old heavy
  * hitters reaches hundreds, where bf16 would round away every new contribution.
  * Thread: engine (the caller), fanning out to OpenMP over (sequence, head).
@@ -21,14 +27,31 @@
 #include <stdint.h>
 
 struct cpu_kv_layer {
-    void *k;        /* [n_blocks, n_head, head_dim, block_size] (transposed) */
-    void *v;        /* [n_blocks, n_head, block_size, head_dim] */
+    void *k;        /* [n_blocks, n_head, head_dim, block_size] (transposed; bf16 paired) */
+    void *v;        /* [n_blocks, n_head, block_size, head_dim] (bf16 paired) */
     int32_t *pos;   /* [n_blocks, n_head, block_size], -1 = free */
     float *score;   /* [n_blocks, n_head, block_size] accumulated attention */
     /* int8 KV only, else NULL: each slot's key and value dequantization scale (x =
      * scale * element), [n_blocks, n_head, block_size], moved with pos and score. */
     float *k_scale, *v_scale;
 };
+
+/* Offset of dimension d of slot j's key within its (block, head) K tile of
+ * head_dim * block_size elements, in the layout of KV dtype dt. Thread: any. */
+static inline int64_t cpu_attn_k_at(enum dtype dt, int32_t block_size, int32_t d, int32_t j)
+{
+    if (dt == DTYPE_BF16) return ((int64_t)(d >> 1) * block_size + j) * 2 + (d & 1);
+    return (int64_t)d * block_size + j;
+}
+
+/* Offset of dimension d of slot j's value within its V tile, likewise. */
+static inline int64_t cpu_attn_v_at(enum dtype dt, int32_t head_dim, int32_t block_size,
+                                    int32_t j, int32_t d)
+{
+    if (dt != DTYPE_BF16 || ((block_size & 1) && j == block_size - 1))
+        return (int64_t)j * head_dim + d;
+    return ((int64_t)(j >> 1) * head_dim + d) * 2 + (j & 1);
+}
 
 struct cpu_attn_kernels; /* a kernel set (cpu_attn_impl.h) */
 
@@ -78,12 +101,12 @@ void cpu_attn_forward(const struct cpu_attn_args *a);
  * sequence (block table `blocks`, slots 0..n_slots-1 in use): move slot keep[i] to
  * slot i (K, V, pos, score; bit copies) for i < n_keep, keep ascending with
  * keep[i] >= i, in increasing i (so a slot is read before it is overwritten); then
- * mark slots n_keep..n_slots-1 free (pos -1, score 0; their K/V stay). elem_size is
- * the KV dtype's size; with int8 K/V (kv->k_scale set) the scales move too. The CPU backend
+ * mark slots n_keep..n_slots-1 free (pos -1, score 0; their K/V stay), in the layout
+ * of kv_dtype; with int8 K/V (kv->k_scale set) the scales move too. The CPU backend
  * runs it for every (layer, head); it is exported so that the CUDA twin's host reference is
  * tested against this very code.
  */
-void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size,
+void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, enum dtype kv_dtype,
                               int32_t n_head, int32_t head_dim, int32_t block_size,
                               int32_t h, const int32_t *blocks, int32_t n_slots,
                               const int32_t *keep, int32_t n_keep);
@@ -92,19 +115,28 @@ void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, size_t elem_size,
  * (every OPT: 64, 80 or 128), block_size up to 64. */
 bool cpu_attn_supports(int32_t head_dim, int32_t block_size);
 
-/* The portable kernel set (cpu_attn.c), the reference: any block size. */
+/* The fp32 KV cache's portable kernel set (cpu_attn.c), the reference: any block
+ * size. */
 extern const struct cpu_attn_kernels cpu_attn_ref;
 
-/* The AVX-512 kernel set (cpu_attn_avx512.c, block size 16 only), or NULL when this
- * build does not target AVX-512. Thread: any. */
+/* The fp32 AVX-512 kernel set (cpu_attn_avx512.c, block size 16 only), or NULL when
+ * this build does not target AVX-512. Thread: any. */
 const struct cpu_attn_kernels *cpu_attn_avx512(void);
 
-/* The set cpu_attn_forward runs by default for this block size: the AVX-512 one
- * where it is built and handles the size, else the portable one. Thread: any. */
+/* The set cpu_attn_forward runs by default for an fp32 cache of this block size: the
+ * AVX-512 one where it is built and handles the size, else the portable one. Thread:
+ * any. */
 const struct cpu_attn_kernels *cpu_attn_kernels_for(int32_t block_size);
 
-/* The name of a kernel set ("portable", "avx512"), for test and log lines. */
+/* The name of a kernel set ("portable", "avx512", ...), for test and log lines. */
 const char *cpu_attn_kernels_name(const struct cpu_attn_kernels *k);
+
+/* The bf16 KV cache's kernel sets (cpu_attn_bf16.c), as the fp32 ones: the portable
+ * reference (any block size), the AVX512-BF16 set (block size 16; NULL where not
+ * built), and the default. Thread: any. */
+extern const struct cpu_attn_kernels cpu_attn_bf16_ref;
+const struct cpu_attn_kernels *cpu_attn_bf16_avx512(void);
+const struct cpu_attn_kernels *cpu_attn_bf16_kernels_for(int32_t block_size);
 
 /* The int8 KV cache's kernel sets (cpu_attn_int8.c), as the two above: the portable
  * reference (any block size), the AVX-512 set (block size 16; NULL where not built),

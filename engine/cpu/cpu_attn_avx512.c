@@ -1,6 +1,7 @@
 /*
- * cpu_attn_avx512.c - the attention's AVX-512 kernel set (cpu_attn_impl.h) for the
- * default block size of 16, one 512-bit vector of fp32 slots.
+ * cpu_attn_avx512.c - the attention's AVX-512 kernel set (cpu_attn_impl.h) for an fp32
+ * cache of the default block size of 16, one 512-bit vector of fp32 slots (bf16 and
+ * int8 caches have their own sets, cpu_attn_bf16.c and cpu_attn_int8.c).
  *
  * The compiler's vectoriser transposes the portable loops of cpu_attn.c in unhelpful
  * ways, and the two passes over the blocks are where attention spends its time, so
@@ -20,22 +21,10 @@
 
 #include <immintrin.h>
 
-/* 16 elements of a K or V pool from element off on, as fp32. */
-static inline __m512 load16(const void *base, int64_t off, enum dtype dt)
+/* 16 elements of an fp32 K or V pool from element off on. */
+static inline __m512 load16(const void *base, int64_t off)
 {
-    if (dt == DTYPE_F32) return _mm512_loadu_ps((const float *)base + off);
-    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)base + off));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* Ask for one (block, head) tile of a K or V pool ahead of use: a decode step
- * streams the whole KV cache once, in 2-4 KiB tiles scattered over the pool, and the
- * hardware prefetchers do not cross from one tile to the next. */
-static inline void prefetch_tile(const struct cpu_attn_args *a, const void *pool, int64_t t)
-{
-    const int64_t bytes = (int64_t)16 * a->head_dim * dtype_size(a->kv_dtype);
-    const char *p = (const char *)pool + t * bytes;
-    for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    return _mm512_loadu_ps((const float *)base + off);
 }
 
 /* cpu_attn.c's block_logits with BS = 16: one vector of 16 slots per query,
@@ -48,7 +37,7 @@ block_logits16(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const 
     __m512 acc[ATTN_QT];
     for (int32_t q = 0; q < NQ; q++) acc[q] = _mm512_setzero_ps();
     for (int32_t d = 0; d < D; d++) {
-        const __m512 k = load16(a->kv.k, (t * D + d) * 16, a->kv_dtype);
+        const __m512 k = load16(a->kv.k, (t * D + d) * 16);
         for (int32_t q = 0; q < NQ; q++)
             acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(qv[q * D + d]), k, acc[q]);
     }
@@ -75,7 +64,7 @@ block_values16(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t
         __m512 acc[ATTN_QT];
         for (int32_t q = 0; q < NQ; q++) acc[q] = _mm512_loadu_ps(out + q * D + d0);
         for (int32_t j = 0; j < 16; j++) {
-            const __m512 v = load16(a->kv.v, (t * 16 + j) * D + d0, a->kv_dtype);
+            const __m512 v = load16(a->kv.v, (t * 16 + j) * D + d0);
             for (int32_t q = 0; q < NQ; q++)
                 acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(p[q * stride + j]), v, acc[q]);
         }
@@ -97,8 +86,7 @@ static inline void block_logits16_x4(const struct cpu_attn_args *a, const int64_
     for (int32_t d = 0; d < D; d++) {
         const __m512 qd = _mm512_set1_ps(qv[d]);
         for (int32_t b = 0; b < 4; b++)
-            acc[b] = _mm512_fmadd_ps(qd, load16(a->kv.k, (t[b] * D + d) * 16, a->kv_dtype),
-                                     acc[b]);
+            acc[b] = _mm512_fmadd_ps(qd, load16(a->kv.k, (t[b] * D + d) * 16), acc[b]);
     }
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int32_t b = 0; b < 4; b++) {
@@ -126,8 +114,8 @@ static inline void block_values16_1(const struct cpu_attn_args *a, int64_t t, co
     for (int32_t j = 0; j < 16; j++) {
         const __m512 pj = _mm512_set1_ps(p[j]);
         for (int32_t c = 0; c < nc; c++)
-            acc[c] = _mm512_fmadd_ps(pj, load16(a->kv.v, (t * 16 + j) * D + c * 16, a->kv_dtype),
-                                     acc[c]);
+            acc[c] =
+                _mm512_fmadd_ps(pj, load16(a->kv.v, (t * 16 + j) * D + c * 16), acc[c]);
     }
     for (int32_t c = 0; c < nc; c++) _mm512_storeu_ps(out + c * 16, acc[c]);
 }
@@ -149,8 +137,7 @@ block_logits16_heads(const struct cpu_attn_args *a, int64_t t0, int32_t n_valid,
     for (int32_t d = 0; d < D; d++)
         for (int32_t k = 0; k < NH; k++)
             acc[k] = _mm512_fmadd_ps(_mm512_set1_ps(qv[k * D + d]),
-                                     load16(a->kv.k, ((t0 + k) * D + d) * 16, a->kv_dtype),
-                                     acc[k]);
+                                     load16(a->kv.k, ((t0 + k) * D + d) * 16), acc[k]);
     const __mmask16 in_range = (__mmask16)(n_valid >= 16 ? 0xffffu : (1u << n_valid) - 1u);
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int32_t k = 0; k < NH; k++) {
@@ -191,7 +178,8 @@ static int32_t tile_logits16(const struct cpu_attn_args *a, const struct be_seq 
         }
         nb_vis = bi + 1;
         if (nq == 1) {
-            if (bi + 4 < nb) prefetch_tile(a, a->kv.k, cpu_attn_bh(a, sq->blocks[bi + 4], h));
+            if (bi + 4 < nb)
+                cpu_attn_prefetch_tile(a, a->kv.k, cpu_attn_bh(a, sq->blocks[bi + 4], h));
             /* Queue visible blocks and run them four at a time. */
             q4_t[q4_n] = t;
             q4_valid[q4_n] = n_valid;
@@ -241,7 +229,8 @@ static void tile_values16(const struct cpu_attn_args *a, const struct be_seq *sq
         } else {
             for (int32_t q = 0; q < nq; q++) {
                 if (bi + 2 < width_vis / 16)
-                    prefetch_tile(a, a->kv.v, cpu_attn_bh(a, sq->blocks[bi + 2], h));
+                    cpu_attn_prefetch_tile(a, a->kv.v,
+                                           cpu_attn_bh(a, sq->blocks[bi + 2], h));
                 block_values16_1(a, t, pb + q * width, out + q * D);
             }
         }
@@ -257,6 +246,7 @@ static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq
 static const struct cpu_attn_kernels avx512_kernels = {
     .name = "avx512",
     .block_size = 16,
+    .kv_dtype = DTYPE_F32,
     .tile_logits = tile_logits16,
     .tile_values = tile_values16,
     .decode_seq = attend_decode_seq,

@@ -16,6 +16,7 @@
 #define H2O_CPU_ATTN_IMPL_H
 
 #include "cpu_attn.h"
+#include "dtype.h"
 #include "fast_exp.h"
 #include "util.h"
 
@@ -36,9 +37,10 @@
 struct cpu_attn_kernels {
     const char *name;
     int32_t block_size; /* the only block size the set handles; 0 = any */
-    /* The set reads int8 K/V with per-slot scales (cpu_attn_int8.c); the others read
-     * fp32 or bf16. cpu_attn_forward checks that it matches the KV dtype. */
-    bool int8;
+    /* The KV dtype the set reads, in that dtype's layout (cpu_attn.h): fp32
+     * (cpu_attn.c, cpu_attn_avx512.c), bf16 (cpu_attn_bf16.c) or int8 with per-slot
+     * scales (cpu_attn_int8.c). cpu_attn_forward checks that it matches. */
+    enum dtype kv_dtype;
     /*
      * Pass 1 over every block of sequence sq for head h and a tile of nq <= ATTN_QT
      * queries (qv [nq, head_dim] scaled, qpos [nq]): s [nq, width] gets each slot's
@@ -99,6 +101,18 @@ static inline bool cpu_attn_block_visible(const struct cpu_attn_args *a, int64_t
     return false;
 }
 
+/* Ask for one (block, head) tile of a K or V pool of block size 16 ahead of use: a
+ * decode step streams the whole KV cache once, in 1-4 KiB tiles scattered over the
+ * pool, and the hardware prefetchers do not cross from one tile to the next. */
+static inline void cpu_attn_prefetch_tile(const struct cpu_attn_args *a, const void *pool,
+                                          int64_t t)
+{
+    const int64_t bytes = (int64_t)16 * a->head_dim * dtype_size(a->kv_dtype);
+    const char *p = (const char *)pool + t * bytes;
+    for (int64_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o, 0, 3);
+}
+
 /* The scores of one block's slots += p, one query at a time in query order, so the
  * sum is the same whatever the tiling. */
 static inline void cpu_attn_block_scores(const struct cpu_attn_args *a, int64_t t,
@@ -153,6 +167,50 @@ static inline void cpu_attn_store(const struct cpu_attn_args *a, int32_t r, int3
     } else {
         uint16_t *dst = (uint16_t *)a->out + oi;
         for (int32_t d = 0; d < D; d++) dst[d] = f32_to_bf16(o[d]);
+    }
+}
+
+/*
+ * What the bf16 sets compute with (cpu_attn_bf16.c). vdpbf16ps adds, per fp32 lane,
+ * the products of a pair of bf16 elements: acc = ftz(fma(a1, b1, acc)), then acc =
+ * ftz(fma(a0, b0, acc)), each product exact, flushing subnormal results to zero and
+ * reading subnormal inputs as zero (checked bit for bit against the instruction on
+ * Zen 4, and by tests/unit/test_cpu_attn_kernels.c). The portable set does exactly
+ * this with cpu_attn_dp2, so both sets give the same bits. The cache holds no
+ * subnormal bf16 (cpu_attn_bf16_ftz at the write) and neither do the split
+ * operands, so only the results need flushing.
+ */
+static inline float cpu_attn_ftz(float x)
+{
+    return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x;
+}
+
+static inline float cpu_attn_dp2(float acc, float a0, float a1, float b0, float b1)
+{
+    acc = cpu_attn_ftz(fmaf(a1, b1, acc));
+    return cpu_attn_ftz(fmaf(a0, b0, acc));
+}
+
+/* x rounded to bf16 (nearest even), a subnormal result flushed to a signed zero. */
+static inline uint16_t cpu_attn_bf16_ftz(float x)
+{
+    const uint16_t h = f32_to_bf16(x);
+    return (h & 0x7f80u) ? h : (uint16_t)(h & 0x8000u);
+}
+
+/*
+ * x[0..n) as hi + lo, both bf16: hi = x rounded, lo = the remainder rounded, 16
+ * significant bits in all (x - hi is exact in fp32). The bf16 sets multiply the
+ * cache by both halves of q and of the probabilities, so that only the cache is
+ * rounded to bf16, as with the widening kernels before them: rounding q itself put
+ * tiny-opt-350m's bf16 logits past the golden test's tolerance (docs/benchmarks.md).
+ */
+static inline void cpu_attn_bf16_split(const float *x, int32_t n, uint16_t *hi,
+                                       uint16_t *lo)
+{
+    for (int32_t i = 0; i < n; i++) {
+        hi[i] = cpu_attn_bf16_ftz(x[i]);
+        lo[i] = cpu_attn_bf16_ftz(x[i] - bf16_to_f32(hi[i]));
     }
 }
 

@@ -186,7 +186,7 @@ static void tile_values_i8(const struct cpu_attn_args *a, const struct be_seq *s
 const struct cpu_attn_kernels cpu_attn_int8_ref = {
     .name = "portable-int8",
     .block_size = 0,
-    .int8 = true,
+    .kv_dtype = DTYPE_I8,
     .tile_logits = tile_logits_i8,
     .tile_values = tile_values_i8,
     .decode_seq = NULL,
@@ -200,17 +200,6 @@ const struct cpu_attn_kernels cpu_attn_int8_ref = {
 static inline __m512 load16_i8(const int8_t *p)
 {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
-}
-
-/* Ask for one int8 (block, head) tile ahead of use (as cpu_attn_avx512.c does for
- * fp32/bf16: the prefetchers do not cross from one scattered tile to the next). */
-static inline void prefetch_tile_i8(const struct cpu_attn_args *a, const void *pool,
-                                    int64_t t)
-{
-    const int64_t bytes = (int64_t)16 * a->head_dim;
-    const char *p = (const char *)pool + t * bytes;
-    for (int64_t o = 0; o < bytes; o += 64)
-        _mm_prefetch(p + o, _MM_HINT_T0);
 }
 
 /* Which of a block's 16 slots a query at qpos sees (a free slot's -1 never, even when
@@ -346,7 +335,7 @@ static int32_t tile_logits16_i8(const struct cpu_attn_args *a, const struct be_s
         nb_vis = bi + 1;
         if (nq == 1) {
             if (bi + 4 < nb)
-                prefetch_tile_i8(a, a->kv.k, cpu_attn_bh(a, sq->blocks[bi + 4], h));
+                cpu_attn_prefetch_tile(a, a->kv.k, cpu_attn_bh(a, sq->blocks[bi + 4], h));
             q4_t[q4_n] = t;
             q4_valid[q4_n] = n_valid;
             q4_s[q4_n++] = sb;
@@ -386,7 +375,7 @@ static void tile_values16_i8(const struct cpu_attn_args *a, const struct be_seq 
             block_values16_i8(a, t, pb, width, out, ATTN_QT);
         } else {
             if (bi + 2 < width_vis / 16)
-                prefetch_tile_i8(a, a->kv.v, cpu_attn_bh(a, sq->blocks[bi + 2], h));
+                cpu_attn_prefetch_tile(a, a->kv.v, cpu_attn_bh(a, sq->blocks[bi + 2], h));
             for (int32_t q = 0; q < nq; q++)
                 block_values16_i8_1(a, t, pb + q * width, out + q * D);
         }
@@ -430,7 +419,7 @@ static void attend_decode_seq_i8(const struct cpu_attn_args *a, const struct be_
 static const struct cpu_attn_kernels avx512_int8_kernels = {
     .name = "avx512-int8",
     .block_size = 16,
-    .int8 = true,
+    .kv_dtype = DTYPE_I8,
     .tile_logits = tile_logits16_i8,
     .tile_values = tile_values16_i8,
     .decode_seq = attend_decode_seq_i8,

@@ -316,7 +316,8 @@ TEST(compaction_moves_the_scales_with_their_slots)
     icase_make(&c, &r, 40, 1);
     struct cpu_kv_layer before = layer_dup(&c, &c.i8);
     const int32_t keep[] = {1, 3, 4, 17, 18, 30, 39}, n_keep = 7, h = 2;
-    cpu_attn_kv_compact_head(&c.i8, 1, c.H, c.D, c.BS, h, c.blocks, 40, keep, n_keep);
+    cpu_attn_kv_compact_head(&c.i8, DTYPE_I8, c.H, c.D, c.BS, h, c.blocks, 40, keep,
+                             n_keep);
     for (int32_t i = 0; i < 40; i++) {
         const int64_t td = (int64_t)c.blocks[i / c.BS] * c.H + h, di = td * c.BS + i % c.BS;
         if (i >= n_keep) {

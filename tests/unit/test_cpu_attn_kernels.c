@@ -283,11 +283,17 @@ static int64_t compare(const struct kcase *c, const struct kresult *x, const str
 /* Run c with both sets and expect the same bits; returns the differences. */
 static int64_t agree(const struct kcase *c, const char *what)
 {
-    const bool int8 = c->kv_dtype == DTYPE_I8;
-    const struct cpu_attn_kernels *fast = int8 ? cpu_attn_int8_avx512() : cpu_attn_avx512();
+    const enum dtype dt = c->kv_dtype;
+    const struct cpu_attn_kernels *fast = dt == DTYPE_I8     ? cpu_attn_int8_avx512()
+                                          : dt == DTYPE_BF16 ? cpu_attn_bf16_avx512()
+                                                             : cpu_attn_avx512();
     if (!fast) return 0;
     struct kresult ref, got;
-    run(c, int8 ? &cpu_attn_int8_ref : &cpu_attn_ref, &ref);
+    run(c,
+        dt == DTYPE_I8     ? &cpu_attn_int8_ref
+        : dt == DTYPE_BF16 ? &cpu_attn_bf16_ref
+                           : &cpu_attn_ref,
+        &ref);
     run(c, fast, &got);
     const int64_t n = compare(c, &ref, &got);
     if (n)
@@ -348,6 +354,16 @@ TEST(default_set_is_avx512_for_block_size_16_where_built)
     EXPECT(cpu_attn_int8_kernels_for(16) == fast8);
     EXPECT(cpu_attn_int8_kernels_for(32) == &cpu_attn_int8_ref);
     EXPECT_STR(cpu_attn_kernels_name(fast8), "avx512-int8");
+    /* So do bf16 K/V (vdpbf16ps: every AVX-512 CPU this project builds on natively
+     * that has AVX-512 has BF16 too, Zen 4 and Sapphire Rapids on). */
+#ifdef __AVX512BF16__
+    const struct cpu_attn_kernels *fast16 = cpu_attn_bf16_avx512();
+    EXPECT(fast16 != NULL);
+    EXPECT(cpu_attn_bf16_kernels_for(16) == fast16);
+    EXPECT_STR(cpu_attn_kernels_name(fast16), "avx512-bf16");
+#endif
+    EXPECT(cpu_attn_bf16_kernels_for(32) == &cpu_attn_bf16_ref);
+    EXPECT_STR(cpu_attn_kernels_name(&cpu_attn_bf16_ref), "portable-bf16");
 }
 
 TEST(prompt_chunks_agree_bit_for_bit)

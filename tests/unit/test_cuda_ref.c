@@ -300,7 +300,7 @@ static int64_t compare_compact(uint64_t *st, int32_t H, int32_t D, int32_t BS,
     cuda_ref_kv_compact(&a);
     const struct cpu_kv_layer kv = {.k = k32, .v = v32, .pos = pos, .score = score};
     for (int32_t h = 0; h < H; h++)
-        cpu_attn_kv_compact_head(&kv, sizeof(float), H, D, BS, h, c.pool.blocks, n_slots,
+        cpu_attn_kv_compact_head(&kv, DTYPE_F32, H, D, BS, h, c.pool.blocks, n_slots,
                                  c.keep + (int64_t)h * n_keep, n_keep);
 
     int64_t bad = 0;
