@@ -175,7 +175,8 @@ static inline void cpu_attn_store(const struct cpu_attn_args *a, int32_t r, int3
  * the products of a pair of bf16 elements: acc = ftz(fma(a1, b1, acc)), then acc =
  * ftz(fma(a0, b0, acc)), each product exact, flushing subnormal results to zero and
  * reading subnormal inputs as zero (checked bit for bit against the instruction on
- * Zen 4, and by tests/unit/test_cpu_attn_kernels.c). The portable set does exactly
+ * Sapphire Rapids over millions of random and underflowing operands, and by
+ * tests/unit/test_cpu_attn_kernels.c). The portable set does exactly
  * this with cpu_attn_dp2, so both sets give the same bits. The cache holds no
  * subnormal bf16 (cpu_attn_bf16_ftz at the write) and neither do the split
  * operands, so only the results need flushing.
