@@ -98,8 +98,8 @@ int backend_cpu_create(struct backend *out, const struct be_cpu_opts *opts)
     if (opts->n_threads > 0) omp_set_num_threads(opts->n_threads);
     /* The cores are split between the ranks: N teams of T / N threads. */
     c->rank_threads = MAX(1, omp_get_max_threads() / c->n_rank);
-    log_info("CPU backend: %d OpenMP threads, %s", omp_get_max_threads(),
-             cpu_threads_wait_policy());
+    log_info("CPU backend: %d OpenMP threads, %s, oneDNN ISA %s", omp_get_max_threads(),
+             cpu_threads_wait_policy(), cpu_gemm_isa());
     c->ranks = xcalloc((size_t)c->n_rank, sizeof *c->ranks);
     out->ops = opts->device_state ? &cpu_device_ops : &cpu_ops;
     out->ctx = c;

@@ -147,6 +147,22 @@ static void cap_isa_below_amx(void)
 }
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
+const char *cpu_gemm_isa(void)
+{
+    pthread_once(&isa_once, cap_isa_below_amx);
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse4.1";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+        return "avx512_core_bf16 (AMX off, see docs/benchmarks.md)";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx (rows depend on the batch)";
+    default: return "other";
+    }
+}
+
 int cpu_gemm_init(struct cpu_dnnl *d)
 {
     int err = 0;

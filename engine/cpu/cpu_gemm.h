@@ -27,6 +27,11 @@ struct cpu_dnnl {
 int cpu_gemm_init(struct cpu_dnnl *d);
 void cpu_gemm_deinit(struct cpu_dnnl *d);
 
+/* The instruction set oneDNN's kernels may use, for the start-up log: capped below
+ * AMX unless ONEDNN_MAX_CPU_ISA says otherwise (cpu_gemm.c says why). Applies the
+ * cap if no layer has yet. Thread: any. */
+const char *cpu_gemm_isa(void);
+
 /* Rows per half-precision GEMM call: large enough to run near the 2048-row rate. */
 #define CPU_LINEAR_CHUNK 256
 
