@@ -49,12 +49,17 @@ static void write_kv(const struct cpu_attn_args *a)
             int64_t t = cpu_attn_bh(a, sq->blocks[slot / BS], h);
             const float *k = a->qkv + r * row_stride + (int64_t)H * D + (int64_t)h * D;
             const float *v = k + (int64_t)NKV * D;
-            if (a->kv_dtype == DTYPE_I8) {
+            if (a->kv_dtype == DTYPE_I8) { /* quantized, then into the paired layout */
                 const int64_t si = t * BS + off;
-                a->kv.k_scale[si] =
-                    cpu_attn_int8_quantize((int8_t *)a->kv.k + t * D * BS + off, BS, k, D);
-                a->kv.v_scale[si] =
-                    cpu_attn_int8_quantize((int8_t *)a->kv.v + si * D, 1, v, D);
+                int8_t kq[ATTN_MAX_D], vq[ATTN_MAX_D];
+                a->kv.k_scale[si] = cpu_attn_int8_quantize(kq, 1, k, D);
+                a->kv.v_scale[si] = cpu_attn_int8_quantize(vq, 1, v, D);
+                int8_t *kt = (int8_t *)a->kv.k + t * D * BS,
+                       *vt = (int8_t *)a->kv.v + t * D * BS;
+                for (int32_t d = 0; d < D; d++) {
+                    kt[cpu_attn_k_at(DTYPE_I8, BS, d, off)] = kq[d];
+                    vt[cpu_attn_v_at(DTYPE_I8, D, BS, off, d)] = vq[d];
+                }
             } else if (a->kv_dtype == DTYPE_F32) {
                 float *kt = (float *)a->kv.k + t * D * BS + off;
                 for (int32_t d = 0; d < D; d++) kt[(int64_t)d * BS] = k[d];
@@ -361,9 +366,9 @@ void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, enum dtype kv_dtype
         if (src == i) continue;
         const int64_t ts = (int64_t)blocks[src / BS] * H + h, os = src % BS;
         /* A slot's key is one element per dimension (K tiles are transposed); its
-         * value is a contiguous row except in bf16's paired layout. */
+         * value is a contiguous row except in the paired layouts of bf16 and int8. */
         char *kb = (char *)kv->k, *vb = (char *)kv->v;
-        const bool v_row = kv_dtype != DTYPE_BF16;
+        const bool v_row = kv_dtype == DTYPE_F32;
         for (int32_t d = 0; d < D; d++) {
             memcpy(kb + (td * D * BS + cpu_attn_k_at(kv_dtype, BS, d, od)) * es,
                    kb + (ts * D * BS + cpu_attn_k_at(kv_dtype, BS, d, os)) * es, es);

@@ -6,8 +6,9 @@
  * V [n_blocks, n_head, block_size, head_dim] in the KV dtype (fp32, bf16, or int8 with
  * an fp32 scale per slot and head, cpu_attn_int8.c), and the slot state pos / score
  * [n_blocks, n_head, block_size].
- * bf16 tiles interleave pairs for AVX512-BF16's vdpbf16ps, which multiplies pairs of
- * bf16 elements per fp32 lane (cpu_attn_bf16.c): K [head_dim / 2, block_size, 2]
+ * bf16 and int8 tiles interleave pairs for AVX512-BF16's vdpbf16ps and VNNI's
+ * vpdpwssd, which multiply pairs of elements per 32-bit lane (cpu_attn_bf16.c,
+ * cpu_attn_int8.c): K [head_dim / 2, block_size, 2]
  * (dimensions 2i and 2i + 1 of a slot side by side, lane = slot) and V
  * [block_size / 2, head_dim, 2] (slots 2m and 2m + 1 of a dimension side by side, lane
  * = dimension; with an odd block size the last slot is a plain row). The element
@@ -40,7 +41,7 @@ struct cpu_kv_layer {
  * head_dim * block_size elements, in the layout of KV dtype dt. Thread: any. */
 static inline int64_t cpu_attn_k_at(enum dtype dt, int32_t block_size, int32_t d, int32_t j)
 {
-    if (dt == DTYPE_BF16) return ((int64_t)(d >> 1) * block_size + j) * 2 + (d & 1);
+    if (dt != DTYPE_F32) return ((int64_t)(d >> 1) * block_size + j) * 2 + (d & 1);
     return (int64_t)d * block_size + j;
 }
 
@@ -48,7 +49,7 @@ static inline int64_t cpu_attn_k_at(enum dtype dt, int32_t block_size, int32_t d
 static inline int64_t cpu_attn_v_at(enum dtype dt, int32_t head_dim, int32_t block_size,
                                     int32_t j, int32_t d)
 {
-    if (dt != DTYPE_BF16 || ((block_size & 1) && j == block_size - 1))
+    if (dt == DTYPE_F32 || ((block_size & 1) && j == block_size - 1))
         return (int64_t)j * head_dim + d;
     return ((int64_t)(j >> 1) * head_dim + d) * 2 + (j & 1);
 }

@@ -17,16 +17,33 @@
  * prompt tile, alone, or in a whole-sequence decode task.
  * Thread: the OpenMP threads of cpu_attn_forward.
  */
-#include "cpu_attn_impl.h"
+#include "cpu_attn_walk.h"
+
+/* Element i of a prepared operand's bf16 array at p. */
+static inline float bf16_at(const unsigned char *p, int32_t i)
+{
+    uint16_t h;
+    memcpy(&h, p + 2 * i, sizeof h);
+    return bf16_to_f32(h);
+}
+
+/* A query prepared: its hi halves [head_dim], then its lo halves [head_dim]. */
+static void prep_q(const float *qv, int32_t D, unsigned char *prep)
+{
+    uint16_t hi[ATTN_MAX_D], lo[ATTN_MAX_D];
+    cpu_attn_bf16_split(qv, D, hi, lo);
+    memcpy(prep, hi, (size_t)D * sizeof *hi);
+    memcpy(prep + 2 * D, lo, (size_t)D * sizeof *lo);
+}
 
 /*
- * Logits of NQ queries (split into qh + ql, [NQ, head_dim] each) against one block,
- * as cpu_attn.c's block_logits: -INFINITY where a query cannot see the slot. The K
- * tile is [head_dim / 2, BS, 2]: per dimension pair, the BS slots' two elements.
+ * Logits of NQ prepared queries against one block, as cpu_attn.c's block_logits:
+ * -INFINITY where a query cannot see the slot. The K tile is [head_dim / 2, BS, 2]:
+ * per dimension pair, the BS slots' two elements.
  */
 static inline __attribute__((always_inline)) void
-block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const uint16_t *qh,
-             const uint16_t *ql, const int32_t *qpos, float *s, int32_t stride,
+block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid,
+             const unsigned char *prep, const int32_t *qpos, float *s, int32_t stride,
              const int32_t NQ, const int32_t BS)
 {
     const int32_t D = a->head_dim;
@@ -42,10 +59,9 @@ block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const ui
             k1[j] = bf16_to_f32(kt[((int64_t)i * BS + j) * 2 + 1]);
         }
         for (int32_t q = 0; q < NQ; q++) {
-            const float h0 = bf16_to_f32(qh[q * D + 2 * i]),
-                        h1 = bf16_to_f32(qh[q * D + 2 * i + 1]);
-            const float l0 = bf16_to_f32(ql[q * D + 2 * i]),
-                        l1 = bf16_to_f32(ql[q * D + 2 * i + 1]);
+            const unsigned char *hi = prep + q * ATTN_PREP, *lo = hi + 2 * D;
+            const float h0 = bf16_at(hi, 2 * i), h1 = bf16_at(hi, 2 * i + 1);
+            const float l0 = bf16_at(lo, 2 * i), l1 = bf16_at(lo, 2 * i + 1);
             for (int32_t j = 0; j < BS; j++) {
                 ah[q][j] = cpu_attn_dp2(ah[q][j], h0, h1, k0[j], k1[j]);
                 al[q][j] = cpu_attn_dp2(al[q][j], l0, l1, k0[j], k1[j]);
@@ -60,19 +76,30 @@ block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid, const ui
         }
 }
 
+/* Each of NQ queries' probabilities of one block (p[q * stride + j]) split into ph,
+ * pl [NQ, BS]. */
+static inline void split_p(const float *p, int32_t stride, int32_t NQ, int32_t BS,
+                           uint16_t *ph, uint16_t *pl)
+{
+    for (int32_t q = 0; q < NQ; q++)
+        cpu_attn_bf16_split(p + (int64_t)q * stride, BS, ph + q * BS, pl + q * BS);
+}
+
 /*
- * out[q] += sum_j p[q][j] v_j over one block, for NQ queries whose probabilities of
- * this block are split into ph + pl ([NQ, BS] each). The V tile is [BS / 2, head_dim,
- * 2]: per slot pair, each dimension's two elements; with an odd BS the last slot is a
- * plain row, added alone. Per chunk of 16 dimensions the hi half accumulates onto out,
- * the lo half from zero, and their sum is the new out.
+ * out[q] += sum_j p[q][j] v_j over one block, for NQ queries, p split into halves
+ * here. The V tile is [BS / 2, head_dim, 2]: per slot pair, each dimension's two
+ * elements; with an odd BS the last slot is a plain row, added alone. Per chunk of 16
+ * dimensions the hi half accumulates onto out, the lo half from zero, and their sum
+ * is the new out.
  */
 static inline __attribute__((always_inline)) void
-block_values(const struct cpu_attn_args *a, int64_t t, const uint16_t *ph,
-             const uint16_t *pl, float *out, const int32_t NQ, const int32_t BS)
+block_values(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t stride,
+             float *out, const int32_t NQ, const int32_t BS)
 {
     const int32_t D = a->head_dim; /* a multiple of 16, checked at load */
     const uint16_t *vt = (const uint16_t *)a->kv.v + t * D * BS;
+    uint16_t ph[ATTN_QT * ATTN_MAX_BS], pl[ATTN_QT * ATTN_MAX_BS];
+    split_p(p, stride, NQ, BS, ph, pl);
     for (int32_t d0 = 0; d0 < D; d0 += 16) {
         float ah[ATTN_QT][16], al[ATTN_QT][16]; // [NQ, 16] outputs d0.., per half of p
         for (int32_t q = 0; q < NQ; q++)
@@ -115,85 +142,18 @@ block_values(const struct cpu_attn_args *a, int64_t t, const uint16_t *ph,
     }
 }
 
-/* Pass 1 (tile_logits), portable: q split once per tile, then cpu_attn.c's block
- * walk with the block kernel instantiated for the common shapes. */
 static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *sq,
                            int32_t h, const float *qv, const int32_t *qpos, int32_t nq,
                            float *s, int32_t width)
 {
-    const int32_t D = a->head_dim, BS = a->block_size;
-    const int32_t nb = CEIL_DIV(sq->n_slots, BS);
-    uint16_t qh[ATTN_QT * ATTN_MAX_D], ql[ATTN_QT * ATTN_MAX_D];
-    cpu_attn_bf16_split(qv, nq * D, qh, ql);
-    int32_t qmax = qpos[0], nb_vis = 0;
-    for (int32_t q = 1; q < nq; q++)
-        qmax = MAX(qmax, qpos[q]);
-    for (int32_t bi = 0; bi < nb; bi++) {
-        const int64_t t = cpu_attn_bh(a, sq->blocks[bi], h);
-        const int32_t n_valid = MIN(BS, sq->n_slots - bi * BS);
-        float *sb = s + bi * BS;
-        if (!cpu_attn_block_visible(a, t, n_valid, qmax)) {
-            for (int32_t q = 0; q < nq; q++)
-                for (int32_t j = 0; j < BS; j++)
-                    sb[q * width + j] = -INFINITY;
-            continue;
-        }
-        nb_vis = bi + 1;
-        if (nq == ATTN_QT && BS == 16) {
-            block_logits(a, t, n_valid, qh, ql, qpos, sb, width, ATTN_QT, 16);
-        } else if (nq == ATTN_QT) {
-            block_logits(a, t, n_valid, qh, ql, qpos, sb, width, ATTN_QT, BS);
-        } else {
-            for (int32_t q = 0; q < nq; q++) {
-                if (BS == 16)
-                    block_logits(a, t, n_valid, qh + q * D, ql + q * D, qpos + q,
-                                 sb + q * width, width, 1, 16);
-                else
-                    block_logits(a, t, n_valid, qh + q * D, ql + q * D, qpos + q,
-                                 sb + q * width, width, 1, BS);
-            }
-        }
-    }
-    return nb_vis * BS;
+    return cpu_attn_walk_logits(a, sq, h, qv, qpos, nq, s, width, prep_q, block_logits);
 }
 
-/* Each query's probabilities of block bi split into ph, pl [nq, BS]. */
-static inline void split_block(const float *p, int32_t width, int32_t nq, int32_t bi,
-                               int32_t BS, uint16_t *ph, uint16_t *pl)
-{
-    for (int32_t q = 0; q < nq; q++)
-        cpu_attn_bf16_split(p + (int64_t)q * width + bi * BS, BS, ph + q * BS, pl + q * BS);
-}
-
-/* Pass 3 (tile_values), portable: outputs and H2O scores (fp32 p, unsplit). */
 static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
                         const float *p, const int32_t *qpos, int32_t nq, int32_t width,
                         int32_t width_vis, float *out)
 {
-    const int32_t D = a->head_dim, BS = a->block_size;
-    uint16_t ph[ATTN_QT * ATTN_MAX_BS], pl[ATTN_QT * ATTN_MAX_BS];
-    int32_t qmax = qpos[0];
-    for (int32_t q = 1; q < nq; q++)
-        qmax = MAX(qmax, qpos[q]);
-    for (int32_t bi = 0; bi < width_vis / BS; bi++) {
-        const int64_t t = cpu_attn_bh(a, sq->blocks[bi], h);
-        if (!cpu_attn_block_visible(a, t, MIN(BS, sq->n_slots - bi * BS), qmax))
-            continue; /* every probability is 0: no score, no value */
-        cpu_attn_block_scores(a, t, p + bi * BS, width, nq, BS);
-        split_block(p, width, nq, bi, BS, ph, pl);
-        if (nq == ATTN_QT && BS == 16) {
-            block_values(a, t, ph, pl, out, ATTN_QT, 16);
-        } else if (nq == ATTN_QT) {
-            block_values(a, t, ph, pl, out, ATTN_QT, BS);
-        } else {
-            for (int32_t q = 0; q < nq; q++) {
-                if (BS == 16)
-                    block_values(a, t, ph + q * BS, pl + q * BS, out + q * D, 1, 16);
-                else
-                    block_values(a, t, ph + q * BS, pl + q * BS, out + q * D, 1, BS);
-            }
-        }
-    }
+    cpu_attn_walk_values(a, sq, h, p, qpos, nq, width, width_vis, out, block_values);
 }
 
 /* The portable bf16 set: any block size, no whole-sequence decode task. */
@@ -210,11 +170,12 @@ const struct cpu_attn_kernels cpu_attn_bf16_ref = {
 
 #include <immintrin.h>
 
-/* Elements 2i and 2i + 1 of x as one 32-bit pair, the operand vdpbf16ps broadcasts. */
-static inline uint32_t pair_at(const uint16_t *x, int32_t i)
+/* Elements 2i and 2i + 1 of the bf16 array at x as one 32-bit pair, the operand
+ * vdpbf16ps broadcasts. */
+static inline uint32_t pair_at(const void *x, int32_t i)
 {
     uint32_t u;
-    memcpy(&u, x + 2 * i, sizeof u);
+    memcpy(&u, (const unsigned char *)x + 4 * i, sizeof u);
     return u;
 }
 
@@ -240,9 +201,10 @@ static inline __mmask16 visible16(const struct cpu_attn_args *a, int64_t t, int3
  * queries, two vdpbf16ps (hi and lo) per query. */
 static inline __attribute__((always_inline)) void
 block_logits16(const struct cpu_attn_args *a, int64_t t, int32_t n_valid,
-               const uint16_t *qh, const uint16_t *ql, const int32_t *qpos, float *s,
-               int32_t stride, const int32_t NQ)
+               const unsigned char *prep, const int32_t *qpos, float *s, int32_t stride,
+               const int32_t NQ, const int32_t BS)
 {
+    (void)BS; /* 16 */
     const int32_t D = a->head_dim;
     const uint16_t *kt = (const uint16_t *)a->kv.k + t * D * 16;
     __m512 ah[ATTN_QT], al[ATTN_QT];
@@ -251,8 +213,9 @@ block_logits16(const struct cpu_attn_args *a, int64_t t, int32_t n_valid,
     for (int32_t i = 0; i < D / 2; i++) {
         const __m512i k = _mm512_loadu_si512(kt + i * 32);
         for (int32_t q = 0; q < NQ; q++) {
-            ah[q] = dp(ah[q], k, pair_at(qh + q * D, i));
-            al[q] = dp(al[q], k, pair_at(ql + q * D, i));
+            const unsigned char *hi = prep + q * ATTN_PREP;
+            ah[q] = dp(ah[q], k, pair_at(hi, i));
+            al[q] = dp(al[q], k, pair_at(hi + 2 * D, i));
         }
     }
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -262,16 +225,12 @@ block_logits16(const struct cpu_attn_args *a, int64_t t, int32_t n_valid,
                                               _mm512_add_ps(ah[q], al[q])));
 }
 
-/*
- * One query each against NT tiles: NT consecutive heads of one block (a decode
- * token, every head at once) or NT blocks of one head (a lone decode query), 2 * NT
- * independent chains. Per tile exactly block_logits16 with NQ = 1.
- */
+/* One prepared query each against NT tiles, 2 * NT independent chains; per tile
+ * exactly block_logits16 with NQ = 1. */
 static inline __attribute__((always_inline)) void
 block_logits16_multi(const struct cpu_attn_args *a, const int64_t *t,
-                     const int32_t *n_valid, const uint16_t *const *qh,
-                     const uint16_t *const *ql, int32_t qpos, float *const *s,
-                     const int32_t NT)
+                     const int32_t *n_valid, const unsigned char *const *prep, int32_t qpos,
+                     float *const *s, const int32_t NT)
 {
     const int32_t D = a->head_dim;
     __m512 ah[4], al[4];
@@ -281,39 +240,13 @@ block_logits16_multi(const struct cpu_attn_args *a, const int64_t *t,
         for (int32_t b = 0; b < NT; b++) {
             const __m512i k =
                 _mm512_loadu_si512((const uint16_t *)a->kv.k + t[b] * D * 16 + i * 32);
-            ah[b] = dp(ah[b], k, pair_at(qh[b], i));
-            al[b] = dp(al[b], k, pair_at(ql[b], i));
+            ah[b] = dp(ah[b], k, pair_at(prep[b], i));
+            al[b] = dp(al[b], k, pair_at(prep[b] + 2 * D, i));
         }
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int32_t b = 0; b < NT; b++)
         _mm512_storeu_ps(s[b], _mm512_mask_blend_ps(visible16(a, t[b], n_valid[b], qpos),
                                                     ninf, _mm512_add_ps(ah[b], al[b])));
-}
-
-/* block_values with BS = 16: per chunk of 16 dimensions, each slot pair's 64-byte
- * load serves the NQ queries. */
-static inline __attribute__((always_inline)) void
-block_values16(const struct cpu_attn_args *a, int64_t t, const uint16_t *ph,
-               const uint16_t *pl, float *out, const int32_t NQ)
-{
-    const int32_t D = a->head_dim;
-    const uint16_t *vt = (const uint16_t *)a->kv.v + t * D * 16;
-    for (int32_t d0 = 0; d0 < D; d0 += 16) {
-        __m512 ah[ATTN_QT], al[ATTN_QT];
-        for (int32_t q = 0; q < NQ; q++) {
-            ah[q] = _mm512_loadu_ps(out + q * D + d0);
-            al[q] = _mm512_setzero_ps();
-        }
-        for (int32_t m = 0; m < 8; m++) {
-            const __m512i v = _mm512_loadu_si512(vt + ((int64_t)m * D + d0) * 2);
-            for (int32_t q = 0; q < NQ; q++) {
-                ah[q] = dp(ah[q], v, pair_at(ph + q * 16, m));
-                al[q] = dp(al[q], v, pair_at(pl + q * 16, m));
-            }
-        }
-        for (int32_t q = 0; q < NQ; q++)
-            _mm512_storeu_ps(out + q * D + d0, _mm512_add_ps(ah[q], al[q]));
-    }
 }
 
 /* NC chunks of 16 dimensions from chunk c0 on, of one query's values over a block,
@@ -339,15 +272,13 @@ values16_chunks(const uint16_t *vt, int32_t D, const uint16_t *ph, const uint16_
         _mm512_storeu_ps(out + (c0 + c) * 16, _mm512_add_ps(ah[c], al[c]));
 }
 
-/* One query's values over one block (ph, pl [16]): per element block_values16 with
- * NQ = 1, up to 8 chunks (128 dimensions) at a time. */
-static inline void block_values16_1(const struct cpu_attn_args *a, int64_t t,
-                                    const uint16_t *ph, const uint16_t *pl, float *out)
+/* One query's values over one block: per element block_values16's arithmetic, up to
+ * 8 chunks (128 dimensions) at a time with every chunk in registers. */
+static inline void values16_1(const uint16_t *vt, int32_t D, const uint16_t *ph,
+                              const uint16_t *pl, float *out)
 {
-    const int32_t D = a->head_dim, nc = D / 16;
-    const uint16_t *vt = (const uint16_t *)a->kv.v + t * D * 16;
-    for (int32_t c0 = 0; c0 < nc; c0 += 8) {
-        switch (MIN(8, nc - c0)) {
+    for (int32_t c0 = 0; c0 < D / 16; c0 += 8) {
+        switch (MIN(8, D / 16 - c0)) {
         case 1: values16_chunks(vt, D, ph, pl, out, c0, 1); break;
         case 2: values16_chunks(vt, D, ph, pl, out, c0, 2); break;
         case 3: values16_chunks(vt, D, ph, pl, out, c0, 3); break;
@@ -360,152 +291,58 @@ static inline void block_values16_1(const struct cpu_attn_args *a, int64_t t,
     }
 }
 
-/* Pass 1 for block size 16: full tiles (and a GQA group's 4 or 2 heads) share each K
- * load; a lone decode query runs its visible blocks four at a time, prefetching. */
+/* block_values with BS = 16: per chunk of 16 dimensions, each slot pair's 64-byte
+ * load serves the NQ queries; one query keeps every chunk in registers instead. */
+static inline __attribute__((always_inline)) void
+block_values16(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t stride,
+               float *out, const int32_t NQ, const int32_t BS)
+{
+    (void)BS; /* 16 */
+    const int32_t D = a->head_dim;
+    const uint16_t *vt = (const uint16_t *)a->kv.v + t * D * 16;
+    uint16_t ph[ATTN_QT * 16], pl[ATTN_QT * 16];
+    split_p(p, stride, NQ, 16, ph, pl);
+    if (NQ == 1) {
+        values16_1(vt, D, ph, pl, out);
+        return;
+    }
+    for (int32_t d0 = 0; d0 < D; d0 += 16) {
+        __m512 ah[ATTN_QT], al[ATTN_QT];
+        for (int32_t q = 0; q < NQ; q++) {
+            ah[q] = _mm512_loadu_ps(out + q * D + d0);
+            al[q] = _mm512_setzero_ps();
+        }
+        for (int32_t m = 0; m < 8; m++) {
+            const __m512i v = _mm512_loadu_si512(vt + ((int64_t)m * D + d0) * 2);
+            for (int32_t q = 0; q < NQ; q++) {
+                ah[q] = dp(ah[q], v, pair_at(ph + q * 16, m));
+                al[q] = dp(al[q], v, pair_at(pl + q * 16, m));
+            }
+        }
+        for (int32_t q = 0; q < NQ; q++)
+            _mm512_storeu_ps(out + q * D + d0, _mm512_add_ps(ah[q], al[q]));
+    }
+}
+
 static int32_t tile_logits16(const struct cpu_attn_args *a, const struct be_seq *sq,
                              int32_t h, const float *qv, const int32_t *qpos, int32_t nq,
                              float *s, int32_t width)
 {
-    const int32_t D = a->head_dim;
-    const int32_t nb = CEIL_DIV(sq->n_slots, 16);
-    uint16_t qh[ATTN_QT * ATTN_MAX_D], ql[ATTN_QT * ATTN_MAX_D];
-    cpu_attn_bf16_split(qv, nq * D, qh, ql);
-    const uint16_t *q4_h[4] = {qh, qh, qh, qh}, *q4_l[4] = {ql, ql, ql, ql};
-    int32_t qmax = qpos[0], nb_vis = 0;
-    for (int32_t q = 1; q < nq; q++)
-        qmax = MAX(qmax, qpos[q]);
-    int64_t q4_t[4];
-    int32_t q4_valid[4], q4_n = 0;
-    float *q4_s[4];
-    for (int32_t bi = 0; bi < nb; bi++) {
-        const int64_t t = cpu_attn_bh(a, sq->blocks[bi], h);
-        const int32_t n_valid = MIN(16, sq->n_slots - bi * 16);
-        float *sb = s + bi * 16;
-        if (!cpu_attn_block_visible(a, t, n_valid, qmax)) {
-            for (int32_t q = 0; q < nq; q++)
-                for (int32_t j = 0; j < 16; j++)
-                    sb[q * width + j] = -INFINITY;
-            continue;
-        }
-        nb_vis = bi + 1;
-        if (nq == 1) {
-            if (bi + 4 < nb)
-                cpu_attn_prefetch_tile(a, a->kv.k, cpu_attn_bh(a, sq->blocks[bi + 4], h));
-            q4_t[q4_n] = t;
-            q4_valid[q4_n] = n_valid;
-            q4_s[q4_n++] = sb;
-            if (q4_n == 4) {
-                block_logits16_multi(a, q4_t, q4_valid, q4_h, q4_l, qpos[0], q4_s, 4);
-                q4_n = 0;
-            }
-        } else if (nq == ATTN_QT) {
-            block_logits16(a, t, n_valid, qh, ql, qpos, sb, width, ATTN_QT);
-        } else if (nq == 4) { /* a GQA group of 4 (Llama 3) for one decode token */
-            block_logits16(a, t, n_valid, qh, ql, qpos, sb, width, 4);
-        } else if (nq == 2) {
-            block_logits16(a, t, n_valid, qh, ql, qpos, sb, width, 2);
-        } else {
-            for (int32_t q = 0; q < nq; q++)
-                block_logits16(a, t, n_valid, qh + q * D, ql + q * D, qpos + q,
-                               sb + q * width, width, 1);
-        }
-    }
-    for (int32_t i = 0; i < q4_n; i++) /* the same arithmetic, one block at a time */
-        block_logits16_multi(a, q4_t + i, q4_valid + i, q4_h, q4_l, qpos[0], q4_s + i, 1);
-    return nb_vis * 16;
+    return cpu_attn_walk_logits16(a, sq, h, qv, qpos, nq, s, width, prep_q, block_logits16,
+                                  block_logits16_multi);
 }
 
-/* Pass 3 for block size 16: full tiles and GQA groups share each V load; other tiles
- * run query by query with every chunk in registers, prefetching the V tiles. */
 static void tile_values16(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
                           const float *p, const int32_t *qpos, int32_t nq, int32_t width,
                           int32_t width_vis, float *out)
 {
-    const int32_t D = a->head_dim;
-    uint16_t ph[ATTN_QT * 16], pl[ATTN_QT * 16];
-    int32_t qmax = qpos[0];
-    for (int32_t q = 1; q < nq; q++)
-        qmax = MAX(qmax, qpos[q]);
-    for (int32_t bi = 0; bi < width_vis / 16; bi++) {
-        const int64_t t = cpu_attn_bh(a, sq->blocks[bi], h);
-        if (!cpu_attn_block_visible(a, t, MIN(16, sq->n_slots - bi * 16), qmax))
-            continue; /* every probability is 0: no score, no value */
-        cpu_attn_block_scores(a, t, p + bi * 16, width, nq, 16);
-        split_block(p, width, nq, bi, 16, ph, pl);
-        if (nq == ATTN_QT) {
-            block_values16(a, t, ph, pl, out, ATTN_QT);
-        } else if (nq == 4) {
-            block_values16(a, t, ph, pl, out, 4);
-        } else if (nq == 2) {
-            block_values16(a, t, ph, pl, out, 2);
-        } else {
-            if (bi + 2 < width_vis / 16)
-                cpu_attn_prefetch_tile(a, a->kv.v, cpu_attn_bh(a, sq->blocks[bi + 2], h));
-            for (int32_t q = 0; q < nq; q++)
-                block_values16_1(a, t, ph + q * 16, pl + q * 16, out + q * D);
-        }
-    }
+    cpu_attn_walk_values16(a, sq, h, p, qpos, nq, width, width_vis, out, block_values16);
 }
 
-/*
- * A decode token of one sequence, every head in one task, walking blocks with every
- * head at once as cpu_attn_decode_walk does for the other sets (a block's heads are
- * one contiguous run of the pool). Per head the arithmetic of the two passes above.
- */
 static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq *sq,
                               float *s)
 {
-    const struct be_batch *b = a->batch;
-    const int32_t H = a->n_head, D = a->head_dim;
-    const int32_t nb = CEIL_DIV(sq->n_slots, 16), width = nb * 16;
-    const int32_t r = sq->tok_start, qpos = b->pos[r];
-    // qv: [head_dim] one head's scaled query; qh, ql: [n_head, head_dim]; out likewise
-    float qv[ATTN_MAX_D], out[ATTN_MAX_HEADS * ATTN_MAX_D];
-    uint16_t qh[ATTN_MAX_HEADS * ATTN_MAX_D], ql[ATTN_MAX_HEADS * ATTN_MAX_D];
-    const float *qr = a->qkv + (int64_t)r * 3 * H * D;
-    for (int32_t h = 0; h < H; h++) {
-        for (int32_t d = 0; d < D; d++)
-            qv[d] = qr[h * D + d] * a->scale;
-        cpu_attn_bf16_split(qv, D, qh + h * D, ql + h * D);
-    }
-
-    for (int32_t bi = 0; bi < nb; bi++) {
-        const int64_t t0 = cpu_attn_bh(a, sq->blocks[bi], 0);
-        const int32_t n_valid = MIN(16, sq->n_slots - bi * 16);
-        const int32_t nv[4] = {n_valid, n_valid, n_valid, n_valid};
-        int32_t h = 0;
-        for (; h + 4 <= H; h += 4) {
-            const int64_t t[4] = {t0 + h, t0 + h + 1, t0 + h + 2, t0 + h + 3};
-            const uint16_t *hs[4] = {qh + h * D, qh + (h + 1) * D, qh + (h + 2) * D,
-                                     qh + (h + 3) * D};
-            const uint16_t *ls[4] = {ql + h * D, ql + (h + 1) * D, ql + (h + 2) * D,
-                                     ql + (h + 3) * D};
-            float *ss[4] = {s + h * width + bi * 16, s + (h + 1) * width + bi * 16,
-                            s + (h + 2) * width + bi * 16, s + (h + 3) * width + bi * 16};
-            block_logits16_multi(a, t, nv, hs, ls, qpos, ss, 4);
-        }
-        for (; h < H; h++) {
-            const int64_t t = t0 + h;
-            const uint16_t *hs = qh + h * D, *ls = ql + h * D;
-            float *ss = s + h * width + bi * 16;
-            block_logits16_multi(a, &t, nv, &hs, &ls, qpos, &ss, 1);
-        }
-    }
-    for (int32_t h = 0; h < H; h++)
-        cpu_attn_softmax_row(s + (int64_t)h * width, width);
-    memset(out, 0, (size_t)(H * D) * sizeof *out);
-    uint16_t ph[16], pl[16];
-    for (int32_t bi = 0; bi < nb; bi++) {
-        const int64_t t0 = cpu_attn_bh(a, sq->blocks[bi], 0);
-        for (int32_t h = 0; h < H; h++) {
-            const float *p = s + (int64_t)h * width + bi * 16;
-            cpu_attn_block_scores(a, t0 + h, p, width, 1, 16);
-            cpu_attn_bf16_split(p, 16, ph, pl);
-            block_values16_1(a, t0 + h, ph, pl, out + h * D);
-        }
-    }
-    for (int32_t h = 0; h < H; h++)
-        cpu_attn_store(a, r, h, out + h * D);
+    cpu_attn_walk_decode16(a, sq, s, prep_q, block_logits16_multi, block_values16);
 }
 
 static const struct cpu_attn_kernels avx512_bf16_kernels = {

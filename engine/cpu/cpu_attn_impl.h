@@ -225,9 +225,10 @@ typedef void (*cpu_attn_values1_fn)(const struct cpu_attn_args *a, int64_t t,
                                     const float *p, float *out);
 
 /*
- * A decode token (one query) of sequence sq, every head in one task: the walk the
- * AVX-512 sets' decode_seq share, each with its own block kernels (inlined here: the
- * sets call it with constant kernels). The pool keeps a block's heads next to each
+ * A decode token (one query) of sequence sq, every head in one task: the fp32
+ * AVX-512 set's decode_seq, with its block kernels (inlined here: the set calls it
+ * with constant kernels; the bf16 and int8 sets have cpu_attn_walk.h's twin, which
+ * prepares each query first). The pool keeps a block's heads next to each
  * other, so both passes walk blocks with every head at once: the sequence's cache is
  * read as one contiguous run per block (n_head tiles) instead of n_head scattered
  * tiles per block, which the hardware prefetchers follow well (docs/benchmarks.md,

@@ -4,11 +4,14 @@
  * attention over the dequantized cache, and the H2O compaction moving the scales with
  * their slots.
  *
- * The int8 kernels never dequantize a tile; they apply the scale after the dot product
- * (keys) or fold it into the probability (values). Over a cache that holds exactly
- * the dequantized values, fp32 attention computes the same sums in another rounding
- * order, so the two agree to a few ulps of the result: that is the tight comparison
- * here. The quantization error itself is bounded by the quantizer's test.
+ * The int8 kernels never dequantize a tile: they take integer dot products with q
+ * quantized to int16 (2^-16 of its largest element) and apply the scales after
+ * (keys), or with the value weights p * v_scale quantized to int16 per block (values).
+ * Over a cache that holds exactly the dequantized values, fp32 attention computes the
+ * same sums with the full q and p, so the two agree to what the int16 grids cost,
+ * about 2^-16 of the logits' terms (a few 1e-5 of the result here): that is the
+ * tight comparison. A q or p on an int8 grid would be off by about 1e-2. The cache's
+ * own quantization error is bounded by the quantizer's test.
  */
 #include "test.h"
 
@@ -117,17 +120,24 @@ static void icase_make(struct icase *c, struct rng *r, int32_t n_prior, int32_t 
             const float mag = 0.1f + 3.0f * (float)rng_uniform(r);
             for (int32_t d = 0; d < D; d++)
                 x[d] = mag * rnd_f(r);
-            int8_t *kq = (int8_t *)c->i8.k + t * D * BS + s % BS;
-            c->i8.k_scale[si] = cpu_attn_int8_quantize(kq, BS, x, D);
-            for (int32_t d = 0; d < D; d++)
-                ((float *)c->f32.k)[t * D * BS + (int64_t)d * BS + s % BS] =
-                    c->i8.k_scale[si] * (float)kq[(int64_t)d * BS];
+            /* Each pool in its own layout (cpu_attn.h: int8 pairs its elements). */
+            const int64_t base = t * D * BS;
+            const int32_t j = s % BS;
+            int8_t q8[64];
+            c->i8.k_scale[si] = cpu_attn_int8_quantize(q8, 1, x, D);
+            for (int32_t d = 0; d < D; d++) {
+                ((int8_t *)c->i8.k)[base + cpu_attn_k_at(DTYPE_I8, BS, d, j)] = q8[d];
+                ((float *)c->f32.k)[base + cpu_attn_k_at(DTYPE_F32, BS, d, j)] =
+                    c->i8.k_scale[si] * (float)q8[d];
+            }
             for (int32_t d = 0; d < D; d++)
                 x[d] = mag * rnd_f(r);
-            int8_t *vq = (int8_t *)c->i8.v + si * D;
-            c->i8.v_scale[si] = cpu_attn_int8_quantize(vq, 1, x, D);
-            for (int32_t d = 0; d < D; d++)
-                ((float *)c->f32.v)[si * D + d] = c->i8.v_scale[si] * (float)vq[d];
+            c->i8.v_scale[si] = cpu_attn_int8_quantize(q8, 1, x, D);
+            for (int32_t d = 0; d < D; d++) {
+                ((int8_t *)c->i8.v)[base + cpu_attn_v_at(DTYPE_I8, D, BS, j, d)] = q8[d];
+                ((float *)c->f32.v)[base + cpu_attn_v_at(DTYPE_F32, D, BS, j, d)] =
+                    c->i8.v_scale[si] * (float)q8[d];
+            }
             c->i8.pos[si] = c->f32.pos[si] = s % 5 == 3 ? -1 : s;
             c->i8.score[si] = c->f32.score[si] = (float)rng_uniform(r);
         }
@@ -243,27 +253,34 @@ TEST(int8_attention_matches_fp32_on_the_dequantized_cache)
                 worst = fmax(worst, fabs((double)o8[e] - o32[e]));
                 mag = fmax(mag, fabs((double)o32[e]));
             }
-            if (worst > 2e-6 * fmax(mag, 1.0))
+            if (worst > 2e-4 * fmax(mag, 1.0))
                 TEST_FAIL("%s, %d + %d slots: output off by %g (max |out| %g)",
                           cpu_attn_kernels_name(sets[si]), c.n_prior, c.n_new, worst, mag);
             const size_t n_el = (size_t)c.n_blocks * c.H * c.BS;
             for (size_t e = 0; e < n_el; e++) {
                 EXPECT_EQ(kv.pos[e], c.f32.pos[e]);
                 if (fabsf(kv.score[e] - c.f32.score[e]) >
-                    2e-6f * fmaxf(1.0f, c.f32.score[e]))
+                    2e-4f * fmaxf(1.0f, c.f32.score[e]))
                     TEST_FAIL("%s: score of slot %zu: %g vs %g",
                               cpu_attn_kernels_name(sets[si]), e, (double)kv.score[e],
                               (double)c.f32.score[e]);
                 if (kv.pos[e] < 0) continue;
                 /* The new tokens' K/V were written on the int8 grid: the dequantized
                  * int8 write is the fp32 write. */
-                const int64_t t = (int64_t)e / c.BS, off = (int64_t)e % c.BS;
+                const int64_t base = (int64_t)e / c.BS * c.D * c.BS;
+                const int32_t j = (int32_t)(e % c.BS);
                 for (int32_t d = 0; d < c.D; d++) {
                     const float k8 =
-                        kv.k_scale[e] * ((int8_t *)kv.k)[(t * c.D + d) * c.BS + off];
-                    const float k32 = ((float *)c.f32.k)[(t * c.D + d) * c.BS + off];
-                    const float v8 = kv.v_scale[e] * ((int8_t *)kv.v)[(int64_t)e * c.D + d];
-                    const float v32 = ((float *)c.f32.v)[(int64_t)e * c.D + d];
+                        kv.k_scale[e] *
+                        ((int8_t *)kv.k)[base + cpu_attn_k_at(DTYPE_I8, c.BS, d, j)];
+                    const float k32 =
+                        ((float *)c.f32.k)[base + cpu_attn_k_at(DTYPE_F32, c.BS, d, j)];
+                    const float v8 =
+                        kv.v_scale[e] *
+                        ((int8_t *)kv.v)[base + cpu_attn_v_at(DTYPE_I8, c.D, c.BS, j, d)];
+                    const float v32 =
+                        ((float *)
+                             c.f32.v)[base + cpu_attn_v_at(DTYPE_F32, c.D, c.BS, j, d)];
                     if (fabsf(k8 - k32) > 1e-6f * fabsf(k32) ||
                         fabsf(v8 - v32) > 1e-6f * fabsf(v32))
                         TEST_FAIL("slot %zu dim %d: int8 K/V %g %g vs fp32 %g %g", e, d,
@@ -331,11 +348,18 @@ TEST(compaction_moves_the_scales_with_their_slots)
         EXPECT(c.i8.score[di] == before.score[si]);
         EXPECT(c.i8.k_scale[di] == before.k_scale[si]);
         EXPECT(c.i8.v_scale[di] == before.v_scale[si]);
-        EXPECT(memcmp((int8_t *)c.i8.v + di * c.D, (int8_t *)before.v + si * c.D,
-                      (size_t)c.D) == 0);
-        for (int32_t d = 0; d < c.D; d++)
-            EXPECT_EQ(((int8_t *)c.i8.k)[(td * c.D + d) * c.BS + i % c.BS],
-                      ((int8_t *)before.k)[(ts * c.D + d) * c.BS + s % c.BS]);
+        for (int32_t d = 0; d < c.D; d++) {
+            EXPECT_EQ(
+                ((int8_t *)
+                     c.i8.k)[td * c.D * c.BS + cpu_attn_k_at(DTYPE_I8, c.BS, d, i % c.BS)],
+                ((int8_t *)before
+                     .k)[ts * c.D * c.BS + cpu_attn_k_at(DTYPE_I8, c.BS, d, s % c.BS)]);
+            EXPECT_EQ(
+                ((int8_t *)c.i8
+                     .v)[td * c.D * c.BS + cpu_attn_v_at(DTYPE_I8, c.D, c.BS, i % c.BS, d)],
+                ((int8_t *)before.v)[ts * c.D * c.BS +
+                                     cpu_attn_v_at(DTYPE_I8, c.D, c.BS, s % c.BS, d)]);
+        }
     }
     /* Other heads are untouched. */
     const size_t n_el = (size_t)c.n_blocks * c.H * c.BS;
