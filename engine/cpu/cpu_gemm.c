@@ -157,7 +157,8 @@ const char *cpu_gemm_isa(void)
     case dnnl_cpu_isa_avx512_core: return "avx512_core";
     case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
     case dnnl_cpu_isa_avx512_core_bf16:
-        return "avx512_core_bf16 (AMX off, see docs/benchmarks.md)";
+        return cpu_amx_available() ? "avx512_core_bf16, bf16 GEMMs on our AMX kernel"
+                                   : "avx512_core_bf16";
     case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx (rows depend on the batch)";
     default: return "other";
     }
@@ -265,6 +266,14 @@ int cpu_gemm_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *
         memcpy(l->bias_buf, b, (size_t)n * sizeof *l->bias_buf);
     }
 
+    if (src_dtype == DTYPE_BF16 && cpu_amx_supports(k) && cpu_amx_available()) {
+        l->amx = true;
+        l->relu = relu;
+        err = cpu_amx_pack(&l->amx_w, w, n, k);
+        if (err) goto fail;
+        l->weights_bytes = cpu_amx_bytes(&l->amx_w);
+        return 0;
+    }
     DNNL_TRY(dnnl_primitive_attr_create(&l->attr), "attr_create");
     if (relu) {
         DNNL_TRY(dnnl_post_ops_create(&po), "post_ops_create");
@@ -337,6 +346,7 @@ fail:
 
 void cpu_gemm_linear_deinit(struct cpu_linear *l)
 {
+    if (l->amx) cpu_amx_free(&l->amx_w);
     if (l->prim) dnnl_primitive_destroy(l->prim);
     if (l->by_rows)
         for (int32_t i = 0; i <= CPU_LINEAR_CHUNK; i++)
@@ -380,6 +390,10 @@ static void run_rows(const struct cpu_linear *l, struct cpu_dnnl *d, dnnl_primit
 void cpu_gemm_linear_run(const struct cpu_linear *l, struct cpu_dnnl *d, const void *src,
                          int64_t m, void *dst)
 {
+    if (l->amx) {
+        cpu_amx_gemm(&l->amx_w, src, m, l->bias_buf, l->relu, dst, l->dst_dtype);
+        return;
+    }
     if (!l->by_rows) {
         if (m > 0) run_rows(l, d, l->prim, src, m, dst);
         return;

@@ -2,6 +2,7 @@
  * cpu_gemm.h - a linear layer (y = x W^T + b, optional ReLU) as one oneDNN matmul.
  *
  * Owns: the weights in oneDNN's preferred blocked layout (reordered once at load),
+ * or, for bf16 where the CPU has AMX, packed for cpu_amx.c's batch-invariant kernel;
  * the bias, and the matmul primitives: fp32 has one with a runtime M dimension;
  * bf16/fp16 have one per row count 1..CPU_LINEAR_CHUNK, each built on first use and
  * kept, since oneDNN's fast half-precision kernel needs a fixed M and building
@@ -12,6 +13,7 @@
 #ifndef H2O_CPU_GEMM_H
 #define H2O_CPU_GEMM_H
 
+#include "cpu_amx.h"
 #include "dtype.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -48,6 +50,10 @@ struct cpu_linear {
     void *weights_buf;
     float *bias_buf;
     size_t weights_bytes;
+    /* bf16 on a CPU with AMX: the weights packed for cpu_amx.c's kernel, which runs
+     * every call instead of oneDNN (none of the oneDNN fields above is set). */
+    bool amx, relu;
+    struct cpu_amx_weights amx_w;
 };
 
 /*
