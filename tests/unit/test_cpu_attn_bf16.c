@@ -49,9 +49,10 @@ static size_t n_slots_of(const struct bcase *c)
 }
 
 static void bcase_make(struct bcase *c, struct rng *r, int32_t BS, int32_t n_prior,
-                       int32_t n_new)
+                       int32_t n_new, int32_t D)
 {
-    const int32_t H = c->H = 3, D = c->D = 80;
+    const int32_t H = c->H = 3;
+    c->D = D;
     c->BS = BS;
     c->n_prior = n_prior;
     c->n_new = n_new;
@@ -114,22 +115,24 @@ static void bcase_free(struct bcase *c)
     free(c->qkv);
 }
 
-/* One forward over kv (dtype dt) with kernel set k; out [n_new, H D]. */
-static void forward(const struct bcase *c, const struct cpu_kv_layer *kv, enum dtype dt,
-                    const struct cpu_attn_kernels *k, float *out)
+/* One forward of new tokens first .. first + count - 1 over kv (dtype dt) with kernel
+ * set k (the earlier new tokens already written); out [count, H D]. */
+static void forward_part(const struct bcase *c, const struct cpu_kv_layer *kv,
+                         enum dtype dt, const struct cpu_attn_kernels *k, int32_t first,
+                         int32_t count, float *out)
 {
     int32_t tokens[64] = {0};
     struct be_seq sq = {.blocks = (int32_t *)c->blocks,
                         .n_blocks = c->n_blocks,
-                        .n_tok = c->n_new,
-                        .slot_start = c->n_prior,
-                        .n_slots = c->n_prior + c->n_new};
+                        .n_tok = count,
+                        .slot_start = c->n_prior + first,
+                        .n_slots = c->n_prior + first + count};
     const struct be_batch b = {
-        .n_tok = c->n_new, .tokens = tokens, .pos = c->pos, .n_seq = 1, .seqs = &sq};
+        .n_tok = count, .tokens = tokens, .pos = c->pos + first, .n_seq = 1, .seqs = &sq};
     const int32_t stride = cpu_attn_scratch_floats(sq.n_slots, c->BS, c->H);
     float *scratch = xmalloc((size_t)omp_get_max_threads() * stride * sizeof *scratch);
     const struct cpu_attn_args a = {.batch = &b,
-                                    .qkv = c->qkv,
+                                    .qkv = c->qkv + (int64_t)first * 3 * c->H * c->D,
                                     .out = out,
                                     .out_dtype = DTYPE_F32,
                                     .kv = *kv,
@@ -143,6 +146,28 @@ static void forward(const struct bcase *c, const struct cpu_kv_layer *kv, enum d
                                     .kernels = k};
     cpu_attn_forward(&a);
     free(scratch);
+}
+
+/* One forward of every new token. */
+static void forward(const struct bcase *c, const struct cpu_kv_layer *kv, enum dtype dt,
+                    const struct cpu_attn_kernels *k, float *out)
+{
+    forward_part(c, kv, dt, k, 0, c->n_new, out);
+}
+
+/* A copy of the bf16 pool, so that two runs can start from the same cache. */
+static struct cpu_kv_layer pool_dup(const struct bcase *c)
+{
+    const size_t n_el = n_slots_of(c), kv_bytes = n_el * c->D * 2;
+    struct cpu_kv_layer d = {.k = xmalloc(kv_bytes),
+                             .v = xmalloc(kv_bytes),
+                             .pos = xmalloc(n_el * sizeof(int32_t)),
+                             .score = xmalloc(n_el * sizeof(float))};
+    memcpy(d.k, c->b16.k, kv_bytes);
+    memcpy(d.v, c->b16.v, kv_bytes);
+    memcpy(d.pos, c->b16.pos, n_el * sizeof(int32_t));
+    memcpy(d.score, c->b16.score, n_el * sizeof(float));
+    return d;
 }
 
 /* Every slot's K/V, pos and score of the bf16 pool equal the fp32 pool's, read
@@ -176,16 +201,17 @@ TEST(bf16_attention_matches_fp32_on_the_same_values)
     rng_seed(&r, 21);
     /* Decode tokens (one query: the four-block path), partial and full prompt tiles,
      * over holed caches; block size 16 (both sets) and 5 (odd: the portable set's
-     * plain last row of V). */
-    const int32_t shapes[][3] = {{16, 70, 1},  {16, 70, 5}, {16, 33, 8}, {16, 0, 13},
-                                 {16, 150, 1}, {5, 40, 1},  {5, 23, 9}};
+     * plain last row of V); head_dim 80 (five chunks of 16) and 64. */
+    const int32_t shapes[][4] = {{16, 70, 1, 80}, {16, 70, 5, 80},  {16, 33, 8, 80},
+                                 {16, 0, 13, 64}, {16, 150, 1, 64}, {16, 70, 8, 64},
+                                 {5, 40, 1, 80},  {5, 23, 9, 64}};
     const struct cpu_attn_kernels *sets[2] = {&cpu_attn_bf16_ref, cpu_attn_bf16_avx512()};
-    for (int sh = 0; sh < 7; sh++)
+    for (int sh = 0; sh < 8; sh++)
         for (int si = 0; si < 2; si++) {
             if (!sets[si] || (si == 1 && shapes[sh][0] != 16)) /* AVX-512: block size 16 */
                 continue;
             struct bcase c;
-            bcase_make(&c, &r, shapes[sh][0], shapes[sh][1], shapes[sh][2]);
+            bcase_make(&c, &r, shapes[sh][0], shapes[sh][1], shapes[sh][2], shapes[sh][3]);
             const size_t n_out = (size_t)c.n_new * c.H * c.D;
             float *o16 = xmalloc(n_out * sizeof *o16), *o32 = xmalloc(n_out * sizeof *o32);
             forward(&c, &c.b16, DTYPE_BF16, sets[si], o16);
@@ -210,6 +236,38 @@ TEST(bf16_attention_matches_fp32_on_the_same_values)
         }
 }
 
+TEST(a_query_gives_the_same_bits_in_any_tile)
+{
+    /* Twelve new tokens as one chunk (tiles of 8 + 4) and as chunks of 3 and 9 (tiles
+     * 3, then 8 + 1): every query lands at another row of another tile, and the
+     * outputs and the pool must be the same bits, in both sets. */
+    struct rng r;
+    rng_seed(&r, 23);
+    const struct cpu_attn_kernels *sets[2] = {&cpu_attn_bf16_ref, cpu_attn_bf16_avx512()};
+    for (int si = 0; si < 2; si++) {
+        if (!sets[si]) continue;
+        struct bcase c;
+        bcase_make(&c, &r, 16, 70, 12, 64);
+        const size_t row = (size_t)c.H * c.D;
+        float *one = xmalloc(12 * row * sizeof *one),
+              *two = xmalloc(12 * row * sizeof *two);
+        struct cpu_kv_layer a = pool_dup(&c), b = pool_dup(&c);
+        forward_part(&c, &a, DTYPE_BF16, sets[si], 0, 12, one);
+        forward_part(&c, &b, DTYPE_BF16, sets[si], 0, 3, two);
+        forward_part(&c, &b, DTYPE_BF16, sets[si], 3, 9, two + 3 * row);
+        const size_t n_el = n_slots_of(&c);
+        if (memcmp(one, two, 12 * row * sizeof *one) != 0 ||
+            memcmp(a.score, b.score, n_el * sizeof(float)) != 0 ||
+            memcmp(a.k, b.k, n_el * c.D * 2) != 0 || memcmp(a.v, b.v, n_el * c.D * 2) != 0)
+            TEST_FAIL("%s: chunking changed the bits", cpu_attn_kernels_name(sets[si]));
+        layer_free(&a);
+        layer_free(&b);
+        free(one);
+        free(two);
+        bcase_free(&c);
+    }
+}
+
 TEST(compaction_moves_paired_elements_with_their_slots)
 {
     struct rng r;
@@ -217,7 +275,7 @@ TEST(compaction_moves_paired_elements_with_their_slots)
     const int32_t block_sizes[2] = {16, 5};
     for (int bi = 0; bi < 2; bi++) {
         struct bcase c;
-        bcase_make(&c, &r, block_sizes[bi], 40, 0);
+        bcase_make(&c, &r, block_sizes[bi], 40, 0, 80);
         int32_t keep[40], n_keep = 0;
         for (int32_t s = 0; s < 40; s++)
             if (s % 3 != 1) keep[n_keep++] = s;
@@ -237,6 +295,7 @@ TEST(compaction_moves_paired_elements_with_their_slots)
 int main(void)
 {
     RUN(bf16_attention_matches_fp32_on_the_same_values);
+    RUN(a_query_gives_the_same_bits_in_any_tile);
     RUN(compaction_moves_paired_elements_with_their_slots);
     return test_done();
 }
