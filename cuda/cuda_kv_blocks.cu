@@ -67,8 +67,8 @@ static cudaError_t kvb_init(W *v, float *v_scale, int32_t *pos, float *score,
     int64_t cy = (n_words + per_cta - 1) / per_cta;
     if (cy > KVB_MAX_GRID_Y) cy = KVB_MAX_GRID_Y; /* the CTAs then stride further */
     const dim3 grid((unsigned)n, (unsigned)cy);
-    cuda_kv_init_blocks_kernel<W><<<grid, KVB_THREADS, 0, stream>>>(
-        v, v_scale, pos, score, blocks, n_words, n_state);
+    cuda_kv_init_blocks_kernel<<<grid, KVB_THREADS, 0, stream>>>(v, v_scale, pos, score,
+                                                                 blocks, n_words, n_state);
     return cudaGetLastError();
 }
 
