@@ -178,6 +178,10 @@ TEST(bad_arguments_are_refused_before_launch)
     ca.n_keep = 5;
     EXPECT_EQ(cuda_kv_compact(&ca, 0), cudaErrorInvalidValue); /* more kept than slots */
     ca.n_keep = 2;
+    int8_t byte = 0;
+    ca.k8 = &byte; /* int8 without v8 or scales */
+    EXPECT_EQ(cuda_kv_compact(&ca, 0), cudaErrorInvalidValue);
+    ca.k8 = NULL;
     ca.n_slots = 0;
     ca.n_keep = 0;
     EXPECT_EQ(cuda_kv_compact(&ca, 0), cudaSuccess); /* nothing to do */

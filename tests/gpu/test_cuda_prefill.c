@@ -344,6 +344,11 @@ TEST(bad_arguments_are_refused_before_launch)
     a.block_size = 16;
     a.n_seq = 65536;
     EXPECT_EQ(cuda_prefill_attn(&a, 0), cudaErrorInvalidValue);
+    a.n_seq = 1;
+    int8_t byte = 0;
+    a.k8 = &byte; /* int8 without v8 or scales */
+    EXPECT_EQ(cuda_prefill_attn(&a, 0), cudaErrorInvalidValue);
+    a.k8 = NULL;
     a.n_seq = 0;
     EXPECT_EQ(cuda_prefill_attn(&a, 0), cudaSuccess); /* nothing to do */
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -47,7 +47,9 @@ void cuda_ref_test_cpu_attn_kv(const struct be_batch *b, const float *qkv, float
 /*
  * The engine's own copy of a case's pool: fp32 K/V widened from the fp16 ones, or,
  * when the case is an int8 cache, the same int8 K/V and scales (kv_dtype int8); pos
- * and score copied. Owns its arrays (cuda_ref_test_pool_free).
+ * and score copied. Owns its arrays (cuda_ref_test_pool_copy allocates them,
+ * cuda_ref_test_pool_free frees them); the case's pool is only read. Thread: any, one
+ * pool per thread.
  */
 struct cuda_ref_test_pool {
     struct cpu_kv_layer kv; /* k / v are float * (fp32) or int8_t * (int8) */
