@@ -200,7 +200,7 @@ __launch_bounds__(DA_THREADS) void cuda_decode_attn_kernel(cuda_decode_attn_args
 #pragma unroll 8
                     for (int32_t d = 0; d < D; d++)
                         acc = fmaf(q[d], (float)kt[(int64_t)d * BS], acc);
-                    acc = a.k_scale[si] * acc;
+                    acc = __fmul_rn(a.k_scale[si], acc); /* never fused with what follows */
                 } else {
                     const __half *kt = kp + tj * D * BS + oj;
                     /* Unrolled so that several K loads are in flight before their FMAs;

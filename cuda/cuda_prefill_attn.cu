@@ -229,6 +229,17 @@ static __device__ float pa_logit(const float *q, const __half *kt, int32_t D, in
     return acc;
 }
 
+/* pa_logit, times the slot's key scale ksc[j] with an int8 cache. __fmul_rn keeps the
+ * product a rounded multiply that the compiler may not fuse with the subtraction
+ * that follows it in either pass, so passes 2 and 3 see the same logit bits. */
+static __device__ float pa_logit_i8(const cuda_prefill_attn_args &a, const float *ksc,
+                                    const float *q, const __half *kt, int32_t D, int32_t r,
+                                    int32_t j)
+{
+    const float l = pa_logit(q, kt, D, r, j);
+    return a.k8 ? __fmul_rn(ksc[j], l) : l;
+}
+
 /* Loads query rows q0 .. q0 + PA_QT - 1 of the chunk: q scaled (zeros past the
  * chunk), their positions (-1 past the chunk: they see nothing) and, when lse_out is
  * set, their saved log-sum-exp. Returns the tile's largest position, after a barrier. */
@@ -298,8 +309,7 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_fwd(cuda_prefill_attn
             const int32_t j = lane;
             const bool vis = pa_visible(a, kpos[j], qpos[r]);
             float s = -INFINITY;
-            if (vis)
-                s = a.k8 ? ksc[j] * pa_logit(q, kt, D, r, j) : pa_logit(q, kt, D, r, j);
+            if (vis) s = pa_logit_i8(a, ksc, q, kt, D, r, j);
             const float m_old = m[r];
             const float m_new = fmaxf(m_old, pa_warp_max(s));
             /* A row that has seen nothing yet keeps m = -inf, l = 0, o = 0. */
@@ -382,10 +392,8 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_col(cuda_prefill_attn
             for (int32_t r = warp; r < PA_QT; r += PA_WARPS) {
                 const int32_t j = lane;
                 if (pa_visible(a, kpos[j], qpos[r])) {
-                    /* The same logit as pass 2's, bit for bit (int8: scaled alike). */
-                    const float s =
-                        a.k8 ? ksc[j] * pa_logit(q, kt, D, r, j) : pa_logit(q, kt, D, r, j);
-                    col += expf(s - lse[r]);
+                    /* The same logit as pass 2's, bit for bit. */
+                    col += expf(pa_logit_i8(a, ksc, q, kt, D, r, j) - lse[r]);
                 }
             }
             __syncthreads(); /* the next query tile overwrites q, qpos and lse */

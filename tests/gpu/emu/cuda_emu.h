@@ -106,6 +106,12 @@ static inline int __shfl_xor_sync(unsigned, int v, int off)
     return r;
 }
 
+/* A multiply the compiler may not fuse (the host compile here fuses nothing anyway). */
+static inline float __fmul_rn(float a, float b)
+{
+    return a * b;
+}
+
 /* Round to nearest even, as the device instruction (and lrintf in the default mode). */
 static inline int __float2int_rn(float x)
 {
