@@ -434,7 +434,7 @@ static const struct cfg_opt opt_table[] = {
      FIELD(kv_cache_dtype),
      .values = kv_dtype_names,
      .value_aliases = kv_dtype_aliases,
-     .help = "KV cache storage: auto is --dtype's; int8 (CPU only) is symmetric "
+     .help = "KV cache storage: auto is --dtype's; int8 (CPU and CUDA) is symmetric "
              "int8 with an fp32 scale per token and KV head: about half bf16's bytes per "
              "token, so the same kv_cache_bytes holds about twice the tokens, at a small "
              "quality cost (docs/kv-cache.md). The H2O scores stay fp32"},

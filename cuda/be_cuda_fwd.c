@@ -259,6 +259,10 @@ static int attention(struct cuda_be *c, struct cu_rank *r, int32_t li, const str
             .scale = scale,
             .n_kv_head = KVr,
             .window = arch->sliding_window,
+            .k8 = L->k8, /* NULL unless the cache is int8 */
+            .v8 = L->v8,
+            .k_scale = L->k_scale,
+            .v_scale = L->v_scale,
         };
         if (be_cuda_fail(r, cuda_decode_attn(&a, r->stream), "cuda_decode_attn"))
             return r->err;
@@ -286,6 +290,10 @@ static int attention(struct cuda_be *c, struct cu_rank *r, int32_t li, const str
         .scale = scale,
         .n_kv_head = KVr,
         .window = arch->sliding_window,
+        .k8 = L->k8,
+        .v8 = L->v8,
+        .k_scale = L->k_scale,
+        .v_scale = L->v_scale,
     };
     return be_cuda_fail(r, cuda_prefill_attn(&p, r->stream), "cuda_prefill_attn");
 }

@@ -8,7 +8,8 @@
  * query heads of q and out_proj, its KV heads of k and v, its fc1 units (gate and up
  * for SwiGLU) and fc2 columns), the replicated embeddings and norms, and a KV pool of
  * its own KV heads only: per layer K [n_blocks, n_kv_head_r, head_dim, block_size],
- * V [n_blocks, n_kv_head_r, block_size, head_dim] (fp16), pos / score [n_blocks,
+ * V [n_blocks, n_kv_head_r, block_size, head_dim] (fp16, or int8 with per-slot
+ * scales: opts.kv_int8), pos / score [n_blocks,
  * n_kv_head_r, block_size] (the layout of cuda_ref.h with n_kv_head_r heads). Rank 0
  * also holds the final norm, project_out and the LM head, and returns the logits.
  * What differs between model families is read from cfg.arch (arch.h), as the CPU
@@ -49,8 +50,12 @@ struct cu_layer {
                                 n_fc1 = 2 n_ffn */
     uint16_t *fc2_w, *fc2_b; /* [hidden, n_ffn], [hidden] or NULL off rank 0 */
     uint16_t *ln1_w, *ln1_b, *ln2_w, *ln2_b; /* [hidden]; the biases NULL for RMSNorm */
-    /* This rank's KV pool and slot state for the layer. */
+    /* This rank's KV pool and slot state for the layer: k / v with an fp16 cache;
+     * with an int8 one (cuda_be.opts.kv_int8) k8 / v8 in the same layout and the scales
+     * k_scale / v_scale [n_blocks, n_kv_head_r, block_size] instead (cuda_ref.h). */
     uint16_t *k, *v;
+    int8_t *k8, *v8;
+    float *k_scale, *v_scale;
     int32_t *pos;
     float *score;
 };

@@ -6,7 +6,9 @@
  * (be_cuda_kv_victims, be_cuda_fwd.c).
  *
  * Every operation is a job run on all ranks at once, each rank on its KV heads of the
- * pool, through the rank's staging buffers.
+ * pool, through the rank's staging buffers. With opts.kv_int8 the pool holds int8 K/V
+ * and two fp32 scales per (slot, KV head) instead of fp16 K/V (cuda_ref.h); every
+ * operation that moves or frees a slot moves or clears its scales too.
  * Owns: the pool's device memory (freed by be_cuda_kv_free). Thread: engine (the
  * rank threads are internal).
  */
@@ -22,7 +24,12 @@ size_t be_cuda_kv_block_bytes(void *ctx, int32_t block_size)
 {
     struct cuda_be *c = ctx;
     const size_t slots = (size_t)c->cfg.n_kv_head * (size_t)block_size;
-    const size_t per_layer = 2 * slots * (size_t)c->cfg.head_dim * 2 + slots * (4 + 4);
+    /* K and V (2 bytes an element, or 1 with int8 plus a key and a value scale per
+     * slot), then pos and score: the CPU backend's count, so --kv-cache-bytes and the
+     * measured capacity hold about 1.9x the int8 tokens at head_dim 128. */
+    const size_t elem = c->opts.kv_int8 ? 1 : 2;
+    const size_t per_layer = 2 * slots * (size_t)c->cfg.head_dim * elem + slots * (4 + 4) +
+                             (c->opts.kv_int8 ? 2 * slots * sizeof(float) : 0);
     return per_layer * (size_t)c->cfg.n_layer; /* over all ranks: each holds its heads */
 }
 
@@ -50,34 +57,52 @@ void be_cuda_kv_free(struct cuda_be *c, struct cu_rank *r)
         struct cu_layer *L = &r->layers[li];
         cudaFree(L->k);
         cudaFree(L->v);
+        cudaFree(L->k8);
+        cudaFree(L->v8);
+        cudaFree(L->k_scale);
+        cudaFree(L->v_scale);
         cudaFree(L->pos);
         cudaFree(L->score);
         L->k = L->v = NULL;
+        L->k8 = L->v8 = NULL;
+        L->k_scale = L->v_scale = NULL;
         L->pos = NULL;
         L->score = NULL;
     }
 }
 
-/* Allocate this rank's part of the pool (a job): every slot free, K and V zero. */
+/* Allocate this rank's part of the pool (a job): every slot free, K and V (and the
+ * int8 cache's scales) zero. */
 static void job_kv_alloc(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;
     struct cu_rank *r = &c->ranks[rank];
     if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
     be_cuda_kv_free(c, r);
-    const size_t kv = kv_elems(c, r) * 2, st = state_elems(c, r) * 4;
+    const bool i8 = c->opts.kv_int8;
+    const size_t kv = kv_elems(c, r) * (i8 ? 1 : 2), st = state_elems(c, r) * 4;
     for (int32_t li = 0; li < c->cfg.n_layer && !r->err; li++) {
         struct cu_layer *L = &r->layers[li];
-        if (be_cuda_fail(r, cudaMalloc((void **)&L->k, kv), "KV pool (K)") ||
-            be_cuda_fail(r, cudaMalloc((void **)&L->v, kv), "KV pool (V)") ||
+        void **k = i8 ? (void **)&L->k8 : (void **)&L->k;
+        void **v = i8 ? (void **)&L->v8 : (void **)&L->v;
+        if (be_cuda_fail(r, cudaMalloc(k, kv), "KV pool (K)") ||
+            be_cuda_fail(r, cudaMalloc(v, kv), "KV pool (V)") ||
             be_cuda_fail(r, cudaMalloc((void **)&L->pos, st), "KV pool (pos)") ||
             be_cuda_fail(r, cudaMalloc((void **)&L->score, st), "KV pool (score)"))
+            return;
+        if (i8 &&
+            (be_cuda_fail(r, cudaMalloc((void **)&L->k_scale, st), "KV pool (K scales)") ||
+             be_cuda_fail(r, cudaMalloc((void **)&L->v_scale, st), "KV pool (V scales)")))
             return;
         /* All bits set is -1 in int32: every slot free. */
         be_cuda_fail(r, cudaMemsetAsync(L->pos, 0xff, st, r->stream), "cudaMemset");
         be_cuda_fail(r, cudaMemsetAsync(L->score, 0, st, r->stream), "cudaMemset");
-        be_cuda_fail(r, cudaMemsetAsync(L->k, 0, kv, r->stream), "cudaMemset");
-        be_cuda_fail(r, cudaMemsetAsync(L->v, 0, kv, r->stream), "cudaMemset");
+        be_cuda_fail(r, cudaMemsetAsync(*k, 0, kv, r->stream), "cudaMemset");
+        be_cuda_fail(r, cudaMemsetAsync(*v, 0, kv, r->stream), "cudaMemset");
+        if (i8) {
+            be_cuda_fail(r, cudaMemsetAsync(L->k_scale, 0, st, r->stream), "cudaMemset");
+            be_cuda_fail(r, cudaMemsetAsync(L->v_scale, 0, st, r->stream), "cudaMemset");
+        }
     }
     be_cuda_fail(r, cudaStreamSynchronize(r->stream), "KV pool initialisation");
 }
@@ -142,12 +167,15 @@ static void job_kv_init(void *arg, int32_t rank)
     const int32_t *blocks = stage_ints(r, c->op_blocks, (size_t)c->op_n, 0);
     for (int32_t li = 0; blocks && li < c->cfg.n_layer; li++) {
         struct cu_layer *L = &r->layers[li];
-        if (be_cuda_fail(r,
-                         cuda_kv_blocks_init(L->v, L->pos, L->score, blocks, c->op_n,
-                                             r->sh.n_kv_head, c->cfg.head_dim,
-                                             c->block_size, r->stream),
-                         "cuda_kv_blocks_init"))
-            return;
+        const cudaError_t e =
+            c->opts.kv_int8
+                ? cuda_kv_blocks_init_i8(L->v8, L->v_scale, L->pos, L->score, blocks,
+                                         c->op_n, r->sh.n_kv_head, c->cfg.head_dim,
+                                         c->block_size, r->stream)
+                : cuda_kv_blocks_init(L->v, L->pos, L->score, blocks, c->op_n,
+                                      r->sh.n_kv_head, c->cfg.head_dim, c->block_size,
+                                      r->stream);
+        if (be_cuda_fail(r, e, "cuda_kv_blocks_init")) return;
     }
     be_cuda_fail(r, cudaStreamSynchronize(r->stream), "kv_init_blocks");
 }
@@ -167,18 +195,29 @@ static void job_kv_copy(void *arg, int32_t rank)
     struct cu_rank *r = &c->ranks[rank];
     if (be_cuda_fail(r, cudaSetDevice(r->device), "cudaSetDevice")) return;
     const size_t st = (size_t)r->sh.n_kv_head * (size_t)c->block_size; /* per block */
-    const size_t kv = st * (size_t)c->cfg.head_dim;
+    const bool i8 = c->opts.kv_int8;
+    const size_t kv = st * (size_t)c->cfg.head_dim * (i8 ? 1 : 2); /* bytes per block */
     for (int32_t li = 0; li < c->cfg.n_layer && !r->err; li++) {
         struct cu_layer *L = &r->layers[li];
+        char *kb = i8 ? (char *)L->k8 : (char *)L->k,
+             *vb = i8 ? (char *)L->v8 : (char *)L->v;
         for (int32_t i = 0; i < c->op_n && !r->err; i++) {
             const size_t s = (size_t)c->op_src[i], d = (size_t)c->op_dst[i];
             const enum cudaMemcpyKind k = cudaMemcpyDeviceToDevice;
-            be_cuda_fail(
-                r, cudaMemcpyAsync(L->k + d * kv, L->k + s * kv, kv * 2, k, r->stream),
-                "copy");
-            be_cuda_fail(
-                r, cudaMemcpyAsync(L->v + d * kv, L->v + s * kv, kv * 2, k, r->stream),
-                "copy");
+            be_cuda_fail(r, cudaMemcpyAsync(kb + d * kv, kb + s * kv, kv, k, r->stream),
+                         "copy");
+            be_cuda_fail(r, cudaMemcpyAsync(vb + d * kv, vb + s * kv, kv, k, r->stream),
+                         "copy");
+            if (i8) { /* the scales are part of the block's slots */
+                be_cuda_fail(r,
+                             cudaMemcpyAsync(L->k_scale + d * st, L->k_scale + s * st,
+                                             st * 4, k, r->stream),
+                             "copy");
+                be_cuda_fail(r,
+                             cudaMemcpyAsync(L->v_scale + d * st, L->v_scale + s * st,
+                                             st * 4, k, r->stream),
+                             "copy");
+            }
             be_cuda_fail(
                 r, cudaMemcpyAsync(L->pos + d * st, L->pos + s * st, st * 4, k, r->stream),
                 "copy");
@@ -228,10 +267,21 @@ static void job_kv_compact(void *arg, int32_t rank)
     for (int32_t li = 0; li < L; li++) {
         struct cu_layer *Ly = &r->layers[li];
         struct cuda_kv_compact_args a = {
-            .k = Ly->k, .v = Ly->v, .pos = Ly->pos, .score = Ly->score, .blocks = dev,
-            .keep = dev + nb + (size_t)li * per_layer, .n_slots = c->op_slots,
-            .n_keep = c->op_keep_n, .n_head = Hr, .head_dim = c->cfg.head_dim,
+            .k = Ly->k,
+            .v = Ly->v,
+            .pos = Ly->pos,
+            .score = Ly->score,
+            .blocks = dev,
+            .keep = dev + nb + (size_t)li * per_layer,
+            .n_slots = c->op_slots,
+            .n_keep = c->op_keep_n,
+            .n_head = Hr,
+            .head_dim = c->cfg.head_dim,
             .block_size = c->block_size,
+            .k8 = Ly->k8,
+            .v8 = Ly->v8,
+            .k_scale = Ly->k_scale,
+            .v_scale = Ly->v_scale,
         };
         if (be_cuda_fail(r, cuda_kv_compact(&a, r->stream), "cuda_kv_compact")) return;
     }
@@ -250,7 +300,9 @@ void be_cuda_kv_compact(void *ctx, const int32_t *blocks, int32_t n_slots,
 }
 
 /* One sequence's slot state of every layer, this rank's KV heads, into the engine's
- * [n_layer, n_kv_head, n_slots] arrays (the ranks write disjoint heads). */
+ * [n_layer, n_kv_head, n_slots] arrays (the ranks write disjoint heads). The int8
+ * cache's scales stay on the device: the engine's choices read pos and score only,
+ * and the compaction that follows moves the scales on the device with their slots. */
 static void job_kv_read(void *arg, int32_t rank)
 {
     struct cuda_be *c = arg;

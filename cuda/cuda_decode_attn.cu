@@ -24,7 +24,13 @@
  *  6. after the group: the occupied count and each thread's best eviction candidates
  *     among its slots, reduced to the block's argmin (score, then position), and with
  *     a window the oldest slot outside the next token's window, which goes first.
+ * With an int8 cache (a.k8 set) step 1 quantizes the token's K and V (one element per
+ * thread, the head's max |x| reduced over the block, cuda_int8.cuh's rule), step 2
+ * multiplies each slot's int8 dot product by its key scale and step 5 weights each
+ * slot's int8 row by p * its value scale: fp32 throughout, never a dequantized tile,
+ * and a quarter of fp32's (half of fp16's) K/V bytes read per step.
  */
+#include "cuda_int8.cuh"
 #include "cuda_kernels.h"
 
 #include <cuda_fp16.h>
@@ -141,9 +147,28 @@ __launch_bounds__(DA_THREADS) void cuda_decode_attn_kernel(cuda_decode_attn_args
     {
         const int64_t ni = da_slot_index(a, blocks, a.new_slot[(int64_t)i * KV + g], g);
         const int64_t tile = ni / BS, off = ni % BS;
-        for (int32_t d = tid; d < D; d += DA_THREADS) {
-            kp[(tile * D + d) * BS + off] = row[(int64_t)H * D + (int64_t)g * D + d];
-            vp[ni * D + d] = row[(int64_t)(H + KV) * D + (int64_t)g * D + d];
+        const __half *kn = row + (int64_t)H * D + (int64_t)g * D,
+                     *vn = kn + (int64_t)KV * D;
+        if (a.k8) {
+            /* D <= DA_MAX_D == DA_THREADS: thread d quantizes element d. Threads past
+             * the head add 0 to the max, which starts from 0 in the rule too. */
+            const float kx = tid < D ? __half2float(kn[tid]) : 0.0f;
+            const float vx = tid < D ? __half2float(vn[tid]) : 0.0f;
+            const float kmax = da_block_reduce(fabsf(kx), red, true);
+            const float vmax = da_block_reduce(fabsf(vx), red, true);
+            if (tid < D) {
+                a.k8[(tile * D + tid) * BS + off] = cuda_int8_elem(kx, kmax);
+                a.v8[ni * D + tid] = cuda_int8_elem(vx, vmax);
+            }
+            if (tid == 0) {
+                a.k_scale[ni] = cuda_int8_scale(kmax);
+                a.v_scale[ni] = cuda_int8_scale(vmax);
+            }
+        } else {
+            for (int32_t d = tid; d < D; d += DA_THREADS) {
+                kp[(tile * D + d) * BS + off] = kn[d];
+                vp[ni * D + d] = vn[d];
+            }
         }
         if (tid == 0) {
             a.pos[ni] = sq.t;
@@ -167,13 +192,23 @@ __launch_bounds__(DA_THREADS) void cuda_decode_attn_kernel(cuda_decode_attn_args
             const int32_t pj = a.pos[si];
             float l = -INFINITY;
             if (pj >= 0 && pj <= sq.t && pj > lo) {
-                const __half *kt = kp + tj * D * BS + oj;
                 float acc = 0.0f;
-                /* Unrolled so that several K loads are in flight before their FMAs;
-                 * the FMAs still run in order of d (the reference's arithmetic). */
+                if (a.k8) {
+                    /* int8 widens to fp32 exactly; the scale is constant over the dot
+                     * product, so it is applied once (the reference's order). */
+                    const int8_t *kt = a.k8 + tj * D * BS + oj;
 #pragma unroll 8
-                for (int32_t d = 0; d < D; d++)
-                    acc = fmaf(q[d], __half2float(kt[(int64_t)d * BS]), acc);
+                    for (int32_t d = 0; d < D; d++)
+                        acc = fmaf(q[d], (float)kt[(int64_t)d * BS], acc);
+                    acc = __fmul_rn(a.k_scale[si], acc); /* never fused with what follows */
+                } else {
+                    const __half *kt = kp + tj * D * BS + oj;
+                    /* Unrolled so that several K loads are in flight before their FMAs;
+                     * the FMAs still run in order of d (the reference's arithmetic). */
+#pragma unroll 8
+                    for (int32_t d = 0; d < D; d++)
+                        acc = fmaf(q[d], __half2float(kt[(int64_t)d * BS]), acc);
+                }
                 l = acc;
             }
             lg[j] = l;
@@ -207,9 +242,18 @@ __launch_bounds__(DA_THREADS) void cuda_decode_attn_kernel(cuda_decode_attn_args
                 const float p = lg[j];
                 if (p != 0.0f) { /* free slots: no weight, and their V may be anything */
                     const int64_t si = da_slot_index(a, blocks, j, g);
-                    const float2 v = __half22float2(((const __half2 *)(vp + si * D))[lane]);
-                    acc.x = fmaf(p, v.x, acc.x);
-                    acc.y = fmaf(p, v.y, acc.y);
+                    if (a.k8) {
+                        /* D is even, so the int8 pair of lane is 2-byte aligned. */
+                        const char2 v = ((const char2 *)(a.v8 + si * D))[lane];
+                        const float pv = p * a.v_scale[si];
+                        acc.x = fmaf(pv, (float)v.x, acc.x);
+                        acc.y = fmaf(pv, (float)v.y, acc.y);
+                    } else {
+                        const float2 v =
+                            __half22float2(((const __half2 *)(vp + si * D))[lane]);
+                        acc.x = fmaf(p, v.x, acc.x);
+                        acc.y = fmaf(p, v.y, acc.y);
+                    }
                 }
             }
             part[grp * D2 + lane] = acc;
@@ -274,7 +318,8 @@ extern "C" cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a,
     if (a->n_seq < 0 || a->n_head < 0 || a->head_dim <= 0 || a->head_dim % 2 != 0 ||
         a->head_dim > DA_MAX_D || a->block_size <= 0 || a->max_slots < 0 ||
         a->max_blocks < 0 || a->n_seq > 65535 || a->n_kv_head < 0 || a->window < 0 ||
-        (a->n_kv_head > 0 && a->n_head % a->n_kv_head != 0))
+        (a->n_kv_head > 0 && a->n_head % a->n_kv_head != 0) ||
+        (a->k8 && (!a->v8 || !a->k_scale || !a->v_scale)))
         return cudaErrorInvalidValue;
     if (a->n_seq == 0 || a->n_head == 0) return cudaSuccess;
     const size_t smem = (size_t)(a->max_slots > 0 ? a->max_slots : 1) * sizeof(float);

@@ -129,7 +129,9 @@ cudaError_t cuda_add(uint16_t *x, const uint16_t *y, int64_t n, cudaStream_t str
  * 3 KiB): past 8192 slots the call opts in to more than the default 48 KiB with
  * cudaFuncSetAttribute, up to about 57000 slots on sm_90 (227 KiB) and 40000 on sm_80
  * (163 KiB); beyond, that call's error is returned. Block tables and slots are not
- * checked on the device.
+ * checked on the device. With an int8 cache (a->k8, v8, k_scale, v_scale all set) the
+ * token's int8 K/V and scales are the reference's bit for bit (the quantizer is exact
+ * arithmetic, cuda_int8.cuh) and the rest matches as above.
  */
 cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t stream);
 
@@ -140,7 +142,9 @@ cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t
  * The kv_compact op is one call per layer. Every pointer in *a is device memory (keep
  * this layer's [n_head, n_keep] rows); *a is read on the host. head_dim even and at
  * most 256, 0 <= n_keep <= n_slots; keep ascending per head and the block table are
- * not checked on the device. n_head == 0 or n_slots == 0 launches nothing.
+ * not checked on the device. With an int8 cache (a->k8 set, v8 and both scales too)
+ * int8 K/V and the scales move instead of k / v. n_head == 0 or n_slots == 0 launches
+ * nothing.
  */
 cudaError_t cuda_kv_compact(const struct cuda_kv_compact_args *a, cudaStream_t stream);
 
@@ -159,6 +163,18 @@ cudaError_t cuda_kv_compact(const struct cuda_kv_compact_args *a, cudaStream_t s
 cudaError_t cuda_kv_blocks_init(uint16_t *v, int32_t *pos, float *score,
                                 const int32_t *blocks, int32_t n, int32_t n_head,
                                 int32_t head_dim, int32_t block_size, cudaStream_t stream);
+
+/*
+ * The same for an int8 KV cache: V8 [n_blocks, n_head, block_size, head_dim] all 0 and
+ * the value scales v_scale [n_blocks, n_head, block_size] 0 besides pos and score, as
+ * the CPU backend's kv_init_blocks clears both; K8 and the key scales are left (a free
+ * slot's logit is replaced). v8 2-byte aligned, v_scale not NULL; otherwise the
+ * conditions above. Host reference: cuda_ref_kv_init_blocks_i8.
+ */
+cudaError_t cuda_kv_blocks_init_i8(int8_t *v8, float *v_scale, int32_t *pos, float *score,
+                                   const int32_t *blocks, int32_t n, int32_t n_head,
+                                   int32_t head_dim, int32_t block_size,
+                                   cudaStream_t stream);
 
 /*
  * One layer's slot state of one sequence, dense: pos_out/score_out [n_head, n_slots]
@@ -190,7 +206,8 @@ cudaError_t cuda_kv_blocks_gather_state(int32_t *pos_out, float *score_out,
  * max_chunk and n_slots at most max_slots (they size the grids: a larger one is
  * silently cut short). Shared memory is 256 * head_dim + 2048 bytes per block (66 KiB
  * at head_dim 256, where the call opts in past 48 KiB). Block tables, slots and rows
- * are not checked on the device.
+ * are not checked on the device. With an int8 cache (a->k8, v8, k_scale, v_scale all
+ * set) the chunk's int8 K/V and scales are the reference's bit for bit.
  */
 cudaError_t cuda_prefill_attn(const struct cuda_prefill_attn_args *a, cudaStream_t stream);
 

@@ -10,7 +10,8 @@
  * barriers. A block of the pool is contiguous in every per-layer array (V
  * [n_blocks, n_head, block_size, head_dim], pos / score [n_blocks, n_head,
  * block_size]), so init fills n contiguous runs; gather reads runs of block_size
- * consecutive slots.
+ * consecutive slots. cuda_kv_blocks_init_i8 is the init of an int8 cache: the same
+ * kernel on 2-byte words of int8 V, with the value scales cleared beside pos and score.
  */
 #include "cuda_kernels.h"
 
@@ -29,28 +30,33 @@ enum {
  * V is n_words = n_head * block_size * head_dim / 2 4-byte words and its slot state
  * n_state = n_head * block_size entries, both at index blocks[i] * (count); the cy
  * CTAs of a block stride over both together, so consecutive threads store
- * consecutive words (a warp writes 128 contiguous bytes).
+ * consecutive words (a warp writes 128 contiguous bytes). W is the word: uint32_t
+ * (two fp16) or uint16_t (two int8); v_scale, when not NULL, is cleared with the slot
+ * state (an int8 cache).
  */
-__global__ void cuda_kv_init_blocks_kernel(uint32_t *v, int32_t *pos, float *score,
+template <typename W>
+__global__ void cuda_kv_init_blocks_kernel(W *v, float *v_scale, int32_t *pos, float *score,
                                            const int32_t *blocks, int64_t n_words,
                                            int64_t n_state)
 {
     const int64_t b = blocks[blockIdx.x];
     const int64_t stride = (int64_t)gridDim.y * blockDim.x;
     const int64_t first = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
-    uint32_t *vb = v + b * n_words;
+    W *vb = v + b * n_words;
     for (int64_t e = first; e < n_words; e += stride)
-        vb[e] = 0u; /* two fp16 +0.0 */
+        vb[e] = 0u; /* two fp16 +0.0, or two int8 0 */
     for (int64_t e = first; e < n_state; e += stride) {
         pos[b * n_state + e] = -1;
         score[b * n_state + e] = 0.0f;
+        if (v_scale) v_scale[b * n_state + e] = 0.0f;
     }
 }
 
-extern "C" cudaError_t cuda_kv_blocks_init(uint16_t *v, int32_t *pos, float *score,
-                                           const int32_t *blocks, int32_t n, int32_t n_head,
-                                           int32_t head_dim, int32_t block_size,
-                                           cudaStream_t stream)
+/* The launch of both inits: checks, then (n, cy) CTAs as described above. */
+template <typename W>
+static cudaError_t kvb_init(W *v, float *v_scale, int32_t *pos, float *score,
+                            const int32_t *blocks, int32_t n, int32_t n_head,
+                            int32_t head_dim, int32_t block_size, cudaStream_t stream)
 {
     if (n < 0 || n_head < 0 || head_dim <= 0 || head_dim % 2 != 0 || block_size <= 0)
         return cudaErrorInvalidValue;
@@ -61,9 +67,28 @@ extern "C" cudaError_t cuda_kv_blocks_init(uint16_t *v, int32_t *pos, float *sco
     int64_t cy = (n_words + per_cta - 1) / per_cta;
     if (cy > KVB_MAX_GRID_Y) cy = KVB_MAX_GRID_Y; /* the CTAs then stride further */
     const dim3 grid((unsigned)n, (unsigned)cy);
-    cuda_kv_init_blocks_kernel<<<grid, KVB_THREADS, 0, stream>>>((uint32_t *)v, pos, score,
+    cuda_kv_init_blocks_kernel<<<grid, KVB_THREADS, 0, stream>>>(v, v_scale, pos, score,
                                                                  blocks, n_words, n_state);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuda_kv_blocks_init(uint16_t *v, int32_t *pos, float *score,
+                                           const int32_t *blocks, int32_t n, int32_t n_head,
+                                           int32_t head_dim, int32_t block_size,
+                                           cudaStream_t stream)
+{
+    return kvb_init((uint32_t *)v, (float *)NULL, pos, score, blocks, n, n_head, head_dim,
+                    block_size, stream);
+}
+
+extern "C" cudaError_t cuda_kv_blocks_init_i8(int8_t *v8, float *v_scale, int32_t *pos,
+                                              float *score, const int32_t *blocks,
+                                              int32_t n, int32_t n_head, int32_t head_dim,
+                                              int32_t block_size, cudaStream_t stream)
+{
+    if (!v_scale) return cudaErrorInvalidValue;
+    return kvb_init((uint16_t *)v8, v_scale, pos, score, blocks, n, n_head, head_dim,
+                    block_size, stream);
 }
 
 /*

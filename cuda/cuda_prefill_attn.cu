@@ -27,7 +27,13 @@
  * Key tiles in which no slot is visible to any query of the tile (free slots, or all
  * later than every query: about half the causal square) are skipped in both passes;
  * that changes no arithmetic, since their probabilities are exactly 0.
+ * With an int8 cache (a.k8 set) pass 1 quantizes each row's K and V (one warp per
+ * row, cuda_int8.cuh's rule), and the key tiles hold the int8 elements as fp16 (every
+ * int8 value is an fp16 exactly, so the logits' fmaf chain is the reference's) with
+ * each slot's two scales beside them: a logit is k_scale * the chain, a value row
+ * enters with weight p * v_scale (cpu_attn_int8.c's arithmetic).
  */
+#include "cuda_int8.cuh"
 #include "cuda_kernels.h"
 
 #include <cuda_fp16.h>
@@ -93,6 +99,36 @@ __launch_bounds__(PA_THREADS) void cuda_prefill_write_kv(cuda_prefill_attn_args 
     const int32_t *blocks = a.blocks + (int64_t)i * a.max_blocks;
     const __half *qkv = (const __half *)a.qkv;
     __half *kp = (__half *)a.k, *vp = (__half *)a.v;
+    if (a.k8) {
+        /* int8: one warp per row, the lanes reduce the head's max |x| then quantize. */
+        const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        for (int32_t r = warp; r < sq.n_tok; r += PA_WARPS) {
+            const int64_t row = sq.tok_start + r;
+            const int64_t si = pa_slot_index(a, blocks, sq.slot_start + r, g);
+            const int64_t tile = si / BS, off = si % BS;
+            const __half *k =
+                qkv + row * (H + 2 * KV) * D + (int64_t)H * D + (int64_t)g * D;
+            const __half *v = k + (int64_t)KV * D;
+            float kmax = 0.0f, vmax = 0.0f;
+            for (int32_t d = lane; d < D; d += 32) {
+                kmax = fmaxf(kmax, fabsf(__half2float(k[d])));
+                vmax = fmaxf(vmax, fabsf(__half2float(v[d])));
+            }
+            kmax = pa_warp_max(kmax);
+            vmax = pa_warp_max(vmax);
+            for (int32_t d = lane; d < D; d += 32) {
+                a.k8[(tile * D + d) * BS + off] = cuda_int8_elem(__half2float(k[d]), kmax);
+                a.v8[si * D + d] = cuda_int8_elem(__half2float(v[d]), vmax);
+            }
+            if (lane == 0) {
+                a.k_scale[si] = cuda_int8_scale(kmax);
+                a.v_scale[si] = cuda_int8_scale(vmax);
+                a.pos[si] = a.tok_pos[row];
+                a.score[si] = 0.0f;
+            }
+        }
+        return;
+    }
     for (int64_t e = threadIdx.x; e < (int64_t)sq.n_tok * D; e += PA_THREADS) {
         const int32_t r = (int32_t)(e / D), d = (int32_t)(e % D);
         const int64_t row = sq.tok_start + r;
@@ -112,12 +148,16 @@ __launch_bounds__(PA_THREADS) void cuda_prefill_write_kv(cuda_prefill_attn_args 
  * Shared memory of one key tile: kpos[j] (-1 = not attendable: free, or past n_slots),
  * K transposed [head_dim][PA_KT] and, when with_v, V [PA_KT][head_dim]; K/V of
  * slots that are not attendable are zeros (a free slot may hold any bits, NaN
- * included, and 0 * NaN is NaN). Returns whether some slot of the tile is visible to
- * a query at position qmax or earlier; all threads return the same, after a barrier.
+ * included, and 0 * NaN is NaN). With an int8 cache kt / vt get the int8 elements
+ * as fp16 (exact) and ksc / vsc [PA_KT] each slot's key and value scale (0 for a slot
+ * not attendable); vsc only when with_v. Returns whether some slot of the tile is
+ * visible to a query at position qmax or earlier; all threads return the same, after
+ * a barrier.
  */
 static __device__ bool pa_load_keys(const cuda_prefill_attn_args &a, const int32_t *blocks,
                                     int32_t h, int32_t n, int32_t j0, int32_t qmax,
-                                    int32_t *kpos, __half *kt, __half *vt, bool with_v)
+                                    int32_t *kpos, __half *kt, __half *vt, float *ksc,
+                                    float *vsc, bool with_v)
 {
     const int32_t D = a.head_dim, BS = a.block_size, tid = threadIdx.x;
     if (tid < PA_KT) {
@@ -128,6 +168,32 @@ static __device__ bool pa_load_keys(const cuda_prefill_attn_args &a, const int32
     if (!__syncthreads_or(mine)) return false; /* also publishes kpos */
     const __half *kp = (const __half *)a.k, *vp = (const __half *)a.v;
     const __half zero = __float2half(0.0f);
+    if (a.k8) {
+        if (tid < PA_KT) {
+            const int64_t si = kpos[tid] >= 0 ? pa_slot_index(a, blocks, j0 + tid, h) : -1;
+            ksc[tid] = si >= 0 ? a.k_scale[si] : 0.0f;
+            if (with_v) vsc[tid] = si >= 0 ? a.v_scale[si] : 0.0f;
+        }
+        for (int32_t e = tid; e < D * PA_KT; e += PA_THREADS) {
+            const int32_t d = e / PA_KT, j = e % PA_KT;
+            __half x = zero;
+            if (kpos[j] >= 0) {
+                const int64_t si = pa_slot_index(a, blocks, j0 + j, h);
+                x = __int2half_rn(a.k8[((si / BS) * D + d) * BS + si % BS]);
+            }
+            kt[e] = x;
+        }
+        if (with_v)
+            for (int32_t e = tid; e < PA_KT * D; e += PA_THREADS) {
+                const int32_t j = e / D, d = e % D;
+                __half x = zero;
+                if (kpos[j] >= 0)
+                    x = __int2half_rn(a.v8[pa_slot_index(a, blocks, j0 + j, h) * D + d]);
+                vt[e] = x;
+            }
+        __syncthreads();
+        return true;
+    }
     /* K: consecutive threads take consecutive slots of one dimension (the pool's
      * transposed tiles make those runs of block_size halves). */
     for (int32_t e = tid; e < D * PA_KT; e += PA_THREADS) {
@@ -161,6 +227,17 @@ static __device__ float pa_logit(const float *q, const __half *kt, int32_t D, in
     for (int32_t d = 0; d < D; d++)
         acc = fmaf(q[r * D + d], __half2float(kt[d * PA_KT + j]), acc);
     return acc;
+}
+
+/* pa_logit, times the slot's key scale ksc[j] with an int8 cache. __fmul_rn keeps the
+ * product a rounded multiply that the compiler may not fuse with the subtraction
+ * that follows it in either pass, so passes 2 and 3 see the same logit bits. */
+static __device__ float pa_logit_i8(const cuda_prefill_attn_args &a, const float *ksc,
+                                    const float *q, const __half *kt, int32_t D, int32_t r,
+                                    int32_t j)
+{
+    const float l = pa_logit(q, kt, D, r, j);
+    return a.k8 ? __fmul_rn(ksc[j], l) : l;
 }
 
 /* Loads query rows q0 .. q0 + PA_QT - 1 of the chunk: q scaled (zeros past the
@@ -203,6 +280,7 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_fwd(cuda_prefill_attn
 {
     extern __shared__ float smem[];
     __shared__ float m[PA_QT], l[PA_QT], corr[PA_QT];
+    __shared__ float ksc[PA_KT], vsc[PA_KT]; /* int8 cache: the tile's scales */
     __shared__ int32_t qpos[PA_QT], kpos[PA_KT];
 
     const int32_t q0 = blockIdx.x * PA_QT, h = blockIdx.y, i = blockIdx.z;
@@ -224,12 +302,14 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_fwd(cuda_prefill_attn
     const int32_t qmax = pa_load_queries(a, sq, h, q0, q, qpos, NULL);
 
     for (int32_t j0 = 0; j0 < sq.n_slots; j0 += PA_KT) {
-        if (!pa_load_keys(a, blocks, g, sq.n_slots, j0, qmax, kpos, kt, vt, true)) continue;
+        if (!pa_load_keys(a, blocks, g, sq.n_slots, j0, qmax, kpos, kt, vt, ksc, vsc, true))
+            continue;
         /* Logits and the online softmax: warp w owns rows w, w + PA_WARPS, ... */
         for (int32_t r = warp; r < PA_QT; r += PA_WARPS) {
             const int32_t j = lane;
             const bool vis = pa_visible(a, kpos[j], qpos[r]);
-            const float s = vis ? pa_logit(q, kt, D, r, j) : -INFINITY;
+            float s = -INFINITY;
+            if (vis) s = pa_logit_i8(a, ksc, q, kt, D, r, j);
             const float m_old = m[r];
             const float m_new = fmaxf(m_old, pa_warp_max(s));
             /* A row that has seen nothing yet keeps m = -inf, l = 0, o = 0. */
@@ -249,8 +329,12 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_fwd(cuda_prefill_attn
         for (int32_t e = tid; e < PA_QT * D; e += PA_THREADS) {
             const int32_t r = e / D, d = e % D;
             float acc = o[e] * corr[r];
-            for (int32_t j = 0; j < PA_KT; j++)
-                acc = fmaf(p[r * PA_KT + j], __half2float(vt[j * D + d]), acc);
+            if (a.k8)
+                for (int32_t j = 0; j < PA_KT; j++)
+                    acc = fmaf(p[r * PA_KT + j] * vsc[j], __half2float(vt[j * D + d]), acc);
+            else
+                for (int32_t j = 0; j < PA_KT; j++)
+                    acc = fmaf(p[r * PA_KT + j], __half2float(vt[j * D + d]), acc);
             o[e] = acc;
         }
         __syncthreads(); /* the next tile overwrites kpos, kt, vt and p */
@@ -276,6 +360,7 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_col(cuda_prefill_attn
 {
     extern __shared__ float smem[];
     __shared__ float lse[PA_QT], part[PA_WARPS][PA_KT];
+    __shared__ float ksc[PA_KT]; /* int8 cache: the tile's key scales */
     __shared__ int32_t qpos[PA_QT], kpos[PA_KT];
 
     const int32_t j0 = blockIdx.x * PA_KT, g = blockIdx.y, i = blockIdx.z;
@@ -300,14 +385,16 @@ __global__ __launch_bounds__(PA_THREADS) void cuda_prefill_col(cuda_prefill_attn
              * tile and query head (the per-pair mask below decides what each query
              * sees). */
             if (!have_keys) {
-                have_keys =
-                    pa_load_keys(a, blocks, g, sq.n_slots, j0, qmax, kpos, kt, NULL, false);
+                have_keys = pa_load_keys(a, blocks, g, sq.n_slots, j0, qmax, kpos, kt, NULL,
+                                         ksc, NULL, false);
                 if (!have_keys) continue;
             }
             for (int32_t r = warp; r < PA_QT; r += PA_WARPS) {
                 const int32_t j = lane;
-                if (pa_visible(a, kpos[j], qpos[r]))
-                    col += expf(pa_logit(q, kt, D, r, j) - lse[r]);
+                if (pa_visible(a, kpos[j], qpos[r])) {
+                    /* The same logit as pass 2's, bit for bit. */
+                    col += expf(pa_logit_i8(a, ksc, q, kt, D, r, j) - lse[r]);
+                }
             }
             __syncthreads(); /* the next query tile overwrites q, qpos and lse */
         }
@@ -336,7 +423,8 @@ extern "C" cudaError_t cuda_prefill_attn(const struct cuda_prefill_attn_args *a,
         a->head_dim > PA_MAX_D || a->block_size <= 0 || a->max_chunk < 0 ||
         a->max_slots < 0 || a->max_blocks < 0 || a->n_seq > 65535 || a->n_head > 65535 ||
         a->n_kv_head < 0 || a->window < 0 ||
-        (a->n_kv_head > 0 && a->n_head % a->n_kv_head != 0))
+        (a->n_kv_head > 0 && a->n_head % a->n_kv_head != 0) ||
+        (a->k8 && (!a->v8 || !a->k_scale || !a->v_scale)))
         return cudaErrorInvalidValue;
     if (a->n_tok == 0 || a->n_seq == 0 || a->n_head == 0 || a->max_chunk == 0)
         return cudaSuccess;

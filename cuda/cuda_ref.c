@@ -10,6 +10,9 @@
  * bit-identical on host and device; the softmax sums and the value sums are
  * sequential here and tree-shaped on the device, and expf differs by an ulp or two,
  * so those agree to fp32 rounding noise (about 1e-7 relative), not bit for bit.
+ * With an int8 cache (a->k8 set) the same steps read int8 elements and their per-slot
+ * scales: the logit is k_scale * (the fmaf chain over the widened int8 key), a value
+ * row adds fmaf(p * v_scale, element, o), as the CPU's cpu_attn_int8.c does.
  */
 #include "cuda_ref.h"
 
@@ -19,6 +22,29 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+
+float cuda_ref_int8_quantize(int8_t *dst, int64_t stride, const uint16_t *x, int32_t n)
+{
+    /* Operation for operation cpu_attn_int8_quantize on f16_to_f32(x): that function
+     * lives in engine/cpu/, which this plain-C reference does not link (it is built in
+     * every configuration, the kernels' contract alone); test_cuda_ref compares the
+     * two on the same rows. */
+    float amax = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        amax = fmaxf(amax, fabsf(f16_to_f32(x[i])));
+    if (amax == 0.0f) {
+        for (int32_t i = 0; i < n; i++)
+            dst[i * stride] = 0;
+        return 0.0f;
+    }
+    const float inv = 127.0f / amax;
+    for (int32_t i = 0; i < n; i++) {
+        /* The product may round past 127 by an ulp: clamp so it never wraps. */
+        const long e = lrintf(f16_to_f32(x[i]) * inv);
+        dst[i * stride] = (int8_t)(e > 127 ? 127 : e < -127 ? -127 : e);
+    }
+    return amax / 127.0f;
+}
 
 int32_t cuda_ref_victim(const float *score, const int32_t *pos, int32_t n, int32_t t,
                         int32_t recent)
@@ -85,9 +111,15 @@ static void decode_kv_head(const struct cuda_decode_attn_args *a, int32_t i, int
     const int32_t ns = a->new_slot[(int64_t)i * KV + g];
     const int64_t ni = slot_index(a, blocks, ns, g);
     const int64_t tile = ni / BS, off = ni % BS; /* (block, head) tile, slot in it */
-    for (int32_t d = 0; d < D; d++) {
-        a->k[(tile * D + d) * BS + off] = row[(int64_t)H * D + (int64_t)g * D + d];
-        a->v[ni * D + d] = row[(int64_t)(H + KV) * D + (int64_t)g * D + d];
+    const uint16_t *kn = row + (int64_t)H * D + (int64_t)g * D, *vn = kn + (int64_t)KV * D;
+    if (a->k8) {
+        a->k_scale[ni] = cuda_ref_int8_quantize(a->k8 + tile * D * BS + off, BS, kn, D);
+        a->v_scale[ni] = cuda_ref_int8_quantize(a->v8 + ni * D, 1, vn, D);
+    } else {
+        for (int32_t d = 0; d < D; d++) {
+            a->k[(tile * D + d) * BS + off] = kn[d];
+            a->v[ni * D + d] = vn[d];
+        }
     }
     a->pos[ni] = sq->t;
     a->score[ni] = 0.0f;
@@ -107,8 +139,14 @@ static void decode_kv_head(const struct cuda_decode_attn_args *a, int32_t i, int
             float l = -INFINITY;
             if (pj >= 0 && pj <= sq->t && pj > lo) {
                 float acc = 0.0f;
-                for (int32_t d = 0; d < D; d++)
-                    acc = fmaf(q[d], f16_to_f32(a->k[(tj * D + d) * BS + oj]), acc);
+                if (a->k8) {
+                    for (int32_t d = 0; d < D; d++)
+                        acc = fmaf(q[d], (float)a->k8[(tj * D + d) * BS + oj], acc);
+                    acc = a->k_scale[si] * acc;
+                } else {
+                    for (int32_t d = 0; d < D; d++)
+                        acc = fmaf(q[d], f16_to_f32(a->k[(tj * D + d) * BS + oj]), acc);
+                }
                 l = acc;
             }
             p[j] = l;
@@ -130,8 +168,14 @@ static void decode_kv_head(const struct cuda_decode_attn_args *a, int32_t i, int
             if (a->pos[si] >= 0) n_occ++;
             if (p[j] != 0.0f) { /* free slots: no score, and their V may be anything */
                 a->score[si] += p[j];
-                for (int32_t d = 0; d < D; d++)
-                    o[d] = fmaf(p[j], f16_to_f32(a->v[si * D + d]), o[d]);
+                if (a->k8) {
+                    const float pv = p[j] * a->v_scale[si];
+                    for (int32_t d = 0; d < D; d++)
+                        o[d] = fmaf(pv, (float)a->v8[si * D + d], o[d]);
+                } else {
+                    for (int32_t d = 0; d < D; d++)
+                        o[d] = fmaf(p[j], f16_to_f32(a->v[si * D + d]), o[d]);
+                }
             }
         }
         const int64_t oi = (int64_t)i * H * D + (int64_t)h * D;
@@ -184,10 +228,20 @@ void cuda_ref_kv_compact(const struct cuda_kv_compact_args *a)
             }
             const int32_t src = keep[i];
             const int64_t ts = (int64_t)a->blocks[src / BS] * H + h, os = src % BS;
-            for (int32_t d = 0; d < D; d++) /* K tile transposed: [head_dim, block_size] */
-                a->k[(td * D + d) * BS + od] = a->k[(ts * D + d) * BS + os];
-            for (int32_t d = 0; d < D; d++)
-                a->v[(td * BS + od) * D + d] = a->v[(ts * BS + os) * D + d];
+            if (a->k8) {
+                for (int32_t d = 0; d < D; d++) /* K tile transposed, as below */
+                    a->k8[(td * D + d) * BS + od] = a->k8[(ts * D + d) * BS + os];
+                for (int32_t d = 0; d < D; d++)
+                    a->v8[(td * BS + od) * D + d] = a->v8[(ts * BS + os) * D + d];
+                a->k_scale[td * BS + od] = a->k_scale[ts * BS + os];
+                a->v_scale[td * BS + od] = a->v_scale[ts * BS + os];
+            } else {
+                for (int32_t d = 0; d < D;
+                     d++) /* K tile transposed: [head_dim, block_size] */
+                    a->k[(td * D + d) * BS + od] = a->k[(ts * D + d) * BS + os];
+                for (int32_t d = 0; d < D; d++)
+                    a->v[(td * BS + od) * D + d] = a->v[(ts * BS + os) * D + d];
+            }
             a->pos[td * BS + od] = a->pos[ts * BS + os];
             a->score[td * BS + od] = a->score[ts * BS + os];
         }
@@ -209,6 +263,22 @@ void cuda_ref_kv_init_blocks(uint16_t *v, int32_t *pos, float *score, const int3
         for (int64_t e = 0; e < n_state; e++) {
             pos[b * n_state + e] = -1;
             score[b * n_state + e] = 0.0f;
+        }
+    }
+}
+
+void cuda_ref_kv_init_blocks_i8(int8_t *v8, float *v_scale, int32_t *pos, float *score,
+                                const int32_t *blocks, int32_t n, int32_t n_head,
+                                int32_t head_dim, int32_t block_size)
+{
+    const int64_t n_state = (int64_t)n_head * block_size, n_v = n_state * head_dim;
+    for (int32_t i = 0; i < n; i++) {
+        const int64_t b = blocks[i];
+        memset(v8 + b * n_v, 0, (size_t)n_v);
+        for (int64_t e = 0; e < n_state; e++) {
+            pos[b * n_state + e] = -1;
+            score[b * n_state + e] = 0.0f;
+            v_scale[b * n_state + e] = 0.0f;
         }
     }
 }
@@ -256,6 +326,11 @@ static float prefill_logit(const struct cuda_prefill_attn_args *a, const int32_t
         return -INFINITY;
     const int64_t tile = si / BS, off = si % BS;
     float acc = 0.0f;
+    if (a->k8) {
+        for (int32_t d = 0; d < D; d++)
+            acc = fmaf(q[d], (float)a->k8[(tile * D + d) * BS + off], acc);
+        return a->k_scale[si] * acc;
+    }
     for (int32_t d = 0; d < D; d++)
         acc = fmaf(q[d], f16_to_f32(a->k[(tile * D + d) * BS + off]), acc);
     return acc;
@@ -281,9 +356,15 @@ void cuda_ref_prefill_attn(const struct cuda_prefill_attn_args *a, float *out_f3
                 const uint16_t *k =
                     a->qkv + row * row_stride + (int64_t)H * D + (int64_t)g * D;
                 const uint16_t *v = k + (int64_t)KV * D;
-                for (int32_t d = 0; d < D; d++) {
-                    a->k[(tile * D + d) * BS + off] = k[d];
-                    a->v[si * D + d] = v[d];
+                if (a->k8) {
+                    a->k_scale[si] =
+                        cuda_ref_int8_quantize(a->k8 + tile * D * BS + off, BS, k, D);
+                    a->v_scale[si] = cuda_ref_int8_quantize(a->v8 + si * D, 1, v, D);
+                } else {
+                    for (int32_t d = 0; d < D; d++) {
+                        a->k[(tile * D + d) * BS + off] = k[d];
+                        a->v[si * D + d] = v[d];
+                    }
                 }
                 a->pos[si] = a->tok_pos[row];
                 a->score[si] = 0.0f;
@@ -330,8 +411,14 @@ void cuda_ref_prefill_attn(const struct cuda_prefill_attn_args *a, float *out_f3
                     const float pj = p[j] * inv;
                     if (pj == 0.0f) continue; /* free slots: their V may be anything */
                     const int64_t si = prefill_slot(a, blocks, j, g);
-                    for (int32_t d = 0; d < D; d++)
-                        o[d] = fmaf(pj, f16_to_f32(a->v[si * D + d]), o[d]);
+                    if (a->k8) {
+                        const float pv = pj * a->v_scale[si];
+                        for (int32_t d = 0; d < D; d++)
+                            o[d] = fmaf(pv, (float)a->v8[si * D + d], o[d]);
+                    } else {
+                        for (int32_t d = 0; d < D; d++)
+                            o[d] = fmaf(pj, f16_to_f32(a->v[si * D + d]), o[d]);
+                    }
                 }
                 const int64_t oi = row * H * D + (int64_t)h * D;
                 for (int32_t d = 0; d < D; d++) {

@@ -15,6 +15,16 @@
  * [n_blocks, n_head, block_size]; slot s of a sequence is offset s % block_size of
  * block blocks[s / block_size], in every head (DESIGN section 5).
  *
+ * int8 KV cache (--kv-cache-dtype int8, the CPU backend's format, docs/kv-cache.md):
+ * the same layout with int8 elements (k8, v8 in the arguments below, k and v then
+ * unused) plus one fp32 scale per (slot, KV head) for its key and one for its value,
+ * k_scale / v_scale [n_blocks, n_head, block_size] beside pos and score. A token is
+ * quantized once, when its K/V are written (cuda_ref_int8_quantize, the rule of the
+ * CPU's cpu_attn_int8_quantize); attention reads scale * element in fp32 (a logit is
+ * k_scale * (q . k8), a value row enters as (p * v_scale) * v8, as cpu_attn_int8.c
+ * computes them), and compaction, block copies and block init carry the scales with
+ * their slots. Every kernel here takes the int8 cache when k8 is set.
+ *
  * Owns: nothing. The kernel takes device pointers, the reference host pointers.
  * Thread: the reference is pure apart from its writes through the arguments.
  */
@@ -26,6 +36,19 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * Quantize one head's n values x (fp16) to int8: dst[i * stride] = round(x / scale)
+ * with scale = max|x| / 127, returned (0 for an all-zero row, whose elements are then
+ * 0). The rule of the CPU backend's cpu_attn_int8_quantize (engine/cpu/
+ * cpu_attn_int8.c) applied to the widened values, operation for operation: amax by
+ * fmaxf, inv = 127 / amax, lrintf(x * inv) (round to nearest even) clamped to
+ * [-127, 127], scale = amax / 127; so a CUDA pool and a CPU pool written from the
+ * same fp16 K/V hold the same bytes (tests/unit/test_cuda_ref.c checks it against
+ * that very function). The kernels do the same per element (__float2int_rn on the
+ * same fp32 product).
+ */
+float cuda_ref_int8_quantize(int8_t *dst, int64_t stride, const uint16_t *x, int32_t n);
 
 /* One decode sequence of the step. */
 struct cuda_decode_seq {
@@ -77,6 +100,12 @@ struct cuda_decode_attn_args {
     float scale;       /* head_dim^-0.5 */
     int32_t n_kv_head; /* KV heads; 0 = n_head (OPT, NeoX) */
     int32_t window;    /* sliding window W; 0 = none */
+    /* int8 KV cache, or all NULL for fp16 (the header comment): with k8 set, K/V are
+     * k8 [n_blocks, KV, head_dim, block_size] and v8 [n_blocks, KV, block_size,
+     * head_dim] int8, their scales k_scale / v_scale [n_blocks, KV, block_size], and
+     * k / v are not read. */
+    int8_t *k8, *v8;
+    float *k_scale, *v_scale;
 };
 
 /*
@@ -110,10 +139,10 @@ int32_t cuda_ref_victim_window(const float *score, const int32_t *pos, int32_t n
  * H2O prefill compaction of one layer of one sequence (the device twin of be_ops
  * kv_compact, whose CPU code is cpu_attn_kv_compact_head in engine/cpu/cpu_attn.c):
  * for every head h, move slot keep[h * n_keep + i] to slot i (K, V, pos, score, bit
- * copies) for i < n_keep, keep ascending within a head (so keep[i] >= i), in
- * increasing i; then mark slots n_keep..n_slots-1 free (pos -1, score 0; their K/V
- * are left as they are). The kv_compact op is this for every layer, keep advancing
- * by n_head * n_keep per layer. Layout as above (K tiles transposed).
+ * copies; with an int8 cache K8, V8 and both scales) for i < n_keep, keep ascending within
+ * a head (so keep[i] >= i), in increasing i; then mark slots n_keep..n_slots-1 free (pos
+ * -1, score 0; their K/V are left as they are). The kv_compact op is this for every layer,
+ * keep advancing by n_head * n_keep per layer. Layout as above (K tiles transposed).
  */
 struct cuda_kv_compact_args {
     uint16_t *k;           /* [n_blocks, n_head, head_dim, block_size] fp16 */
@@ -124,6 +153,10 @@ struct cuda_kv_compact_args {
     const int32_t *keep;   /* [n_head, n_keep] kept slots per head, ascending */
     int32_t n_slots, n_keep; /* 0 <= n_keep <= n_slots */
     int32_t n_head, head_dim, block_size;
+    /* int8 KV cache, or NULL for fp16: with k8 set, k8 / v8 and the scales
+     * k_scale / v_scale [n_blocks, n_head, block_size] move instead of k / v. */
+    int8_t *k8, *v8;
+    float *k_scale, *v_scale;
 };
 
 /* The reference: the CPU backend's loop on host memory, one head after another. */
@@ -139,6 +172,13 @@ void cuda_ref_kv_compact(const struct cuda_kv_compact_args *a);
 void cuda_ref_kv_init_blocks(uint16_t *v, int32_t *pos, float *score, const int32_t *blocks,
                              int32_t n, int32_t n_head, int32_t head_dim,
                              int32_t block_size);
+
+/* The same for an int8 cache: V8 all 0 and the value scales 0 besides pos and score
+ * (the CPU backend clears both: 0 * anything stays 0 for a free slot); v8 [n_blocks,
+ * n_head, block_size, head_dim], v_scale [n_blocks, n_head, block_size]. */
+void cuda_ref_kv_init_blocks_i8(int8_t *v8, float *v_scale, int32_t *pos, float *score,
+                                const int32_t *blocks, int32_t n, int32_t n_head,
+                                int32_t head_dim, int32_t block_size);
 
 /*
  * The reference of cuda_kv_blocks_gather_state (one layer of the CPU backend's
@@ -256,6 +296,12 @@ struct cuda_prefill_attn_args {
     float scale;       /* head_dim^-0.5 */
     int32_t n_kv_head; /* KV heads; 0 = n_head (OPT, NeoX) */
     int32_t window;    /* sliding window W; 0 = none */
+    /* int8 KV cache, or all NULL for fp16 (the header comment): with k8 set, K/V are
+     * k8 [n_blocks, KV, head_dim, block_size] and v8 [n_blocks, KV, block_size,
+     * head_dim] int8, their scales k_scale / v_scale [n_blocks, KV, block_size], and
+     * k / v are not read. */
+    int8_t *k8, *v8;
+    float *k_scale, *v_scale;
 };
 
 /*

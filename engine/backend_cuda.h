@@ -8,6 +8,7 @@
 #ifndef H2O_BACKEND_CUDA_H
 #define H2O_BACKEND_CUDA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct backend;
@@ -20,16 +21,19 @@ struct be_cuda_opts {
                                      (activations); 0 = 4096 */
     int32_t max_step_rows;        /* logits rows of one forward the reserve holds (the
                                      logits and, on rank 0, the sampler); 0 = 512 */
+    bool kv_int8;                 /* K/V stored as int8 with one fp32 scale per (slot, KV
+                                     head), the CPU backend's format (--kv-cache-dtype
+                                     int8); false = fp16 */
 };
 
 /*
  * Create the CUDA backend: fp16 weights and activations, fp32 accumulation, fp32 H2O
- * scores, the slot state on the GPUs (kv_state NULL; kv_read_state and
- * kv_victims serve the engine). Returns 0, ENG_EUNSUPPORTED when this build has no
- * CUDA backend, ENG_EUNAVAILABLE when fewer GPUs than ranks are present or a device
- * cannot be initialised, or ENG_EINVAL for bad options.
- * Owns: *out (backend_destroy). Thread: the engine thread from then on (with tensor
- * parallelism it drives one worker thread per further GPU).
+ * scores, fp16 or (kv_int8) int8 K/V, the slot state on the GPUs (kv_state NULL;
+ * kv_read_state and kv_victims serve the engine). Returns 0, ENG_EUNSUPPORTED when this
+ * build has no CUDA backend, ENG_EUNAVAILABLE when fewer GPUs than ranks are present or a
+ * device cannot be initialised, or ENG_EINVAL for bad options. Owns: *out
+ * (backend_destroy). Thread: the engine thread from then on (with tensor parallelism it
+ * drives one worker thread per further GPU).
  */
 int backend_cuda_create(struct backend *out, const struct be_cuda_opts *opts);
 

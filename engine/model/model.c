@@ -149,7 +149,9 @@ enum dtype model_kv_dtype(const struct model_opts *opts)
     enum be_device dev;
     enum dtype dt;
     model_resolve_backend(opts, &dev, &dt);
-    return dev == BE_DEVICE_CPU && opts->kv_dtype_set ? opts->kv_dtype : dt;
+    if (dev == BE_DEVICE_CUDA) /* fp16, or the int8 cache when asked for */
+        return opts->kv_dtype_set && opts->kv_dtype == DTYPE_I8 ? DTYPE_I8 : dt;
+    return opts->kv_dtype_set ? opts->kv_dtype : dt;
 }
 
 static int create_backend(struct model *m, const struct model_opts *opts)
@@ -158,26 +160,25 @@ static int create_backend(struct model *m, const struct model_opts *opts)
     enum dtype dt;
     model_resolve_backend(opts, &dev, &dt);
     if (dev == BE_DEVICE_CUDA) {
-        /* The CUDA kernels read fp16 K/V only; an int8 cache would silently be a
-         * different model than the one asked for, so it is refused, not replaced. */
-        if (opts->kv_dtype_set && opts->kv_dtype == DTYPE_I8)
-            return err_set(ENG_EUNSUPPORTED,
-                           "int8 KV cache is CPU-only in this build: run --device cpu, or "
-                           "--kv-cache-dtype auto on CUDA");
-        if (opts->kv_dtype_set)
+        /* The CUDA kernels store K/V in fp16 or, asked for, in the CPU backend's int8
+         * format (docs/kv-cache.md); fp32 and bf16 caches have no kernels and run as
+         * fp16, which holds the fp16 activations' K/V exactly. */
+        const bool int8 = model_kv_dtype(opts) == DTYPE_I8;
+        if (opts->kv_dtype_set && !int8)
             log_warn("kv_cache_dtype %s is not supported by the CUDA backend, which stores "
                      "K/V in fp16: running fp16",
                      dtype_name(opts->kv_dtype));
         struct be_cuda_opts co = {.tensor_parallel = opts->tensor_parallel,
                                   .gpu_memory_utilization = opts->gpu_memory_utilization,
                                   .max_step_tokens = opts->max_step_tokens,
-                                  .max_step_rows = opts->max_step_rows};
+                                  .max_step_rows = opts->max_step_rows,
+                                  .kv_int8 = int8};
         if (opts->dtype_set && opts->dtype != DTYPE_F16)
             log_warn("dtype %s is not supported by the CUDA backend, which computes in "
                      "fp16: running fp16",
                      dtype_name(opts->dtype));
         m->dtype = dt;
-        m->kv_dtype = dt;
+        m->kv_dtype = int8 ? DTYPE_I8 : dt;
         return backend_cuda_create(&m->be, &co);
     }
     if (dt != opts->dtype)

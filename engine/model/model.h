@@ -74,9 +74,10 @@ void model_resolve_backend(const struct model_opts *opts, enum be_device *device
 
 /*
  * The KV cache dtype model_load will run opts with: on the CPU opts->kv_dtype when
- * kv_dtype_set, else the compute dtype; on CUDA fp16 (which stores K/V in fp16 only;
- * model_load refuses int8 there). The server names it before the model is loaded
- * (per-request kv_cache.dtype, /v1/models). Thread: any.
+ * kv_dtype_set, else the compute dtype; on CUDA int8 when asked for, else fp16 (the
+ * CUDA backend stores K/V in fp16 or int8 only; fp32 and bf16 run as fp16). The server
+ * names it before the model is loaded (per-request kv_cache.dtype, /v1/models). Thread:
+ * any.
  */
 enum dtype model_kv_dtype(const struct model_opts *opts);
 

@@ -24,13 +24,18 @@
  * memory fail cleanly with TP = 2, kv_capacity is positive and within the fake
  * memory, the load synchronises every device, the profile times GEMM and attention,
  * the sampling op matches the engine's sampler, nothing leaks, and the fake saw no
- * misuse.
+ * misuse. The int8 KV cache (--kv-cache-dtype int8) runs on both backends (the CPU's
+ * cpu_attn_int8.c, CUDA's kernels' references) against cuda_parity.h's int8 bar, on
+ * OPT, GQA + rotary, the sliding window and TP = 2; its blocks cost what the CPU
+ * backend's do.
  */
 #include "test.h"
 
 #include "backend_cuda.h"
+#include "be_cuda_impl.h" /* the int8 pool's arrays, read in the fake's host memory */
 #include "cuda_parity.h"
 #include "fakecuda.h"
+#include "rnd.h"
 
 #include <math.h>
 #include <signal.h>
@@ -125,6 +130,169 @@ TEST(golden_tiny_mistral_tp2)
 TEST(golden_tiny_neox_tp2)
 {
     check_family("golden-arch/tiny-neox", 3, 2);
+}
+
+/* The int8 KV cache on both backends, cuda_parity.h's int8 bar (the CPU's own int8
+ * test's): a scale left behind by compaction, or a slot read with another's scale,
+ * is off by far more. The fake must see no misuse and get back every allocation. */
+static void check_int8(const char *name, int32_t chunk, int tp)
+{
+    const int64_t live0 = fakecuda_live_allocations(), bad0 = fakecuda_violations();
+    fakecuda_set_devices(tp);
+    parity_check_int8(name, chunk, tp);
+    EXPECT_EQ(fakecuda_live_allocations(), live0);
+    EXPECT_EQ(fakecuda_violations(), bad0);
+}
+
+TEST(int8_golden_tiny_opt)
+{
+    check_int8("golden/tiny-opt", 7, 1);
+}
+TEST(int8_golden_tiny_opt_tp2)
+{
+    check_int8("golden/tiny-opt", 1 << 20, 2);
+}
+TEST(int8_golden_tiny_llama)
+{
+    check_int8("golden-arch/tiny-llama", 7, 1);
+}
+TEST(int8_golden_tiny_mistral)
+{
+    check_int8("golden-arch/tiny-mistral", 1, 1);
+}
+TEST(int8_golden_tiny_neox_tp2)
+{
+    check_int8("golden-arch/tiny-neox", 3, 2);
+}
+
+/* An int8 block costs the same on both backends: 2 * head_dim bytes of K/V per (slot,
+ * KV head) plus pos, score and the two scales, against fp16's 4 * head_dim + 8; so
+ * --kv-cache-bytes and the GPU's measured capacity hold the same int8 tokens. */
+TEST(int8_block_bytes_are_the_cpu_backends)
+{
+    fakecuda_set_devices(1);
+    struct model_opts mo;
+    size_t bytes[3] = {0};
+    for (int k = 0; k < 3; k++) {
+        erun_opts(&mo, k == 0 ? BE_DEVICE_CPU : BE_DEVICE_CUDA, 1, false);
+        if (k < 2) {
+            mo.kv_dtype = DTYPE_I8;
+            mo.kv_dtype_set = true;
+        }
+        struct model *m = erun_load("golden-arch/tiny-llama", &mo);
+        EXPECT(m != NULL);
+        if (!m) return;
+        if (k < 2) EXPECT_EQ(m->kv_dtype, DTYPE_I8);
+        bytes[k] = m->be.ops->kv_block_bytes(m->be.ctx, 16);
+        const struct opt_config *c = &m->cfg;
+        const size_t slots = (size_t)c->n_layer * (size_t)c->n_kv_head * 16;
+        if (k == 2)
+            EXPECT_EQ(bytes[k], slots * (4 * (size_t)c->head_dim + 8));
+        else
+            EXPECT_EQ(bytes[k], slots * (2 * (size_t)c->head_dim + 16));
+        model_destroy(m);
+    }
+    printf("# block of 16: cpu int8 %zu, cuda int8 %zu, cuda fp16 %zu bytes\n", bytes[0],
+           bytes[1], bytes[2]);
+    EXPECT_EQ(bytes[1], bytes[0]);
+}
+
+/*
+ * kv_copy_blocks and kv_init_blocks on an int8 pool, white box (the fake's device
+ * memory is host memory): with TP = 2, every rank's int8 K/V, scales, pos and score
+ * of the copied blocks equal their sources' bit for bit, init clears V, the value
+ * scales, pos and score of its blocks and leaves K and the key scales, and no other
+ * block changes. A fork (n > 1) copies the prompt's blocks this way, and a scale left
+ * behind would dequantize the copy's K/V with another token's range.
+ */
+TEST(int8_block_copy_and_init_carry_the_scales)
+{
+    const int64_t live0 = fakecuda_live_allocations(), bad0 = fakecuda_violations();
+    fakecuda_set_devices(2);
+    struct model_opts mo;
+    erun_opts(&mo, BE_DEVICE_CUDA, 2, false);
+    mo.kv_dtype = DTYPE_I8;
+    mo.kv_dtype_set = true;
+    struct model *m = erun_load("golden-arch/tiny-llama", &mo);
+    EXPECT(m != NULL);
+    if (!m) return;
+    struct cuda_be *c = m->be.ctx;
+    const int32_t L = m->cfg.n_layer, D = m->cfg.head_dim, NB = c->n_blocks;
+    uint64_t st = 99;
+    /* Random bytes everywhere, kept for the comparison (per rank, per layer). */
+    struct {
+        int8_t *k8, *v8;
+        float *ks, *vs, *score;
+        int32_t *pos;
+    } old[2][8];
+    EXPECT(c->n_rank == 2 && L <= 8);
+    if (c->n_rank != 2 || L > 8) return;
+    for (int32_t r = 0; r < 2; r++)
+        for (int32_t l = 0; l < L; l++) {
+            const struct cu_layer *y = &c->ranks[r].layers[l];
+            EXPECT(y->k8 && y->v8 && y->k_scale && y->v_scale && !y->k && !y->v);
+            const size_t st_n = (size_t)NB * c->ranks[r].sh.n_kv_head * c->block_size;
+            const size_t kv_n = st_n * (size_t)D;
+            for (size_t e = 0; e < kv_n; e++) {
+                y->k8[e] = (int8_t)(lcg_below(&st, 255) - 127);
+                y->v8[e] = (int8_t)(lcg_below(&st, 255) - 127);
+            }
+            for (size_t e = 0; e < st_n; e++) {
+                y->k_scale[e] = lcg_float(&st, 0.0f, 1.0f);
+                y->v_scale[e] = lcg_float(&st, 0.0f, 1.0f);
+                y->score[e] = lcg_float(&st, 0.0f, 9.0f);
+                y->pos[e] = lcg_below(&st, 1000);
+            }
+            old[r][l].k8 = xmalloc(kv_n), old[r][l].v8 = xmalloc(kv_n);
+            old[r][l].ks = xmalloc(st_n * 4), old[r][l].vs = xmalloc(st_n * 4);
+            old[r][l].score = xmalloc(st_n * 4), old[r][l].pos = xmalloc(st_n * 4);
+            memcpy(old[r][l].k8, y->k8, kv_n), memcpy(old[r][l].v8, y->v8, kv_n);
+            memcpy(old[r][l].ks, y->k_scale, st_n * 4);
+            memcpy(old[r][l].vs, y->v_scale, st_n * 4);
+            memcpy(old[r][l].score, y->score, st_n * 4);
+            memcpy(old[r][l].pos, y->pos, st_n * 4);
+        }
+    const int32_t src[3] = {3, 40, 7}, dst[3] = {100, 9, 41}, init[2] = {200, 7};
+    m->be.ops->kv_copy_blocks(m->be.ctx, src, dst, 3);
+    m->be.ops->kv_init_blocks(m->be.ctx, init, 2);
+    int64_t bad = 0;
+    for (int32_t r = 0; r < 2; r++)
+        for (int32_t l = 0; l < L; l++) {
+            const struct cu_layer *y = &c->ranks[r].layers[l];
+            const size_t per = (size_t)c->ranks[r].sh.n_kv_head * c->block_size; /* slots */
+            for (int32_t b = 0; b < NB; b++) {
+                int32_t from = b; /* the block whose contents b must hold */
+                for (int k = 0; k < 3; k++)
+                    if (dst[k] == b) from = src[k];
+                const bool cleared = b == init[0] || b == init[1];
+                for (size_t j = 0; j < per; j++) {
+                    const size_t e = (size_t)b * per + j, f = (size_t)from * per + j;
+                    bool ok = memcmp(&y->k8[e * D], &old[r][l].k8[f * D], (size_t)D) == 0 &&
+                              y->k_scale[e] == old[r][l].ks[f];
+                    if (cleared) {
+                        ok = ok && y->pos[e] == -1 && y->score[e] == 0.0f &&
+                             y->v_scale[e] == 0.0f;
+                        for (int32_t d = 0; d < D; d++)
+                            ok = ok && y->v8[e * D + d] == 0;
+                    } else {
+                        ok = ok &&
+                             memcmp(&y->v8[e * D], &old[r][l].v8[f * D], (size_t)D) == 0 &&
+                             y->v_scale[e] == old[r][l].vs[f] &&
+                             y->pos[e] == old[r][l].pos[f] &&
+                             y->score[e] == old[r][l].score[f];
+                    }
+                    if (!ok && bad++ < 5)
+                        TEST_FAIL("rank %d layer %d block %d slot %zu: not block %d's%s", r,
+                                  l, b, j, from, cleared ? " K, cleared" : "");
+                }
+            }
+            free(old[r][l].k8), free(old[r][l].v8), free(old[r][l].ks), free(old[r][l].vs);
+            free(old[r][l].score), free(old[r][l].pos);
+        }
+    EXPECT_EQ(bad, 0);
+    model_destroy(m);
+    EXPECT_EQ(fakecuda_live_allocations(), live0);
+    EXPECT_EQ(fakecuda_violations(), bad0);
 }
 
 /* As on the CPU (shard_init): 2 KV heads over 4 ranks is refused at load, with
@@ -469,6 +637,13 @@ int main(void)
     RUN(golden_tiny_llama_tp2);
     RUN(golden_tiny_mistral_tp2);
     RUN(golden_tiny_neox_tp2);
+    RUN(int8_golden_tiny_opt);
+    RUN(int8_golden_tiny_opt_tp2);
+    RUN(int8_golden_tiny_llama);
+    RUN(int8_golden_tiny_mistral);
+    RUN(int8_golden_tiny_neox_tp2);
+    RUN(int8_block_bytes_are_the_cpu_backends);
+    RUN(int8_block_copy_and_init_carry_the_scales);
     RUN(kv_heads_not_divisible_by_the_ranks_are_refused);
     signal(SIGALRM, on_alarm);
     RUN(broken_gpu_fails_create_cleanly);

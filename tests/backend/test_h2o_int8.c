@@ -11,10 +11,11 @@
  * a scale left behind by compaction would exceed by orders of magnitude), run_engine's
  * memory bound holds after every prompt, every block returns to the pool, and a block
  * of the int8 pool costs its K/V bytes plus the scales, so the same memory holds about
- * twice the tokens of bf16.
+ * twice the tokens of bf16. And the CUDA backend takes the int8 cache (no refusal).
  */
 #include "test.h"
 
+#include "backend_cuda.h"
 #include "engine_run.h"
 #include "err.h"
 
@@ -106,22 +107,29 @@ TEST(llama_gqa_rope_budgets_batched_chunked)
     check_model("golden-arch/tiny-llama", 5);
 }
 
-TEST(the_cuda_backend_refuses_int8)
+TEST(the_cuda_backend_takes_int8)
 {
-    /* Wherever CUDA would run, the int8 cache is refused with a message that says it
-     * is CPU-only (there is no int8 CUDA kernel in this build); without a GPU the
-     * load fails for lack of one, also without running anything. */
+    /* The CUDA backend stores the int8 cache too (docs/cuda.md), so the dtype the
+     * server names before loading is int8 on CUDA as on the CPU, while fp32 and bf16,
+     * which CUDA has no kernels for, still run as fp16 there. Without a GPU the load
+     * fails for lack of one, never because of the KV dtype (its old refusal named
+     * "int8 KV cache"); tests/backend/test_cuda_host runs int8 on a fake GPU. */
     struct model_opts mo;
     erun_opts(&mo, BE_DEVICE_CUDA, 1, false);
     mo.kv_dtype = DTYPE_I8;
     mo.kv_dtype_set = true;
-    struct model *m = NULL;
-    EXPECT(model_load(&m, "dummy:tiny", &mo) != 0);
-    EXPECT(m == NULL);
-    EXPECT(strstr(err_msg(), "int8 KV cache is CPU-only in this build") != NULL);
-    /* What the server names before loading: CUDA stores fp16 whatever was asked. */
+    EXPECT_EQ(model_kv_dtype(&mo), DTYPE_I8);
+    if (backend_cuda_device_count() == 0) {
+        struct model *m = NULL;
+        EXPECT(model_load(&m, "dummy:tiny", &mo) != 0);
+        EXPECT(m == NULL);
+        EXPECT(strstr(err_msg(), "int8") == NULL);
+    }
+    mo.kv_dtype = DTYPE_BF16;
     EXPECT_EQ(model_kv_dtype(&mo), DTYPE_F16);
     mo.device = BE_DEVICE_CPU;
+    EXPECT_EQ(model_kv_dtype(&mo), DTYPE_BF16);
+    mo.kv_dtype = DTYPE_I8;
     EXPECT_EQ(model_kv_dtype(&mo), DTYPE_I8);
 }
 
@@ -129,6 +137,6 @@ int main(void)
 {
     RUN(opt_budgets_batched_chunked);
     RUN(llama_gqa_rope_budgets_batched_chunked);
-    RUN(the_cuda_backend_refuses_int8);
+    RUN(the_cuda_backend_takes_int8);
     return test_done();
 }

@@ -19,6 +19,20 @@
 
 #define DEV(p, what) fakecuda_dev_ok((p), 1, (what))
 
+/* The pool arrays of an attention or compaction call: fp16 K/V, or with an int8
+ * cache (k8 set) int8 K/V and both scale arrays, all device memory; the other pair is
+ * not read, and the kernels take whichever k8 says. */
+static bool kv_pool_ok(const void *k, const void *v, const int8_t *k8, const int8_t *v8,
+                       const float *k_scale, const float *v_scale, const char *what)
+{
+    if (!k8) return DEV(k, what) && DEV(v, what);
+    if (!v8 || !k_scale || !v_scale) {
+        (void)fakecuda_violation("%s: int8 cache without v8 or scales", what);
+        return false;
+    }
+    return DEV(k8, what) && DEV(v8, what) && DEV(k_scale, what) && DEV(v_scale, what);
+}
+
 cudaError_t cuda_embed(uint16_t *dst, const uint16_t *tok, const int32_t *ids,
                        const uint16_t *pos_table, const int32_t *pos, int32_t offset,
                        int32_t n, int32_t d, cudaStream_t stream)
@@ -237,7 +251,8 @@ cudaError_t cuda_decode_attn(const struct cuda_decode_attn_args *a, cudaStream_t
     if (!fakecuda_stream_ok(stream, "cuda_decode_attn") ||
         !fakecuda_dev_ok(a->qkv, rows * qkv_row * 2, "cuda_decode_attn qkv") ||
         !fakecuda_dev_ok(a->out, rows * hd * 2, "cuda_decode_attn out") ||
-        !DEV(a->k, "cuda_decode_attn k") || !DEV(a->v, "cuda_decode_attn v") ||
+        !kv_pool_ok(a->k, a->v, a->k8, a->v8, a->k_scale, a->v_scale,
+                    "cuda_decode_attn K/V") ||
         !DEV(a->pos, "cuda_decode_attn pos") || !DEV(a->score, "cuda_decode_attn score") ||
         !fakecuda_dev_ok(a->blocks, rows * (size_t)a->max_blocks * 4,
                          "cuda_decode_attn blocks") ||
@@ -280,7 +295,8 @@ cudaError_t cuda_prefill_attn(const struct cuda_prefill_attn_args *a, cudaStream
         !fakecuda_dev_ok(a->qkv, rows * qkv_row * 2, "cuda_prefill_attn qkv") ||
         !fakecuda_dev_ok(a->out, rows * hd * 2, "cuda_prefill_attn out") ||
         !fakecuda_dev_ok(a->lse, rows * (size_t)a->n_head * 4, "cuda_prefill_attn lse") ||
-        !DEV(a->k, "cuda_prefill_attn k") || !DEV(a->v, "cuda_prefill_attn v") ||
+        !kv_pool_ok(a->k, a->v, a->k8, a->v8, a->k_scale, a->v_scale,
+                    "cuda_prefill_attn K/V") ||
         !DEV(a->pos, "cuda_prefill_attn pos") ||
         !DEV(a->score, "cuda_prefill_attn score") ||
         !fakecuda_dev_ok(a->blocks, (size_t)a->n_seq * (size_t)a->max_blocks * 4,
@@ -312,9 +328,10 @@ cudaError_t cuda_kv_compact(const struct cuda_kv_compact_args *a, cudaStream_t s
                                   a->n_slots);
     if (a->n_head == 0 || a->n_slots == 0) return cudaSuccess;
     const size_t nb = (size_t)((a->n_slots + a->block_size - 1) / a->block_size);
-    if (!fakecuda_stream_ok(stream, "cuda_kv_compact") || !DEV(a->k, "cuda_kv_compact k") ||
-        !DEV(a->v, "cuda_kv_compact v") || !DEV(a->pos, "cuda_kv_compact pos") ||
-        !DEV(a->score, "cuda_kv_compact score") ||
+    if (!fakecuda_stream_ok(stream, "cuda_kv_compact") ||
+        !kv_pool_ok(a->k, a->v, a->k8, a->v8, a->k_scale, a->v_scale,
+                    "cuda_kv_compact K/V") ||
+        !DEV(a->pos, "cuda_kv_compact pos") || !DEV(a->score, "cuda_kv_compact score") ||
         !fakecuda_dev_ok(a->blocks, nb * 4, "cuda_kv_compact blocks") ||
         !fakecuda_dev_ok(a->keep, (size_t)a->n_head * (size_t)a->n_keep * 4,
                          "cuda_kv_compact keep"))
@@ -350,6 +367,32 @@ cudaError_t cuda_kv_blocks_init(uint16_t *v, int32_t *pos, float *score,
             return cudaErrorInvalidValue;
     }
     cuda_ref_kv_init_blocks(v, pos, score, blocks, n, n_head, head_dim, block_size);
+    return cudaSuccess;
+}
+
+cudaError_t cuda_kv_blocks_init_i8(int8_t *v8, float *v_scale, int32_t *pos, float *score,
+                                   const int32_t *blocks, int32_t n, int32_t n_head,
+                                   int32_t head_dim, int32_t block_size,
+                                   cudaStream_t stream)
+{
+    if (n < 0 || n_head < 0 || head_dim % 2 || block_size < 1 || !v_scale)
+        return cudaErrorInvalidValue;
+    if (n == 0 || n_head == 0) return cudaSuccess;
+    const size_t st = (size_t)n_head * (size_t)block_size;
+    if (!fakecuda_stream_ok(stream, "cuda_kv_blocks_init_i8") ||
+        !fakecuda_dev_ok(blocks, (size_t)n * 4, "cuda_kv_blocks_init_i8 blocks"))
+        return cudaErrorInvalidValue;
+    for (int32_t i = 0; i < n; i++) {
+        const size_t b = (size_t)blocks[i];
+        if (!fakecuda_dev_ok(v8 + b * st * (size_t)head_dim, st * (size_t)head_dim,
+                             "cuda_kv_blocks_init_i8 v8") ||
+            !fakecuda_dev_ok(v_scale + b * st, st * 4, "cuda_kv_blocks_init_i8 v_scale") ||
+            !fakecuda_dev_ok(pos + b * st, st * 4, "cuda_kv_blocks_init_i8 pos") ||
+            !fakecuda_dev_ok(score + b * st, st * 4, "cuda_kv_blocks_init_i8 score"))
+            return cudaErrorInvalidValue;
+    }
+    cuda_ref_kv_init_blocks_i8(v8, v_scale, pos, score, blocks, n, n_head, head_dim,
+                               block_size);
     return cudaSuccess;
 }
 

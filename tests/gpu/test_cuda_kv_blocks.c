@@ -11,6 +11,8 @@
  * Shapes: block sizes 1, 16, 64 (and 5), n = 0 and n_slots = 0 (nothing launched),
  * head_dim 2 up to 256 (even: the kernel clears V in 4-byte pairs; odd is refused),
  * OPT-6.7B's 32 heads of 128, and a block so large that hundreds of CTAs share it.
+ * cuda_kv_blocks_init_i8 (the int8 cache: V8 bytes and value scales cleared too)
+ * against cuda_ref_kv_init_blocks_i8 the same way, over random bytes and NaN scales.
  *
  * Without a CUDA device it prints "no CUDA device: skipping" and exits 77 (SKIP).
  */
@@ -96,6 +98,72 @@ TEST(init_blocks_matches_reference_bit_for_bit)
     EXPECT_EQ(check_init(&st, 32, 128, 16, 40, 1), 0);
     EXPECT_EQ(check_init(&st, 32, 128, 64, 12, 10), 0);
     EXPECT_EQ(check_init(&st, 1, 2, 1, 3, 3), 0); /* the smallest block: 1 word */
+}
+
+/* One random int8 init (V8 random bytes, v_scale NaN or random, pos and score as
+ * kb_fill_pool makes them); returns the differing words of the whole pool. */
+static int64_t check_init_i8(uint64_t *st, int32_t H, int32_t D, int32_t BS, int32_t n_pool,
+                             int32_t n)
+{
+    const int64_t ns = (int64_t)n_pool * H * BS, nv = ns * D; /* nv bytes, even */
+    uint16_t *v16 = malloc((size_t)nv * 2);
+    int8_t *v8 = malloc((size_t)nv), *v8_got = malloc((size_t)nv);
+    float *vs = malloc((size_t)ns * 4), *vs_got = malloc((size_t)ns * 4);
+    int32_t *pos = malloc((size_t)ns * 4), *pos_got = malloc((size_t)ns * 4);
+    float *score = malloc((size_t)ns * 4), *score_got = malloc((size_t)ns * 4);
+    int32_t *blocks = malloc((size_t)(n ? n : 1) * 4);
+    kb_fill_pool(st, v16, pos, score, ns, D);
+    for (int64_t i = 0; i < nv; i++)
+        v8[i] = (int8_t)(dc_int(st, 255) - 127);
+    for (int64_t i = 0; i < ns; i++)
+        vs[i] = dc_int(st, 4) == 0 ? NAN : dc_float(st, 0.0f, 1.0f);
+    dc_shuffle_blocks(st, blocks, n_pool, n);
+    int8_t *d_v8 = gpu_to_dev(v8, (size_t)nv);
+    float *d_vs = gpu_to_dev(vs, (size_t)ns * 4);
+    int32_t *d_pos = gpu_to_dev(pos, (size_t)ns * 4);
+    float *d_score = gpu_to_dev(score, (size_t)ns * 4);
+    int32_t *d_blocks = gpu_to_dev(blocks, (size_t)n * 4);
+    int64_t bad = 1;
+    cudaError_t e = cudaErrorMemoryAllocation;
+    if (d_v8 && d_vs && d_pos && d_score && d_blocks)
+        e = cuda_kv_blocks_init_i8(d_v8, d_vs, d_pos, d_score, d_blocks, n, H, D, BS, 0);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    e = gpu_from_dev(e, v8_got, d_v8, (size_t)nv);
+    e = gpu_from_dev(e, vs_got, d_vs, (size_t)ns * 4);
+    e = gpu_from_dev(e, pos_got, d_pos, (size_t)ns * 4);
+    e = gpu_from_dev(e, score_got, d_score, (size_t)ns * 4);
+    if (e != cudaSuccess) {
+        TEST_FAIL("cuda_kv_blocks_init_i8 H=%d D=%d BS=%d pool=%d n=%d: %s", H, D, BS,
+                  n_pool, n, cudaGetErrorString(e));
+    } else {
+        cuda_ref_kv_init_blocks_i8(v8, vs, pos, score, blocks, n, H, D, BS);
+        bad = count_word_diffs("V8 quads", v8_got, v8, nv / 4) +
+              (nv % 4 ? memcmp(v8_got + nv - 2, v8 + nv - 2, 2) != 0 : 0) +
+              count_word_diffs("v_scale", vs_got, vs, ns) +
+              count_word_diffs("pos", pos_got, pos, ns) +
+              count_word_diffs("score", score_got, score, ns);
+        if (bad)
+            TEST_FAIL("init int8 H=%d D=%d BS=%d pool=%d n=%d: %lld differences", H, D, BS,
+                      n_pool, n, (long long)bad);
+    }
+    cudaFree(d_v8), cudaFree(d_vs), cudaFree(d_pos), cudaFree(d_score), cudaFree(d_blocks);
+    free(v16), free(v8), free(v8_got), free(vs), free(vs_got), free(pos), free(pos_got);
+    free(score), free(score_got), free(blocks);
+    return bad;
+}
+
+TEST(init_blocks_int8_matches_reference_bit_for_bit)
+{
+    uint64_t st = 103;
+    for (int r = 0; r < 100; r++) {
+        const int32_t BS = kb_block_sizes[r % 4], H = 1 + dc_int(&st, 7);
+        const int32_t D = r % 5 == 0 ? 2 : 2 * (1 + dc_int(&st, 128));
+        const int32_t n_pool = 1 + dc_int(&st, 12);
+        const int32_t n = r % 7 == 0 ? 0 : r % 7 == 1 ? n_pool : dc_int(&st, n_pool + 1);
+        EXPECT_EQ(check_init_i8(&st, H, D, BS, n_pool, n), 0);
+    }
+    EXPECT_EQ(check_init_i8(&st, 32, 128, 16, 40, 34), 0); /* OPT-6.7B's prompt blocks */
+    EXPECT_EQ(check_init_i8(&st, 1, 2, 1, 3, 3), 0);       /* one 2-byte word per slot */
 }
 
 /* One random gather of n_slots slots on the device and with the reference; returns
@@ -210,6 +278,7 @@ int main(void)
     gpu_print_device(n_dev);
 
     RUN(init_blocks_matches_reference_bit_for_bit);
+    RUN(init_blocks_int8_matches_reference_bit_for_bit);
     RUN(gather_state_matches_reference_bit_for_bit);
     RUN(init_blocks_with_many_ctas_per_block);
     RUN(bad_arguments_are_refused_before_launch);

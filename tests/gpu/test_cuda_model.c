@@ -22,7 +22,9 @@
  * dummy:llama-tiny). With two GPUs, TP = 2 is compared with
  * the CPU and with TP = 1. Finally generate_run (the scheduler)
  * runs on CUDA, keeps the budget and repeats itself; its tokens are reported
- * against the CPU's (a near-tie may flip one here).
+ * against the CPU's (a near-tie may flip one here). The int8 KV cache runs on both
+ * backends against cuda_parity.h's int8 bar (parity_check_int8, the CPU's own int8
+ * test's relative bounds), as test_cuda_host runs it on the fake device.
  *
  * Without a GPU it prints why and exits 77 (skip).
  */
@@ -78,6 +80,19 @@ TEST(families)
     check_family("dummy:llama-tiny", 5, 1);
 }
 
+/* --kv-cache-dtype int8 on both backends: OPT in chunks, GQA + rotary, the sliding
+ * window in one-token chunks, NeoX's partial rotary, dummy:opt-125m's real vocabulary;
+ * TP = 2 where two GPUs exist. */
+TEST(int8_kv)
+{
+    parity_check_int8("golden/tiny-opt", 7, 1);
+    parity_check_int8("golden-arch/tiny-llama", 7, 1);
+    parity_check_int8("golden-arch/tiny-mistral", 1, 1);
+    parity_check_int8("golden-arch/tiny-neox", 3, 1);
+    parity_check_int8("dummy:opt-125m", 9, 1);
+    if (backend_cuda_device_count() >= 2) parity_check_int8("golden/tiny-opt", 1 << 20, 2);
+}
+
 /* The families with TP = 2 (one KV head per rank on the tiny ones). */
 TEST(families_tp2)
 {
@@ -119,6 +134,7 @@ int main(void)
     RUN(dummy_tiny);
     RUN(dummy_opt_125m);
     RUN(families);
+    RUN(int8_kv);
     if (n_dev >= 2) {
         RUN(tp2);
         RUN(families_tp2);

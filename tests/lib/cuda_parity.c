@@ -11,6 +11,8 @@
 #include <math.h>
 
 uint64_t parity_seed = PARITY_SEED;
+/* parity_run's KV dtype: int8 during parity_check_int8, else the backend's default. */
+static bool parity_int8;
 struct parity_worst parity_worst;
 
 /* Every case of engine_run.h's table on `dev` with `tp` ranks, prompts in chunks of
@@ -24,6 +26,10 @@ static bool parity_run(struct erun *r, const char *name, enum be_device dev, int
      * the last step is comparable; its tokens and logits are the same either way
      * (test_device_state). */
     erun_opts(&mo, dev, tp, dev == BE_DEVICE_CPU);
+    if (parity_int8) {
+        mo.kv_dtype = DTYPE_I8;
+        mo.kv_dtype_set = true;
+    }
     return erun_run(r, name, &mo, chunk, parity_seed);
 }
 
@@ -219,6 +225,64 @@ void parity_check_model(const char *name, int32_t chunk, int tp, bool exact_head
     erun_free(&cpu);
     erun_free(&gpu);
     erun_free(&one);
+}
+
+void parity_check_int8(const char *name, int32_t chunk, int tp)
+{
+    struct erun cpu = {0}, gpu = {0};
+    parity_int8 = true;
+    const bool ok = parity_run(&cpu, name, BE_DEVICE_CPU, 1, chunk) &&
+                    parity_run(&gpu, name, BE_DEVICE_CUDA, tp, chunk);
+    parity_int8 = false;
+    if (!ok) {
+        TEST_FAIL("%s: cannot run with an int8 KV cache on both backends", name);
+        erun_free(&cpu);
+        erun_free(&gpu);
+        return;
+    }
+    EXPECT_EQ(cpu.m->kv_dtype, DTYPE_I8);
+    EXPECT_EQ(gpu.m->kv_dtype, DTYPE_I8);
+    const int32_t V = cpu.m->cfg.vocab_size;
+    double worst = 0.0, row0 = 0.0;
+    int32_t same_tokens = 0;
+    for (int32_t c = 0; c < ERUN_CASES; c++) {
+        const struct erun_case *k = &erun_cases[c];
+        const struct eseq *a = &cpu.es[c], *b = &gpu.es[c];
+        int32_t rows = STEPS + 1;
+        for (int32_t t = 0; t < STEPS; t++)
+            if (a->tokens[a->P + t] != b->tokens[b->P + t]) {
+                rows = t + 1; /* later rows see different tokens */
+                break;
+            }
+        same_tokens += rows - 1;
+        for (int32_t r = 0; r < rows; r++) {
+            const float *la = a->logits + (int64_t)r * V, *lb = b->logits + (int64_t)r * V;
+            double d = 0.0, mag = 0.0;
+            for (int32_t v = 0; v < V; v++) {
+                d = fmax(d, fabs((double)la[v] - lb[v]));
+                mag = fmax(mag, fabs((double)la[v]));
+            }
+            const double rel = d / fmax(mag, 1e-3);
+            worst = fmax(worst, rel);
+            if (r == 0) row0 = fmax(row0, rel);
+        }
+        if (!k->full && b->kv.n_evicted == 0)
+            TEST_FAIL("%s int8 case %d: no eviction", name, c);
+        if (k->full) EXPECT_EQ(b->kv.n_evicted, 0);
+        if (!k->full && b->kv.n_slots > k->H + k->R)
+            TEST_FAIL("%s int8 case %d: %d slots over a budget of %d", name, c,
+                      b->kv.n_slots, k->H + k->R);
+    }
+    printf("# %s int8 KV, cuda tp %d vs cpu, chunk %d: worst logit error %.3g of the row's "
+           "max |logit| (prompt rows %.3g); %d of %d greedy tokens agree before any "
+           "differs\n",
+           name, tp, chunk, worst, row0, same_tokens, ERUN_CASES * STEPS);
+    if (!(row0 < 0.06))
+        TEST_FAIL("%s: int8 prompt logits off by %.3g of their scale", name, row0);
+    if (!(worst < 0.15))
+        TEST_FAIL("%s: int8 logits off by %.3g of their scale", name, worst);
+    erun_free(&cpu);
+    erun_free(&gpu);
 }
 
 void parity_generate(const char *name, int32_t max_tokens, int max_tp, bool same_as_cpu)

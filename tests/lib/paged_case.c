@@ -66,8 +66,33 @@ static void pool_fill_free(struct paged_pool *p, uint64_t *st, float free_score)
     }
 }
 
+void paged_pool_to_int8(struct paged_pool *p)
+{
+    const int32_t D = p->head_dim, BS = p->block_size;
+    const int64_t el = paged_pool_slots(p);
+    p->k8 = dc_alloc((size_t)(el * D));
+    p->v8 = dc_alloc((size_t)(el * D));
+    p->k_scale = dc_alloc((size_t)el * sizeof *p->k_scale);
+    p->v_scale = dc_alloc((size_t)el * sizeof *p->v_scale);
+    uint16_t *col = dc_alloc((size_t)D * sizeof *col);
+    for (int64_t si = 0; si < el; si++) {
+        /* Slot si is offset si % BS of tile si / BS; its key is a column of the
+         * transposed tile, its value a row. */
+        const int64_t t = si / BS, o = si % BS;
+        for (int32_t d = 0; d < D; d++)
+            col[d] = p->k[(t * D + d) * BS + o];
+        p->k_scale[si] = cuda_ref_int8_quantize(p->k8 + t * D * BS + o, BS, col, D);
+        p->v_scale[si] = cuda_ref_int8_quantize(p->v8 + si * D, 1, p->v + si * D, D);
+    }
+    free(col);
+}
+
 static void pool_free(struct paged_pool *p)
 {
+    free(p->k8);
+    free(p->v8);
+    free(p->k_scale);
+    free(p->v_scale);
     free(p->k);
     free(p->v);
     free(p->pos);
@@ -101,7 +126,12 @@ struct cuda_decode_attn_args dc_args(struct decode_case *c)
         .scale = 1.0f / sqrtf((float)p->head_dim),
         .n_kv_head = p->n_head,
         .window = c->window,
+        .k8 = p->k8,
+        .v8 = p->v8,
+        .k_scale = p->k_scale,
+        .v_scale = p->v_scale,
     };
+    if (p->k8) a.k = a.v = NULL; /* an int8 call must not read them */
     return a;
 }
 
@@ -355,7 +385,12 @@ struct cuda_prefill_attn_args pc_args(struct prefill_case *c, struct prefill_bat
         .scale = 1.0f / sqrtf((float)p->head_dim),
         .n_kv_head = p->n_head,
         .window = c->window,
+        .k8 = p->k8,
+        .v8 = p->v8,
+        .k_scale = p->k_scale,
+        .v_scale = p->v_scale,
     };
+    if (p->k8) a.k = a.v = NULL; /* an int8 call must not read them */
     return a;
 }
 
@@ -386,7 +421,12 @@ struct cuda_kv_compact_args cc_args(struct compact_case *c)
                                      .n_keep = c->n_keep,
                                      .n_head = p->n_head,
                                      .head_dim = p->head_dim,
-                                     .block_size = p->block_size};
+                                     .block_size = p->block_size,
+                                     .k8 = p->k8,
+                                     .v8 = p->v8,
+                                     .k_scale = p->k_scale,
+                                     .v_scale = p->v_scale};
+    if (p->k8) a.k = a.v = NULL; /* an int8 call must not read them */
     return a;
 }
 

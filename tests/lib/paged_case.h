@@ -28,6 +28,11 @@
  * filled, those outside the table must stay untouched) and per head an ascending
  * random keep list as h2o_prefill_keep makes.
  *
+ * paged_pool_to_int8 turns any of these pools into an int8 cache (--kv-cache-dtype
+ * int8): every slot of every block quantized from its fp16 K/V by the kernels' rule,
+ * so the int8 tests see the same states, and *_args then pass k8 / v8 and the scales
+ * instead of k / v.
+ *
  * kb_fill_pool: the raw slot state (V, pos, score) the KV block kernels reset and
  * gather, with NaNs and negative scores a reset must overwrite.
  *
@@ -73,7 +78,19 @@ struct paged_pool {
     int32_t *pos;    /* [n_pool, n_head, block_size] */
     float *score;
     int32_t *blocks; /* [n_seq, max_blocks] */
+    /* An int8 cache (paged_pool_to_int8), else NULL: k8 / v8 in the layout of k / v,
+     * k_scale / v_scale [n_pool, n_head, block_size]. */
+    int8_t *k8, *v8;
+    float *k_scale, *v_scale;
 };
+
+/*
+ * Make p an int8 cache: k8 / v8 and the scales from every slot's fp16 K column and V
+ * row (cuda_ref_int8_quantize, the CPU's rule), over the whole pool, free slots and
+ * unused blocks too. k / v stay as they are, unused by the *_args calls from then on.
+ * The arrays belong to the case (freed by its *_free).
+ */
+void paged_pool_to_int8(struct paged_pool *p);
 
 /* Slots of the pool over all heads: n_pool * n_head * block_size. */
 static inline int64_t paged_pool_slots(const struct paged_pool *p)

@@ -6,7 +6,9 @@
  * init: the CPU backend's kv_init_blocks (engine/cpu/be_cpu.c) sets pos -1, score 0
  * and V to zero bytes in every slot of each listed block, and touches nothing else.
  * The pools start as garbage (NaN V values, random positions and scores), so a missed
- * slot shows, and every byte outside the listed blocks must be unchanged.
+ * slot shows, and every byte outside the listed blocks must be unchanged. With an int8
+ * cache (cuda_ref_kv_init_blocks_i8) it clears the int8 V bytes and the value scales
+ * too (be_cpu.c clears kv->v_scale), here over random bytes and NaN scales.
  * gather: be_ops.kv_read_state's layout [n_head, n_slots] per layer, slot s of a
  * sequence being offset s % block_size of block blocks[s / block_size]; the
  * expectation walks the block table block by block (no division), so a wrong index
@@ -18,6 +20,7 @@
 #include "cuda_ref.h"
 #include "paged_case.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -81,6 +84,72 @@ TEST(init_blocks_frees_listed_blocks_only)
         EXPECT_EQ(check_init(&st, H, D, BS, n_pool, n), 0);
     }
     EXPECT_EQ(check_init(&st, 32, 128, 16, 40, 34), 0); /* OPT-6.7B, a 544-token prompt */
+}
+
+/* One random int8 init: v8 random bytes, v_scale NaN or random, the slot state as
+ * kb_fill_pool makes it. Returns the wrong bytes or slots. */
+static int64_t check_init_i8(uint64_t *st, int32_t H, int32_t D, int32_t BS, int32_t n_pool,
+                             int32_t n)
+{
+    const int64_t per = (int64_t)H * BS, ns = per * n_pool;
+    int8_t *v8 = dc_alloc((size_t)(ns * D)), *v80 = dc_alloc((size_t)(ns * D));
+    uint16_t *v16 = dc_alloc((size_t)(ns * D) * sizeof *v16); /* kb_fill_pool's V, unused */
+    float *vs = dc_alloc((size_t)ns * sizeof *vs),
+          *vs0 = dc_alloc((size_t)ns * sizeof *vs0);
+    int32_t *pos = dc_alloc((size_t)ns * sizeof *pos), *pos0 = dc_alloc((size_t)ns * 4);
+    float *score = dc_alloc((size_t)ns * sizeof *score), *score0 = dc_alloc((size_t)ns * 4);
+    int32_t *blocks = dc_alloc((size_t)(n ? n : 1) * sizeof *blocks);
+    bool *listed = dc_alloc((size_t)n_pool * sizeof *listed);
+    kb_fill_pool(st, v16, pos, score, ns, D);
+    for (int64_t e = 0; e < ns * D; e++)
+        v8[e] = (int8_t)(dc_int(st, 255) - 127);
+    for (int64_t e = 0; e < ns; e++)
+        vs[e] = dc_int(st, 4) == 0 ? NAN : dc_float(st, 0.0f, 1.0f);
+    dc_shuffle_blocks(st, blocks, n_pool, n);
+    memcpy(v80, v8, (size_t)(ns * D));
+    memcpy(vs0, vs, (size_t)ns * 4);
+    memcpy(pos0, pos, (size_t)ns * 4);
+    memcpy(score0, score, (size_t)ns * 4);
+    for (int32_t i = 0; i < n; i++)
+        listed[blocks[i]] = true;
+
+    cuda_ref_kv_init_blocks_i8(v8, vs, pos, score, blocks, n, H, D, BS);
+
+    int64_t bad = 0;
+    const float zero = 0.0f;
+    for (int32_t b = 0; b < n_pool; b++)
+        for (int64_t e = b * per; e < (b + 1) * per; e++) {
+            bool ok;
+            if (listed[b]) {
+                ok = pos[e] == -1 && memcmp(&score[e], &zero, 4) == 0 &&
+                     memcmp(&vs[e], &zero, 4) == 0;
+                for (int32_t d = 0; d < D; d++)
+                    ok = ok && v8[e * D + d] == 0;
+            } else {
+                ok = pos[e] == pos0[e] && memcmp(&score[e], &score0[e], 4) == 0 &&
+                     memcmp(&vs[e], &vs0[e], 4) == 0 &&
+                     memcmp(&v8[e * D], &v80[e * D], (size_t)D) == 0;
+            }
+            if (!ok && bad++ < 5)
+                TEST_FAIL("int8 H=%d D=%d BS=%d n=%d: block %d (%s) slot %lld is wrong", H,
+                          D, BS, n, b, listed[b] ? "freed" : "not listed",
+                          (long long)(e - b * per));
+        }
+    free(v8), free(v80), free(v16), free(vs), free(vs0), free(pos), free(pos0);
+    free(score), free(score0), free(blocks), free(listed);
+    return bad;
+}
+
+TEST(int8_init_blocks_clears_bytes_and_value_scales)
+{
+    uint64_t st = 37;
+    for (int r = 0; r < 120; r++) {
+        const int32_t BS = kb_block_sizes[r % 4], H = 1 + dc_int(&st, 7);
+        const int32_t D = r % 5 == 0 ? 2 : 2 * (1 + dc_int(&st, 64));
+        const int32_t n_pool = 1 + dc_int(&st, 12);
+        const int32_t n = r % 7 == 0 ? 0 : r % 7 == 1 ? n_pool : dc_int(&st, n_pool + 1);
+        EXPECT_EQ(check_init_i8(&st, H, D, BS, n_pool, n), 0);
+    }
 }
 
 /* One random gather: returns the wrong outputs. */
@@ -148,6 +217,7 @@ TEST(gather_state_matches_a_walk_of_the_block_table)
 int main(void)
 {
     RUN(init_blocks_frees_listed_blocks_only);
+    RUN(int8_init_blocks_clears_bytes_and_value_scales);
     RUN(gather_state_matches_a_walk_of_the_block_table);
     return test_done();
 }

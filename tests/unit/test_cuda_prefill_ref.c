@@ -11,8 +11,11 @@
  * and adds p into the scores query by query; the reference uses expf, plain sums, and
  * p = exp(l - lse) from the saved log-sum-exp summed per column first. So outputs and
  * scores agree within 1e-5 relative (absolute below 1), not bit for bit; K/V writes
- * and positions must be identical. This is the CUDA kernel's logic checked where CI
- * can run it; tests/gpu/test_cuda_prefill checks the kernel against this reference.
+ * and positions must be identical. The int8 KV cache runs the same cases made int8
+ * (paged_pool_to_int8): the reference's int8 path against the engine's int8 attention
+ * on the same bytes and scales, the chunk's int8 K/V and scales identical. This is the
+ * CUDA kernel's logic checked where CI can run it; tests/gpu/test_cuda_prefill checks the
+ * kernel against this reference.
  */
 #include "test.h"
 
@@ -30,9 +33,10 @@ static bool close5(float got, float want)
     return fabsf(got - want) <= 1e-5f * m;
 }
 
-/* The engine's step on batch b over its own pool (fp32 K/V): out [n_tok, H * D]. */
+/* The engine's step on batch b over its own pool e (fp32 K/V, or int8 for an int8
+ * case): out [n_tok, H * D]. */
 static void engine_step(const struct prefill_case *c, const struct prefill_batch *pb,
-                        float *out, float *k32, float *v32, int32_t *pos, float *score)
+                        float *out, struct cuda_ref_test_pool *e)
 {
     /* H: KV heads (the pool's), Hq: query heads. */
     const int32_t H = c->pool.n_head, D = c->pool.head_dim, BS = c->pool.block_size;
@@ -59,8 +63,7 @@ static void engine_step(const struct prefill_case *c, const struct prefill_batch
                          .pos = pb->tok_pos,
                          .n_seq = pb->n_seq,
                          .seqs = seqs};
-    cuda_ref_test_cpu_attn_kv(&b, qkv, out, k32, v32, pos, score, Hq, H, c->window, D, BS,
-                              pb->max_slots);
+    cuda_ref_test_cpu_attn_pool(&b, qkv, out, e, Hq, H, c->window, BS, pb->max_slots);
     free(tokens);
     free(seqs);
     free(qkv);
@@ -75,14 +78,10 @@ static int32_t compare_case(struct prefill_case *c)
     const int32_t H = c->pool.n_head, D = c->pool.head_dim, Hq = c->n_q_head;
     const int32_t rep = Hq / H;
     const int64_t pool_el = (int64_t)c->pool.n_pool * H * c->pool.block_size;
-    float *k32 = xmalloc((size_t)(pool_el * D) * 4),
-          *v32 = xmalloc((size_t)(pool_el * D) * 4);
-    int32_t *pos = xmalloc((size_t)pool_el * 4);
-    float *score = xmalloc((size_t)pool_el * 4);
-    cuda_ref_test_widen(k32, c->pool.k, pool_el * D);
-    cuda_ref_test_widen(v32, c->pool.v, pool_el * D);
-    memcpy(pos, c->pool.pos, (size_t)pool_el * 4);
-    memcpy(score, c->pool.score, (size_t)pool_el * 4);
+    struct cuda_ref_test_pool eng;
+    cuda_ref_test_pool_copy(&eng, &c->pool);
+    const int32_t *pos = eng.kv.pos;
+    const float *score = eng.kv.score;
 
     int32_t bad = 0, n_later = 0;
     for (int32_t step = 0; step < c->n_steps && bad == 0; step++) {
@@ -92,7 +91,7 @@ static int32_t compare_case(struct prefill_case *c)
         float *out = xmalloc((size_t)n_out * 4), *ref_out = xmalloc((size_t)n_out * 4);
         /* The score increments of this step, for the row-sum check below. */
         float *before = xmalloc((size_t)pool_el * 4);
-        engine_step(c, &b, out, k32, v32, pos, score);
+        engine_step(c, &b, out, &eng);
         struct cuda_prefill_attn_args a = pc_args(c, &b);
         memcpy(before, c->pool.score, (size_t)pool_el * 4);
         cuda_ref_prefill_attn(&a, ref_out);
@@ -122,12 +121,12 @@ static int32_t compare_case(struct prefill_case *c)
                 bad++;
             }
         }
-        for (int64_t e = 0; e < pool_el * D && bad < 5; e++)
-            if (k32[e] != f16_to_f32(c->pool.k[e]) || v32[e] != f16_to_f32(c->pool.v[e])) {
-                TEST_FAIL("step %d: K/V element %lld written differently", step,
-                          (long long)e);
-                bad++;
-            }
+        const int64_t kv_diffs = cuda_ref_test_pool_kv_diffs(&eng, &c->pool);
+        if (kv_diffs) {
+            TEST_FAIL("step %d: %lld K/V elements (or int8 scales) written differently",
+                      step, (long long)kv_diffs);
+            bad++;
+        }
         /* Each query's probabilities sum to 1, so per (sequence, KV head) the chunk
          * adds n_tok times the group's query heads to the scores in all; and each
          * row's lse is finite (a query sees itself). */
@@ -162,17 +161,14 @@ static int32_t compare_case(struct prefill_case *c)
         free(ref_out);
         pc_batch_free(&b);
     }
-    free(k32);
-    free(v32);
-    free(pos);
-    free(score);
+    cuda_ref_test_pool_free(&eng);
     return n_later;
 }
 
 /* Geometries: head_dim a multiple of 16 (what cpu_attn supports, every OPT's 64, 80 and
  * 128 among them), the default block size 16 (the engine's AVX-512 paths) and odd ones
  * (its portable paths). */
-static void run_cases(int n_cases, int32_t max_chunks, uint64_t seed)
+static void run_cases(int n_cases, int32_t max_chunks, uint64_t seed, bool int8)
 {
     static const int32_t dims[] = {16, 64, 80, 128}, bss[] = {16, 16, 5, 1};
     uint64_t st = seed;
@@ -183,23 +179,22 @@ static void run_cases(int n_cases, int32_t max_chunks, uint64_t seed)
         const int32_t D = dims[k % 4], BS = bss[dc_int(&st, 4)];
         const int32_t max_p = 1 + dc_int(&st, k % 5 == 0 ? 200 : 48);
         pc_make(&c, &st, n_seq, H, D, BS, max_p, max_chunks);
+        if (int8) paged_pool_to_int8(&c.pool);
         n_later += compare_case(&c);
         pc_free(&c);
     }
-    printf("# %d cases, up to %d chunks: %d steps after a first chunk\n", n_cases,
-           max_chunks, n_later);
+    printf("# %s%d cases, up to %d chunks: %d steps after a first chunk\n",
+           int8 ? "int8: " : "", n_cases, max_chunks, n_later);
     if (max_chunks > 1) EXPECT(n_later > n_cases / 4); /* later chunks really ran */
 }
 
 /* Grouped-query attention (1, 2, 4 or 7 query heads per KV head) and, in half of the
  * cases, a sliding window of 1 to max_p tokens, chunked: the engine with n_kv and
  * window against the reference with n_kv_head and window. */
-TEST(reference_matches_engine_with_gqa_and_window)
+static void run_gqa_cases(int n_cases, uint64_t st, bool int8)
 {
     static const int32_t dims[] = {16, 64, 128}, bss[] = {16, 5, 1}, reps[] = {1, 2, 4, 7};
-    uint64_t st = 29;
     int32_t n_later = 0;
-    const int n_cases = 160;
     for (int k = 0; k < n_cases && !test_cur_failed; k++) {
         struct prefill_case c;
         const int32_t n_seq = 1 + dc_int(&st, 3), KV = 1 + dc_int(&st, 2);
@@ -208,21 +203,37 @@ TEST(reference_matches_engine_with_gqa_and_window)
         const int32_t window = k % 2 ? 0 : 1 + dc_int(&st, max_p);
         pc_make_gqa(&c, &st, n_seq, KV * r, KV, D, BS, max_p,
                     1 + dc_int(&st, PC_MAX_CHUNKS), window);
+        if (int8) paged_pool_to_int8(&c.pool);
         n_later += compare_case(&c);
         pc_free(&c);
     }
-    printf("# gqa: %d cases: %d steps after a first chunk\n", n_cases, n_later);
+    printf("# %sgqa: %d cases: %d steps after a first chunk\n", int8 ? "int8 " : "",
+           n_cases, n_later);
     EXPECT(n_later > n_cases / 4);
+}
+
+TEST(reference_matches_engine_with_gqa_and_window)
+{
+    run_gqa_cases(160, 29, false);
+}
+
+/* The int8 cache: one-chunk, chunked, and GQA with windows, against the engine's int8
+ * attention over the same bytes and scales. */
+TEST(int8_reference_matches_engine_int8)
+{
+    run_cases(60, 1, 103, true);
+    run_cases(80, PC_MAX_CHUNKS, 105, true);
+    run_gqa_cases(80, 129, true);
 }
 
 TEST(reference_matches_engine_on_one_chunk_prefills)
 {
-    run_cases(120, 1, 3);
+    run_cases(120, 1, 3, false);
 }
 
 TEST(reference_matches_engine_on_chunked_prefills)
 {
-    run_cases(160, PC_MAX_CHUNKS, 5);
+    run_cases(160, PC_MAX_CHUNKS, 5, false);
 }
 
 /*
@@ -290,5 +301,6 @@ int main(void)
     RUN(reference_matches_engine_on_chunked_prefills);
     RUN(column_sums_do_not_depend_on_chunking);
     RUN(reference_matches_engine_with_gqa_and_window);
+    RUN(int8_reference_matches_engine_int8);
     return test_done();
 }

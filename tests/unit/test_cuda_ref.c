@@ -10,6 +10,11 @@
  * scores agree within 1e-5, not bit for bit; K/V writes, positions and victims must be
  * identical. With ties on, every logit is 0 and every probability exactly 1/n on both
  * sides, so equal scores stay equal and the tie rule (older position first) decides.
+ * The int8 KV cache runs the same checks on the same states made int8
+ * (paged_pool_to_int8): the reference's int8 path against the engine's int8
+ * attention over the very same bytes and scales (new K/V bytes and scales identical),
+ * its quantizer against cpu_attn_int8_quantize, its compaction against
+ * cpu_attn_kv_compact_head with scales.
  * This is the CUDA kernel's logic checked where CI can run it; tests/gpu checks the
  * kernel against this reference.
  */
@@ -23,21 +28,19 @@
 
 #include "cuda_ref_testlib.h"
 
-/* The engine's step on c: outputs [n_seq, n_head * head_dim] fp32 into out, K/V
- * (fp32), pos, score of the pool into the given arrays (filled from c first), and
- * the victims kv_seq_after_decode would pick (-1 when it evicts nothing). */
-static void engine_step(const struct decode_case *c, float *out, float *k32, float *v32,
-                        int32_t *pos, float *score, int32_t *victim)
+/* The engine's step on c: outputs [n_seq, n_head * head_dim] fp32 into out, the pool
+ * into e (copied from c first: fp32, or c's int8 cache), and the victims
+ * kv_seq_after_decode would pick (-1 when it evicts nothing). */
+static void engine_step(const struct decode_case *c, float *out,
+                        struct cuda_ref_test_pool *e, int32_t *victim)
 {
     /* H: KV heads (the pool's), Hq: query heads. */
     const int32_t H = c->pool.n_head, D = c->pool.head_dim, BS = c->pool.block_size;
     const int32_t Hq = c->n_q_head;
-    const int64_t pool_el = (int64_t)c->pool.n_pool * H * BS;
     const int64_t n_qkv = (int64_t)c->n_seq * (Hq + 2 * H) * D;
-    cuda_ref_test_widen(k32, c->pool.k, pool_el * D);
-    cuda_ref_test_widen(v32, c->pool.v, pool_el * D);
-    memcpy(pos, c->pool.pos, (size_t)pool_el * sizeof *pos);
-    memcpy(score, c->pool.score, (size_t)pool_el * sizeof *score);
+    cuda_ref_test_pool_copy(e, &c->pool);
+    const int32_t *pos = e->kv.pos;
+    const float *score = e->kv.score;
     float *qkv = xmalloc((size_t)n_qkv * sizeof *qkv);
     cuda_ref_test_widen(qkv, c->qkv, n_qkv);
 
@@ -60,8 +63,7 @@ static void engine_step(const struct decode_case *c, float *out, float *k32, flo
     }
     struct be_batch b = {
         .n_tok = c->n_seq, .tokens = tokens, .pos = tpos, .n_seq = c->n_seq, .seqs = seqs};
-    cuda_ref_test_cpu_attn_kv(&b, qkv, out, k32, v32, pos, score, Hq, H, c->window, D, BS,
-                              c->max_slots);
+    cuda_ref_test_cpu_attn_pool(&b, qkv, out, e, Hq, H, c->window, BS, c->max_slots);
 
     /* kv_seq_after_decode: nothing for full or below B; else per KV head over its B
      * slots (all occupied in every state the engine reaches), the window first. */
@@ -99,13 +101,11 @@ static int32_t compare_case(struct decode_case *c)
                   n_out = (int64_t)c->n_seq * c->n_q_head * D;
     float *out = xmalloc((size_t)n_out * sizeof *out),
           *ref_out = xmalloc((size_t)n_out * 4);
-    float *k32 = xmalloc((size_t)(pool_el * D) * 4),
-          *v32 = xmalloc((size_t)(pool_el * D) * 4);
-    int32_t *pos = xmalloc((size_t)pool_el * 4),
-            *victim = xmalloc((size_t)c->n_seq * H * 4);
-    float *score = xmalloc((size_t)pool_el * 4);
-
-    engine_step(c, out, k32, v32, pos, score, victim);
+    int32_t *victim = xmalloc((size_t)c->n_seq * H * 4);
+    struct cuda_ref_test_pool eng;
+    engine_step(c, out, &eng, victim);
+    const int32_t *pos = eng.kv.pos;
+    const float *score = eng.kv.score;
     struct cuda_decode_attn_args a = dc_args(c);
     cuda_ref_decode_attn(&a, ref_out);
 
@@ -133,11 +133,12 @@ static int32_t compare_case(struct decode_case *c)
             bad++;
         }
     }
-    for (int64_t e = 0; e < pool_el * D && bad < 5; e++)
-        if (k32[e] != f16_to_f32(c->pool.k[e]) || v32[e] != f16_to_f32(c->pool.v[e])) {
-            TEST_FAIL("K/V element %lld written differently", (long long)e);
-            bad++;
-        }
+    const int64_t kv_diffs = cuda_ref_test_pool_kv_diffs(&eng, &c->pool);
+    if (kv_diffs) {
+        TEST_FAIL("%lld K/V elements (or int8 scales) written differently",
+                  (long long)kv_diffs);
+        bad++;
+    }
     for (int64_t e = 0; e < (int64_t)c->n_seq * H && bad < 5; e++) {
         if (victim[e] != c->victim[e]) {
             TEST_FAIL("victim of (seq %lld, head %lld): engine slot %d, reference slot %d",
@@ -148,20 +149,17 @@ static int32_t compare_case(struct decode_case *c)
     }
     free(out);
     free(ref_out);
-    free(k32);
-    free(v32);
-    free(pos);
+    cuda_ref_test_pool_free(&eng);
     free(victim);
-    free(score);
     return n_evict;
 }
 
 /* Geometries: head_dim a multiple of 16 (what cpu_attn supports), the default block
  * size 16 (the engine's AVX-512 paths) and odd ones (its portable paths). */
-static void run_cases(bool ties, int n_cases)
+static void run_cases(bool ties, int n_cases, bool int8)
 {
     static const int32_t dims[] = {16, 64, 80, 128}, bss[] = {16, 16, 8, 5, 1};
-    uint64_t st = ties ? 7 : 3;
+    uint64_t st = (ties ? 7 : 3) + (int8 ? 100 : 0);
     int64_t n_evict = 0;
     for (int k = 0; k < n_cases && !test_cur_failed; k++) {
         struct decode_case c;
@@ -169,33 +167,34 @@ static void run_cases(bool ties, int n_cases)
         const int32_t D = dims[dc_int(&st, 4)], BS = bss[dc_int(&st, 5)];
         const int32_t max_b = 2 + dc_int(&st, k % 5 == 0 ? 300 : 40);
         dc_make(&c, &st, n_seq, H, D, BS, max_b, ties);
+        if (int8) paged_pool_to_int8(&c.pool);
         n_evict += compare_case(&c);
         dc_free(&c);
     }
-    printf("# %s: %d cases, %lld evictions\n", ties ? "ties" : "random", n_cases,
-           (long long)n_evict);
+    printf("# %s%s: %d cases, %lld evictions\n", int8 ? "int8 " : "",
+           ties ? "ties" : "random", n_cases, (long long)n_evict);
     EXPECT(n_evict > n_cases / 4); /* the eviction path really ran */
 }
 
 TEST(reference_matches_engine_on_random_decode_steps)
 {
-    run_cases(false, 400);
+    run_cases(false, 400, false);
 }
 
 TEST(reference_matches_engine_when_scores_tie)
 {
-    run_cases(true, 400);
+    run_cases(true, 400, false);
 }
 
 /* Grouped-query attention (1, 2, 4 or 7 query heads per KV head) and, in half of the
  * cases, a sliding window of 1 to 2 max_b tokens (so some states have slots outside
  * it, some attended by nothing, and the window-first eviction runs): the engine with
  * n_kv and window against the reference with n_kv_head and window. */
-static void run_gqa_cases(bool ties, int n_cases)
+static void run_gqa_cases(bool ties, int n_cases, bool int8)
 {
     static const int32_t dims[] = {16, 64, 128}, bss[] = {16, 8, 5, 1},
                          reps[] = {1, 2, 4, 7};
-    uint64_t st = ties ? 17 : 13;
+    uint64_t st = (ties ? 17 : 13) + (int8 ? 100 : 0);
     int64_t n_evict = 0;
     for (int k = 0; k < n_cases && !test_cur_failed; k++) {
         struct decode_case c;
@@ -205,18 +204,96 @@ static void run_gqa_cases(bool ties, int n_cases)
         const int32_t max_b = 2 + dc_int(&st, k % 5 == 0 ? 200 : 40);
         const int32_t window = k % 2 ? 0 : 1 + dc_int(&st, 2 * max_b);
         dc_make_gqa(&c, &st, n_seq, KV * rep, KV, D, BS, max_b, ties, window);
+        if (int8) paged_pool_to_int8(&c.pool);
         n_evict += compare_case(&c);
         dc_free(&c);
     }
-    printf("# gqa %s: %d cases, %lld evictions\n", ties ? "ties" : "random", n_cases,
-           (long long)n_evict);
+    printf("# %sgqa %s: %d cases, %lld evictions\n", int8 ? "int8 " : "",
+           ties ? "ties" : "random", n_cases, (long long)n_evict);
     EXPECT(n_evict > n_cases / 4);
 }
 
 TEST(reference_matches_engine_with_gqa_and_window)
 {
-    run_gqa_cases(false, 300);
-    run_gqa_cases(true, 200);
+    run_gqa_cases(false, 300, false);
+    run_gqa_cases(true, 200, false);
+}
+
+/* ---- the int8 KV cache ------------------------------------------------------- */
+
+/*
+ * The quantizer of the CUDA side (cuda_ref_int8_quantize, the rule the kernels follow
+ * in cuda_int8.cuh) against the CPU backend's cpu_attn_int8_quantize itself on the
+ * widened values: the same bytes and the same scale bits, on random heads of every
+ * size up to 256 over magnitudes from fp16 subnormals to 60000, all-zero heads, one
+ * lone non-zero, and values that land exactly halfway between two steps (x * 127 /
+ * amax = k + 0.5, where round-to-nearest-even decides).
+ */
+TEST(int8_quantizer_is_the_cpu_backends)
+{
+    uint64_t st = 77;
+    uint16_t x[256];
+    float xf[256];
+    int8_t got[2 * 256], want[2 * 256];
+    int64_t n_bad = 0, n_rows = 0, n_half = 0;
+    for (int r = 0; r < 4000; r++) {
+        const int32_t n = 1 + dc_int(&st, 256), stride = 1 + (r % 2);
+        const float mag = r % 7 == 0   ? 6e-5f
+                          : r % 7 == 1 ? 60000.0f
+                                       : dc_float(&st, 0.01f, 8.0f);
+        for (int32_t i = 0; i < n; i++)
+            x[i] = f32_to_f16(r % 11 == 0 ? 0.0f : dc_float(&st, -mag, mag));
+        if (r % 13 == 0) { /* one lone value, the rest zero */
+            for (int32_t i = 0; i < n; i++)
+                x[i] = 0;
+            x[dc_int(&st, n)] = f32_to_f16(dc_float(&st, -mag, mag));
+        }
+        if (r % 5 == 0 && n > 1 && mag <= 100.0f) { /* amax 127, a value at k + 0.5 */
+            x[0] = f32_to_f16(127.0f);
+            x[1] = f32_to_f16((float)(dc_int(&st, 126) - 63) + 0.5f);
+            n_half++;
+        }
+        memset(got, 0x55, sizeof got);
+        memset(want, 0x55, sizeof want);
+        for (int32_t i = 0; i < n; i++)
+            xf[i] = f16_to_f32(x[i]);
+        const float sg = cuda_ref_int8_quantize(got, stride, x, n);
+        const float sw = cpu_attn_int8_quantize(want, stride, xf, n);
+        if (memcmp(&sg, &sw, sizeof sg) != 0 || memcmp(got, want, sizeof got) != 0) {
+            if (n_bad++ < 5)
+                TEST_FAIL("row %d (n %d, stride %d): scale %.9g vs the CPU's %.9g, or "
+                          "different bytes",
+                          r, n, stride, sg, sw);
+        }
+        n_rows++;
+    }
+    /* The halfway values really round to even: 127 * 0.5 / 127 -> 0, 1.5 -> 2. */
+    x[0] = f32_to_f16(127.0f), x[1] = f32_to_f16(0.5f), x[2] = f32_to_f16(1.5f);
+    x[3] = f32_to_f16(-2.5f);
+    EXPECT_NEAR(cuda_ref_int8_quantize(got, 1, x, 4), 1.0f, 0);
+    EXPECT_EQ(got[0], 127);
+    EXPECT_EQ(got[1], 0);
+    EXPECT_EQ(got[2], 2);
+    EXPECT_EQ(got[3], -2);
+    printf("# %lld rows (%lld with halfway values), %lld differ\n", (long long)n_rows,
+           (long long)n_half, (long long)n_bad);
+    EXPECT_EQ(n_bad, 0);
+}
+
+/*
+ * The int8 decode reference against the CPU engine's int8 attention (kv_dtype int8,
+ * cpu_attn_int8.c) on the same states with the same int8 bytes and scales: the new
+ * token quantized to identical bytes and scales, outputs and scores within 1e-5 (the
+ * engine's 16-lane sums and fast_exp, as for fp16), positions and victims identical;
+ * plain heads, ties, and grouped-query attention with sliding windows. A reference
+ * that forgot a scale, or dequantized with the wrong slot's, is off by far more.
+ */
+TEST(int8_reference_matches_engine_int8)
+{
+    run_cases(false, 200, true);
+    run_cases(true, 100, true);
+    run_gqa_cases(false, 200, true);
+    run_gqa_cases(true, 100, true);
 }
 
 /*
@@ -361,12 +438,70 @@ TEST(kv_compact_reference_matches_cpu_backend)
     EXPECT_EQ(compare_compact(&st, 32, 128, 16, 544, 110), 0);
 }
 
+/*
+ * The int8 compaction: cuda_ref_kv_compact on an int8 case against the CPU backend's
+ * cpu_attn_kv_compact_head on copies of the same bytes and scales (elem_size 1,
+ * kv.k_scale set), over the whole pool, bit for bit; and the rule for the scales:
+ * kept slot i carries slot keep[i]'s key and value scales.
+ */
+static int64_t compare_compact_int8(uint64_t *st, int32_t H, int32_t D, int32_t BS,
+                                    int32_t n_slots, int32_t n_keep)
+{
+    struct compact_case c;
+    cc_make(&c, st, H, D, BS, n_slots, n_keep);
+    paged_pool_to_int8(&c.pool);
+    struct cuda_ref_test_pool eng, orig;
+    cuda_ref_test_pool_copy(&eng, &c.pool);
+    cuda_ref_test_pool_copy(&orig, &c.pool);
+    struct cuda_kv_compact_args a = cc_args(&c);
+    cuda_ref_kv_compact(&a);
+    for (int32_t h = 0; h < H; h++)
+        cpu_attn_kv_compact_head(&eng.kv, 1, H, D, BS, h, c.pool.blocks, n_slots,
+                                 c.keep + (int64_t)h * n_keep, n_keep);
+    int64_t bad = cuda_ref_test_pool_kv_diffs(&eng, &c.pool);
+    for (int64_t e = 0; e < cc_slots(&c); e++)
+        bad += c.pool.pos[e] != eng.kv.pos[e] ||
+               memcmp(&c.pool.score[e], &eng.kv.score[e], 4) != 0;
+    for (int32_t h = 0; h < H; h++)
+        for (int32_t i = 0; i < n_keep; i++) {
+            const int32_t src = c.keep[(int64_t)h * n_keep + i];
+            const int64_t di = ((int64_t)c.pool.blocks[i / BS] * H + h) * BS + i % BS;
+            const int64_t si = ((int64_t)c.pool.blocks[src / BS] * H + h) * BS + src % BS;
+            bad += c.pool.k_scale[di] != orig.kv.k_scale[si] ||
+                   c.pool.v_scale[di] != orig.kv.v_scale[si];
+        }
+    if (bad)
+        TEST_FAIL("int8 H=%d D=%d BS=%d n=%d keep=%d: %lld differences", H, D, BS, n_slots,
+                  n_keep, (long long)bad);
+    cuda_ref_test_pool_free(&eng);
+    cuda_ref_test_pool_free(&orig);
+    cc_free(&c);
+    return bad;
+}
+
+TEST(int8_kv_compact_reference_matches_cpu_backend)
+{
+    uint64_t st = 4048;
+    const int32_t bss[] = {16, 8, 5, 1};
+    for (int r = 0; r < 200 && !test_cur_failed; r++) {
+        const int32_t BS = bss[r % 4], H = 1 + dc_int(&st, 6),
+                      D = 2 * (1 + dc_int(&st, 40));
+        const int32_t n = 1 + dc_int(&st, 120);
+        const int32_t keep = r % 10 == 0 ? n : r % 10 == 1 ? 0 : 1 + dc_int(&st, n);
+        EXPECT_EQ(compare_compact_int8(&st, H, D, BS, n, keep), 0);
+    }
+    EXPECT_EQ(compare_compact_int8(&st, 8, 128, 16, 544, 110), 0);
+}
+
 int main(void)
 {
     RUN(reference_matches_engine_on_random_decode_steps);
     RUN(reference_matches_engine_when_scores_tie);
     RUN(reference_matches_engine_with_gqa_and_window);
+    RUN(int8_quantizer_is_the_cpu_backends);
+    RUN(int8_reference_matches_engine_int8);
     RUN(victim_rules_of_design_section_5);
     RUN(kv_compact_reference_matches_cpu_backend);
+    RUN(int8_kv_compact_reference_matches_cpu_backend);
     return test_done();
 }

@@ -29,6 +29,16 @@
 
 using std::max;
 using std::min;
+/* CUDA's int overloads, which also take an enum constant with an int (std's templates
+ * want one type). */
+static inline int min(int a, int b)
+{
+    return a < b ? a : b;
+}
+static inline int max(int a, int b)
+{
+    return a > b ? a : b;
+}
 
 #undef __global__
 #define __global__
@@ -94,6 +104,18 @@ static inline int __shfl_xor_sync(unsigned, int v, int off)
     const int r = emu_ix[(t & ~31) | ((t & 31) ^ off)];
     __syncwarp();
     return r;
+}
+
+/* A multiply the compiler may not fuse (the host compile here fuses nothing anyway). */
+static inline float __fmul_rn(float a, float b)
+{
+    return a * b;
+}
+
+/* Round to nearest even, as the device instruction (and lrintf in the default mode). */
+static inline int __float2int_rn(float x)
+{
+    return (int)lrintf(x);
 }
 
 static inline int __reduce_add_sync(unsigned, int v)

@@ -1,7 +1,9 @@
 #!/bin/sh
 # emu_attn.sh [N] - build and run emu_attn.c (the decode and prefill attention kernels
-# as host C++ under cuda_emu.h, N random cases each, default 40) and emu_ops.c (the
-# families' norm, activation and rotary kernels), against cuda_ref.c; exits nonzero
+# as host C++ under cuda_emu.h, N random cases each, default 40, each with the fp16
+# and the int8 KV cache), emu_kv.c (the compaction and the int8 block init, N cases)
+# and emu_ops.c (the families' norm, activation and rotary kernels), against
+# cuda_ref.c; exits nonzero
 # on any mismatch. The .cu files are copied with their launches (kernel<<<grid, block, smem, stream>>>
 # (args);) turned into emu_run calls and their `extern __shared__` arrays into
 # emu_smem; nothing else of them changes. Needs g++, gcc, python3 and the CUDA headers
@@ -13,11 +15,12 @@ cuda_inc=${CUDA_INC:-/usr/local/cuda/include}
 n=${1:-40}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for k in cuda_decode_attn cuda_prefill_attn cuda_norm cuda_act cuda_rope; do
+for k in cuda_decode_attn cuda_prefill_attn cuda_kv_compact cuda_kv_blocks cuda_norm cuda_act \
+    cuda_rope; do
     python3 - "$root/cuda/$k.cu" "$tmp/${k}_emu.cpp" <<'PY'
 import re, sys
 s = open(sys.argv[1]).read()
-s = s.replace('#include "cuda_kernels.h"', '#include "cuda_emu.h"\n#include "cuda_kernels.h"', 1)
+s = s.replace('#include "', '#include "cuda_emu.h"\n#include "', 1)  # before any header
 s = re.sub(r'extern __shared__ (\w+) (\w+)\[\];', r'\1 *\2 = (\1 *)emu_smem;', s)
 def launch(m):
     cfg = [p.strip() for p in re.split(r',(?![^()]*\))', m.group(2))]
@@ -31,12 +34,16 @@ PY
 done
 inc="-I$here -I$root/cuda -I$root/tests/lib -I$root/tests -I$root/engine/model -I$root/engine/util -I$cuda_inc"
 cd "$tmp"
-gcc -O1 -std=gnu11 $inc -c "$here/emu_attn.c" "$here/emu_ops.c" "$root/tests/lib/paged_case.c" \
+gcc -O1 -std=gnu11 $inc -c "$here/emu_attn.c" "$here/emu_ops.c" "$here/emu_kv.c" \
+    "$root/tests/lib/paged_case.c" \
     "$root/cuda/cuda_ref.c"
 g++ -O1 -std=c++17 $inc -c "$here/cuda_emu.cpp" ./*_emu.cpp
 g++ -o emu_attn emu_attn.o paged_case.o cuda_ref.o cuda_emu.o cuda_decode_attn_emu.o \
     cuda_prefill_attn_emu.o -lpthread -lm
+g++ -o emu_kv emu_kv.o paged_case.o cuda_ref.o cuda_emu.o cuda_kv_compact_emu.o \
+    cuda_kv_blocks_emu.o -lpthread -lm
 g++ -o emu_ops emu_ops.o paged_case.o cuda_ref.o cuda_emu.o cuda_norm_emu.o cuda_act_emu.o \
     cuda_rope_emu.o -lpthread -lm
 ./emu_ops
+./emu_kv "$n"
 ./emu_attn "$n"
