@@ -71,12 +71,24 @@ void cuda_ref_test_pool_copy(struct cuda_ref_test_pool *e, const struct paged_po
     memset(e, 0, sizeof *e);
     e->n_slot = n;
     e->head_dim = p->head_dim;
+    e->block_size = p->block_size;
     e->dtype = p->k8 ? DTYPE_I8 : DTYPE_F32;
     if (p->k8) {
+        /* The CUDA pool keeps the fp16 layout; the CPU's int8 tiles pair their
+         * elements (cpu_attn.h). */
         e->kv.k = xmalloc((size_t)(n * D));
         e->kv.v = xmalloc((size_t)(n * D));
-        memcpy(e->kv.k, p->k8, (size_t)(n * D));
-        memcpy(e->kv.v, p->v8, (size_t)(n * D));
+        const int32_t BS = p->block_size;
+        for (int64_t s = 0; s < n; s++) {
+            const int64_t base = s / BS * D * BS;
+            const int32_t j = (int32_t)(s % BS);
+            for (int32_t d = 0; d < D; d++) {
+                ((int8_t *)e->kv.k)[base + cpu_attn_k_at(DTYPE_I8, BS, d, j)] =
+                    p->k8[base + (int64_t)d * BS + j];
+                ((int8_t *)e->kv.v)[base + cpu_attn_v_at(DTYPE_I8, (int32_t)D, BS, j, d)] =
+                    p->v8[s * D + d];
+            }
+        }
         e->kv.k_scale = xmalloc((size_t)n * sizeof(float));
         e->kv.v_scale = xmalloc((size_t)n * sizeof(float));
         memcpy(e->kv.k_scale, p->k_scale, (size_t)n * sizeof(float));
@@ -111,8 +123,15 @@ int64_t cuda_ref_test_pool_kv_diffs(const struct cuda_ref_test_pool *e,
     int64_t bad = 0;
     if (e->dtype == DTYPE_I8) {
         const int8_t *k = e->kv.k, *v = e->kv.v;
-        for (int64_t i = 0; i < nd; i++)
-            bad += k[i] != p->k8[i] || v[i] != p->v8[i];
+        const int32_t D = e->head_dim, BS = e->block_size;
+        for (int64_t s = 0; s < n; s++) {
+            const int64_t base = s / BS * D * BS;
+            const int32_t j = (int32_t)(s % BS);
+            for (int32_t d = 0; d < D; d++)
+                bad += k[base + cpu_attn_k_at(DTYPE_I8, BS, d, j)] !=
+                           p->k8[base + (int64_t)d * BS + j] ||
+                       v[base + cpu_attn_v_at(DTYPE_I8, D, BS, j, d)] != p->v8[s * D + d];
+        }
         for (int64_t i = 0; i < n; i++)
             bad += memcmp(&e->kv.k_scale[i], &p->k_scale[i], sizeof(float)) != 0 ||
                    memcmp(&e->kv.v_scale[i], &p->v_scale[i], sizeof(float)) != 0;

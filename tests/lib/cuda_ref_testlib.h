@@ -55,7 +55,7 @@ struct cuda_ref_test_pool {
     struct cpu_kv_layer kv; /* k / v are float * (fp32) or int8_t * (int8) */
     enum dtype dtype;       /* DTYPE_F32 or DTYPE_I8 */
     int64_t n_slot;         /* slots over all heads */
-    int32_t head_dim;
+    int32_t head_dim, block_size;
 };
 
 void cuda_ref_test_pool_copy(struct cuda_ref_test_pool *e, const struct paged_pool *p);

@@ -109,9 +109,15 @@ static int32_t compare_case(struct decode_case *c)
     struct cuda_decode_attn_args a = dc_args(c);
     cuda_ref_decode_attn(&a, ref_out);
 
+    /* int8: the engine quantizes q to int16 and its value weights to int16 per block
+     * (cpu_attn_int8.c), 2^-16 of their largest element, where the reference keeps
+     * them fp32: up to 1e-3 of the result apart (test_cuda_prefill_ref.c says why),
+     * against 1e-5 otherwise. */
+    const bool i8 = c->pool.k8 != NULL;
     int32_t bad = 0, n_evict = 0;
     for (int64_t e = 0; e < n_out && bad < 5; e++)
-        if (!(fabsf(out[e] - ref_out[e]) <= 1e-5f)) {
+        if (!(fabsf(out[e] - ref_out[e]) <=
+              (i8 ? 1e-3f * fmaxf(1.0f, fabsf(ref_out[e])) : 1e-5f))) {
             TEST_FAIL("out[%lld]: engine %.9g, reference %.9g", (long long)e, out[e],
                       ref_out[e]);
             bad++;
@@ -127,7 +133,8 @@ static int32_t compare_case(struct decode_case *c)
                       c->pool.pos[e]);
             bad++;
         }
-        if (!(fabsf(score[e] - c->pool.score[e]) <= 1e-5f)) {
+        if (!(fabsf(score[e] - c->pool.score[e]) <=
+              (i8 ? 1e-3f * fmaxf(1.0f, c->pool.score[e]) : 1e-5f))) {
             TEST_FAIL("score[%lld]: engine %.9g, reference %.9g", (long long)e, score[e],
                       c->pool.score[e]);
             bad++;
@@ -283,8 +290,8 @@ TEST(int8_quantizer_is_the_cpu_backends)
 /*
  * The int8 decode reference against the CPU engine's int8 attention (kv_dtype int8,
  * cpu_attn_int8.c) on the same states with the same int8 bytes and scales: the new
- * token quantized to identical bytes and scales, outputs and scores within 1e-5 (the
- * engine's 16-lane sums and fast_exp, as for fp16), positions and victims identical;
+ * token quantized to identical bytes and scales, outputs and scores within 1e-3 (the
+ * engine's int16 q and value weights, compare_case), positions and victims identical;
  * plain heads, ties, and grouped-query attention with sliding windows. A reference
  * that forgot a scale, or dequantized with the wrong slot's, is off by far more.
  */
@@ -440,7 +447,7 @@ TEST(kv_compact_reference_matches_cpu_backend)
 
 /*
  * The int8 compaction: cuda_ref_kv_compact on an int8 case against the CPU backend's
- * cpu_attn_kv_compact_head on copies of the same bytes and scales (elem_size 1,
+ * cpu_attn_kv_compact_head on copies of the same bytes and scales (DTYPE_I8,
  * kv.k_scale set), over the whole pool, bit for bit; and the rule for the scales:
  * kept slot i carries slot keep[i]'s key and value scales.
  */
@@ -456,7 +463,7 @@ static int64_t compare_compact_int8(uint64_t *st, int32_t H, int32_t D, int32_t 
     struct cuda_kv_compact_args a = cc_args(&c);
     cuda_ref_kv_compact(&a);
     for (int32_t h = 0; h < H; h++)
-        cpu_attn_kv_compact_head(&eng.kv, 1, H, D, BS, h, c.pool.blocks, n_slots,
+        cpu_attn_kv_compact_head(&eng.kv, DTYPE_I8, H, D, BS, h, c.pool.blocks, n_slots,
                                  c.keep + (int64_t)h * n_keep, n_keep);
     int64_t bad = cuda_ref_test_pool_kv_diffs(&eng, &c.pool);
     for (int64_t e = 0; e < cc_slots(&c); e++)
