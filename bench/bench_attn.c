@@ -14,7 +14,9 @@
  * can be compared in many alternating runs on a machine whose bandwidth drifts.
  *
  * Usage: bench_attn [--batch 64] [--ctx 512] [--layers 12] [--heads 12]
- *                   [--head-dim 64] [--dtypes fp32,bf16] [--reps 5]
+ *                   [--head-dim 64] [--dtypes fp32,bf16,int8] [--reps 5]
+ * (int8: the int8 cache, fp32 output, a scale per slot of K and of V counted in the
+ * bytes.)
  */
 #include "bench_probe.h"
 #include "cpu_attn.h"
@@ -44,10 +46,19 @@ static void run_dtype(enum dtype dt, int32_t B, int32_t ctx, int32_t L, int32_t 
         kv[l].v = xmalloc((size_t)n_el * D * es);
         kv[l].pos = xmalloc((size_t)n_el * sizeof(int32_t));
         kv[l].score = xcalloc((size_t)n_el, sizeof(float));
+        if (dt == DTYPE_I8) {
+            kv[l].k_scale = xmalloc((size_t)n_el * sizeof(float));
+            kv[l].v_scale = xmalloc((size_t)n_el * sizeof(float));
+            for (int64_t e = 0; e < n_el; e++)
+                kv[l].k_scale[e] = kv[l].v_scale[e] = 4e-3f;
+        }
         /* Small values: the scores stay finite; the bits do not matter otherwise. */
         for (int64_t e = 0; e < n_el * D; e++) {
             const float x = (float)((e * 7919) % 1000) * 1e-3f - 0.5f;
-            if (dt == DTYPE_F32) {
+            if (dt == DTYPE_I8) {
+                ((int8_t *)kv[l].k)[e] = (int8_t)(x * 250.0f);
+                ((int8_t *)kv[l].v)[e] = (int8_t)(-x * 250.0f);
+            } else if (dt == DTYPE_F32) {
                 ((float *)kv[l].k)[e] = x;
                 ((float *)kv[l].v)[e] = -x;
             } else {
@@ -75,18 +86,24 @@ static void run_dtype(enum dtype dt, int32_t B, int32_t ctx, int32_t L, int32_t 
     float *qkv = xmalloc((size_t)B * 3 * H * D * sizeof *qkv);
     for (int64_t e = 0; e < (int64_t)B * 3 * H * D; e++)
         qkv[e] = (float)((e * 104729) % 2000) * 1e-3f - 1.0f;
-    void *out = xmalloc((size_t)B * H * D * es);
+    const enum dtype out_dt = dt == DTYPE_I8 ? DTYPE_F32 : dt;
+    void *out = xmalloc((size_t)B * H * D * dtype_size(out_dt));
     const int32_t stride = cpu_attn_scratch_floats(n_slots, BS, H);
     float *scratch = xmalloc((size_t)omp_get_max_threads() * stride * sizeof *scratch);
-    /* bench_cpu's count: K, V, pos and score of every slot of every block held. */
-    const double bytes = (double)B * per_seq * BS * L * H * (2.0 * D * es + 8.0);
+    /* bench_cpu's count: K, V, pos and score of every slot of every block held (and
+     * int8's two scales). */
+    const double bytes = (double)B * per_seq * BS * L * H *
+                         (2.0 * D * es + 8.0 + (dt == DTYPE_I8 ? 8.0 : 0.0));
+    const struct cpu_attn_kernels *set = dt == DTYPE_I8     ? cpu_attn_int8_kernels_for(BS)
+                                         : dt == DTYPE_BF16 ? cpu_attn_bf16_kernels_for(BS)
+                                                            : cpu_attn_kernels_for(BS);
     for (int32_t rep = 0; rep <= reps; rep++) {
         const double t0 = time_now();
         for (int32_t l = 0; l < L; l++) {
             const struct cpu_attn_args a = {.batch = &batch,
                                             .qkv = qkv,
                                             .out = out,
-                                            .out_dtype = dt,
+                                            .out_dtype = out_dt,
                                             .kv = kv[l],
                                             .kv_dtype = dt,
                                             .layer = l,
@@ -100,10 +117,10 @@ static void run_dtype(enum dtype dt, int32_t B, int32_t ctx, int32_t L, int32_t 
         }
         const double t = time_now() - t0, bw = bench_probe_read(buf, n_buf, sink);
         if (rep == 0) continue; /* warm-up: first touch of the scratch, clock ramp */
-        printf(
-            "%-5s step %7.2f ms, %.3f GB = %5.1f GB/s = %3.0f%% of the %.1f GB/s probe\n",
-            dtype_name(dt), 1e3 * t, bytes * 1e-9, bytes / t * 1e-9,
-            100.0 * bytes / t * 1e-9 / bw, bw);
+        printf("%-5s step %7.2f ms, %.3f GB = %5.1f GB/s = %3.0f%% of the %.1f GB/s probe "
+               "(kernels %s)\n",
+               dtype_name(dt), 1e3 * t, bytes * 1e-9, bytes / t * 1e-9,
+               100.0 * bytes / t * 1e-9 / bw, bw, cpu_attn_kernels_name(set));
         fflush(stdout);
     }
     for (int32_t l = 0; l < L; l++) {
@@ -111,6 +128,8 @@ static void run_dtype(enum dtype dt, int32_t B, int32_t ctx, int32_t L, int32_t 
         free(kv[l].v);
         free(kv[l].pos);
         free(kv[l].score);
+        free(kv[l].k_scale);
+        free(kv[l].v_scale);
     }
     free(kv);
     free(blocks);
@@ -125,7 +144,7 @@ static void run_dtype(enum dtype dt, int32_t B, int32_t ctx, int32_t L, int32_t 
 int main(int argc, char **argv)
 {
     int32_t B = 64, ctx = 512, L = 12, H = 12, D = 64, reps = 5;
-    enum dtype dts[2] = {DTYPE_F32, DTYPE_BF16};
+    enum dtype dts[3] = {DTYPE_F32, DTYPE_BF16};
     int n_dt = 2;
     static const struct option opts[] = {
         {"batch", required_argument, 0, 'b'},
@@ -151,12 +170,13 @@ int main(int argc, char **argv)
             n_dt = 0;
             if (strstr(optarg, "fp32")) dts[n_dt++] = DTYPE_F32;
             if (strstr(optarg, "bf16")) dts[n_dt++] = DTYPE_BF16;
+            if (strstr(optarg, "int8")) dts[n_dt++] = DTYPE_I8;
             if (!n_dt) return fprintf(stderr, "bad --dtypes\n"), 2;
             break;
         default:
             fprintf(ch == 'h' ? stdout : stderr,
                     "usage: bench_attn [--batch N] [--ctx N] [--layers N] [--heads N] "
-                    "[--head-dim N] [--dtypes fp32,bf16] [--reps N]\n");
+                    "[--head-dim N] [--dtypes fp32,bf16,int8] [--reps N]\n");
             return ch == 'h' ? 0 : 2;
         }
     }
@@ -167,9 +187,8 @@ int main(int argc, char **argv)
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n_buf; i++)
         buf[i] = (uint64_t)i;
-    printf("batch %d, context %d, %d layers x %d heads x %d, %d threads, kernels %s\n", B,
-           ctx, L, H, D, omp_get_max_threads(),
-           cpu_attn_kernels_name(cpu_attn_kernels_for(16)));
+    printf("batch %d, context %d, %d layers x %d heads x %d, %d threads\n", B, ctx, L, H, D,
+           omp_get_max_threads());
     for (int i = 0; i < n_dt; i++)
         run_dtype(dts[i], B, ctx, L, H, D, reps, buf, n_buf, &sink);
     free(buf);
