@@ -176,28 +176,9 @@ block_values(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t s
     }
 }
 
-static int32_t tile_logits(const struct cpu_attn_args *a, const struct be_seq *sq,
-                           int32_t h, const float *qv, const int32_t *qpos, int32_t nq,
-                           float *s, int32_t width)
-{
-    return cpu_attn_walk_logits(a, sq, h, qv, qpos, nq, s, width, prep_q, block_logits);
-}
-
-static void tile_values(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
-                        const float *p, const int32_t *qpos, int32_t nq, int32_t width,
-                        int32_t width_vis, float *out)
-{
-    cpu_attn_walk_values(a, sq, h, p, qpos, nq, width, width_vis, out, block_values);
-}
-
-const struct cpu_attn_kernels cpu_attn_int8_ref = {
-    .name = "portable-int8",
-    .block_size = 0,
-    .kv_dtype = DTYPE_I8,
-    .tile_logits = tile_logits,
-    .tile_values = tile_values,
-    .decode_seq = NULL,
-};
+/* The portable int8 set: any block size, no whole-sequence decode task. */
+CPU_ATTN_WALK_SET(cpu_attn_int8_ref, portable, "portable-int8", DTYPE_I8, prep_q,
+                  block_logits, block_values);
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 
@@ -404,35 +385,9 @@ block_values16(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t
     }
 }
 
-static int32_t tile_logits16(const struct cpu_attn_args *a, const struct be_seq *sq,
-                             int32_t h, const float *qv, const int32_t *qpos, int32_t nq,
-                             float *s, int32_t width)
-{
-    return cpu_attn_walk_logits16(a, sq, h, qv, qpos, nq, s, width, prep_q16,
-                                  block_logits16, block_logits16_multi);
-}
-
-static void tile_values16(const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,
-                          const float *p, const int32_t *qpos, int32_t nq, int32_t width,
-                          int32_t width_vis, float *out)
-{
-    cpu_attn_walk_values16(a, sq, h, p, qpos, nq, width, width_vis, out, block_values16);
-}
-
-static void attend_decode_seq(const struct cpu_attn_args *a, const struct be_seq *sq,
-                              float *s)
-{
-    cpu_attn_walk_decode16(a, sq, s, prep_q16, block_logits16_multi, block_values16);
-}
-
-static const struct cpu_attn_kernels avx512_int8_kernels = {
-    .name = "avx512-int8",
-    .block_size = 16,
-    .kv_dtype = DTYPE_I8,
-    .tile_logits = tile_logits16,
-    .tile_values = tile_values16,
-    .decode_seq = attend_decode_seq,
-};
+/* The AVX-512 VNNI set: block size 16, with the whole-sequence decode task. */
+CPU_ATTN_WALK_SET16(avx512_int8_kernels, fast, "avx512-int8", DTYPE_I8, prep_q16,
+                    block_logits16, block_logits16_multi, block_values16);
 
 const struct cpu_attn_kernels *cpu_attn_int8_avx512(void)
 {

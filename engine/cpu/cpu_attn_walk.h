@@ -270,4 +270,60 @@ cpu_attn_walk_decode16(const struct cpu_attn_args *a, const struct be_seq *sq, f
         cpu_attn_store(a, r, h, out + h * D);
 }
 
+/*
+ * The kernel table `table` of a set from its kernels, the walks above instantiated
+ * with them: CPU_ATTN_WALK_SET for a portable set (any block size, no decode task),
+ * CPU_ATTN_WALK_SET16 for a block-size-16 set with the whole-sequence decode task.
+ * `fn` prefixes the generated functions' names.
+ */
+#define CPU_ATTN_WALK_SET(table, fn, set_name, dtype, prep, logits, values)                \
+    static int32_t fn##_tile_logits(                                                       \
+        const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,                 \
+        const float *qv, const int32_t *qpos, int32_t nq, float *s, int32_t width)         \
+    {                                                                                      \
+        return cpu_attn_walk_logits(a, sq, h, qv, qpos, nq, s, width, prep, logits);       \
+    }                                                                                      \
+    static void fn##_tile_values(const struct cpu_attn_args *a, const struct be_seq *sq,   \
+                                 int32_t h, const float *p, const int32_t *qpos,           \
+                                 int32_t nq, int32_t width, int32_t width_vis, float *out) \
+    {                                                                                      \
+        cpu_attn_walk_values(a, sq, h, p, qpos, nq, width, width_vis, out, values);        \
+    }                                                                                      \
+    const struct cpu_attn_kernels table = {                                                \
+        .name = set_name,                                                                  \
+        .block_size = 0,                                                                   \
+        .kv_dtype = dtype,                                                                 \
+        .tile_logits = fn##_tile_logits,                                                   \
+        .tile_values = fn##_tile_values,                                                   \
+        .decode_seq = NULL,                                                                \
+    }
+
+#define CPU_ATTN_WALK_SET16(table, fn, set_name, dtype, prep, logits, multi, values)       \
+    static int32_t fn##_tile_logits(                                                       \
+        const struct cpu_attn_args *a, const struct be_seq *sq, int32_t h,                 \
+        const float *qv, const int32_t *qpos, int32_t nq, float *s, int32_t width)         \
+    {                                                                                      \
+        return cpu_attn_walk_logits16(a, sq, h, qv, qpos, nq, s, width, prep, logits,      \
+                                      multi);                                              \
+    }                                                                                      \
+    static void fn##_tile_values(const struct cpu_attn_args *a, const struct be_seq *sq,   \
+                                 int32_t h, const float *p, const int32_t *qpos,           \
+                                 int32_t nq, int32_t width, int32_t width_vis, float *out) \
+    {                                                                                      \
+        cpu_attn_walk_values16(a, sq, h, p, qpos, nq, width, width_vis, out, values);      \
+    }                                                                                      \
+    static void fn##_decode_seq(const struct cpu_attn_args *a, const struct be_seq *sq,    \
+                                float *s)                                                  \
+    {                                                                                      \
+        cpu_attn_walk_decode16(a, sq, s, prep, multi, values);                             \
+    }                                                                                      \
+    static const struct cpu_attn_kernels table = {                                         \
+        .name = set_name,                                                                  \
+        .block_size = 16,                                                                  \
+        .kv_dtype = dtype,                                                                 \
+        .tile_logits = fn##_tile_logits,                                                   \
+        .tile_values = fn##_tile_values,                                                   \
+        .decode_seq = fn##_decode_seq,                                                     \
+    }
+
 #endif
