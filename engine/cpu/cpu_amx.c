@@ -29,7 +29,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")))
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* asm/prctl.h */
 #define XFEATURE_XTILEDATA 18
 #define ROW_CHUNK 256 /* rows whose src stays in L2 while the weights stream */
@@ -104,21 +104,35 @@ micro(const uint16_t *a0, const uint16_t *a1, int64_t lda, const uint16_t *b0,
     if (MT == 2 && NT == 2) _tile_stored(3, c + 16 * 32 + 16, 128);
 }
 
-/* The epilogue of one item: bias, ReLU, the dtype; only rows < m and columns < n. */
-static void store_item(const float *c, int64_t row0, int64_t rows, int64_t col0,
-                       int64_t cols, int64_t n, const float *bias, bool relu, void *dst,
-                       enum dtype dt)
+/* The epilogue of one item: bias, ReLU, the dtype; only rows < m and columns < n, 16
+ * columns at a time (bf16 rounded to nearest even, as f32_to_bf16: the sums are
+ * finite). */
+AMX_TARGET static void store_item(const float *c, int64_t row0, int64_t rows, int64_t col0,
+                                  int64_t cols, int64_t n, const float *bias, bool relu,
+                                  void *dst, enum dtype dt)
 {
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++) {
-            float v = c[i * 32 + j] + (bias ? bias[col0 + j] : 0.0f);
-            if (relu && v < 0.0f) v = 0.0f;
-            const int64_t o = (row0 + i) * n + col0 + j;
-            if (dt == DTYPE_F32)
-                ((float *)dst)[o] = v;
-            else
-                ((uint16_t *)dst)[o] = f32_to_bf16(v);
+    for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+        const __mmask16 m =
+            (__mmask16)(cols - j0 >= 16 ? 0xffffu : (1u << (cols - j0)) - 1u);
+        const __m512 b =
+            bias ? _mm512_maskz_loadu_ps(m, bias + col0 + j0) : _mm512_setzero_ps();
+        for (int64_t i = 0; i < rows; i++) {
+            __m512 v = _mm512_add_ps(_mm512_loadu_ps(c + i * 32 + j0), b);
+            if (relu) v = _mm512_max_ps(v, _mm512_setzero_ps());
+            const int64_t o = (row0 + i) * n + col0 + j0;
+            if (dt == DTYPE_F32) {
+                _mm512_mask_storeu_ps((float *)dst + o, m, v);
+            } else {
+                __m512i u = _mm512_castps_si512(v);
+                u = _mm512_add_epi32(
+                    u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                                        _mm512_and_si512(_mm512_srli_epi32(u, 16),
+                                                         _mm512_set1_epi32(1))));
+                _mm256_mask_storeu_epi16((uint16_t *)dst + o, m,
+                                         _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+            }
         }
+    }
 }
 
 AMX_TARGET static void gemm_tiles(const struct cpu_amx_weights *w, const uint16_t *src,
