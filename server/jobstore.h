@@ -1,7 +1,11 @@
 /*
- * jobstore.h - the durable store behind the Files and Batches API (issue 5).
+ * jobstore.h - the durable store behind the Files and Batches API (issue 5), one
+ * interface with two backends (issue 22; jobstore_ops.h): SQLite under a data dir,
+ * the embedded default described below, and PostgreSQL, which many replicas share
+ * (jobstore_pg.h says how its rules map onto one database). Everything below
+ * holds for both unless it names files or SQLite.
  *
- * Layout of --data-dir:
+ * Layout of --data-dir (SQLite):
  *   h2oserve.db       SQLite, WAL: files, batches and per-request progress
  *   files/<id>        file bodies, named by generated ids, never by user names
  *   files/<id>.tmp    an upload in progress (removed at the next open)
@@ -139,7 +143,12 @@ int jobstore_status_parse(const char *s, enum jobstore_status *out);
 int jobstore_new_id(const char *prefix, char *buf, size_t size);
 
 /*
- * Open (creating if needed) the store in `data_dir`: makes the directory and
+ * Open the store at `where`: a postgresql:// (or postgres://) URI opens the
+ * PostgreSQL backend (jobstore_pg.h); anything else is a data dir for SQLite.
+ * Returns what the backend's open returns (below for SQLite); ENG_EINVAL for an
+ * empty location. Thread: the owning thread.
+ *
+ * SQLite: open (creating if needed) the store in `data_dir`: makes the directory and
  * files/, takes the lock, opens or creates the database, deletes leftovers of
  * interrupted uploads and deletes, and recovers every unfinished batch
  * (jobstore_batch_recover). On success *out is the caller's, freed with
@@ -148,7 +157,10 @@ int jobstore_new_id(const char *prefix, char *buf, size_t size);
  * JOBSTORE_EFULL (no room even to open the WAL: the caller may try again later,
  * nothing was changed). Thread: the owning thread.
  */
-int jobstore_open(struct jobstore **out, const char *data_dir);
+int jobstore_open(struct jobstore **out, const char *where);
+
+/* "sqlite" or "postgresql", for messages. Static. Thread: owner. */
+const char *jobstore_backend(const struct jobstore *js);
 
 /*
  * Space kept back for recording a failure caused by a full disk: moving a batch to
@@ -221,9 +233,20 @@ int jobstore_file_delete(struct jobstore *js, const char *id);
 
 /*
  * The path of file `id`'s body, for reading (GET content, the batch's input).
- * *path is a heap string the caller frees. ENG_ENOTFOUND. Thread: owner.
+ * *path is a heap string the caller frees. ENG_ENOTFOUND; ENG_EUNSUPPORTED where
+ * the backend keeps bodies in the database (PostgreSQL: use jobstore_file_read).
+ * Thread: owner.
  */
 int jobstore_file_path(struct jobstore *js, const char *id, char **path);
+
+/*
+ * Read up to `len` bytes of file `id`'s body from `offset` into buf; *got is how
+ * many, fewer than len only at the end of the body (0 at or past it). Works on
+ * every backend, for streaming a body in pieces. ENG_ENOTFOUND, ENG_EINVAL
+ * (negative offset), ENG_EIO. Thread: owner.
+ */
+int jobstore_file_read(struct jobstore *js, const char *id, int64_t offset, void *buf,
+                       size_t len, size_t *got);
 
 void jobstore_file_deinit(struct jobstore_file *f);
 void jobstore_files_free(struct jobstore_file *fs, int n);

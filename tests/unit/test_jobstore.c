@@ -1,5 +1,5 @@
 /*
- * test_jobstore.c - the Files/Batches job store (server/jobstore.c) as a specification.
+ * test_jobstore.c - the Files/Batches job store (server/jobstore*.c) as a specification.
  *
  * Every test works in its own mkdtemp data dir. Crashes are simulated the way they
  * look on disk: a result line in the output file that the database never counted

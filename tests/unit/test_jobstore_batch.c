@@ -1,9 +1,10 @@
 /*
  * test_jobstore_batch.c - a batch's requests and results in the job store
- * (server/jobstore_batch.c): requests added all or nothing, each result counted once and
- * published in order, cancelling keeps what was written, and the crashes between a
- * result's write and its commit (an uncounted line, a torn last line) neither lose
- * nor duplicate anything on reopen. Each test has its own mkdtemp data dir.
+ * (server/jobstore_sqlite_batch.c, jobstore_sqlite_result.c): requests added all or
+ * nothing, each result counted once and published in order, cancelling keeps what was
+ * written, and the crashes between a result's write and its commit (an uncounted line, a
+ * torn last line) neither lose nor duplicate anything on reopen. Each test has its own
+ * mkdtemp data dir.
  */
 #include "jobstore_testlib.h"
 

@@ -1,13 +1,14 @@
 /*
- * jobstore_open.c - opening and closing the job store: the data-dir lock, the
+ * jobstore_sqlite_open.c - opening and closing the SQLite job store: the data-dir lock, the
  * schema, the leftovers of a crash (uploads never committed, bodies no row names)
  * and the recovery of every unfinished batch, all before the store is handed out.
  *
  * Owns: the SQLite handle and the data-dir lock, from jobstore_open to
- * jobstore_close (struct jobstore, jobstore_impl.h).
+ * jobstore_close (struct jobstore_sqlite, jobstore_sqlite.h), and the backend's
+ * table of functions.
  * Thread: the store's owner only (jobstore.h).
  */
-#include "jobstore_impl.h"
+#include "jobstore_sqlite.h"
 
 static const char schema_sql[] =
     "CREATE TABLE files("
@@ -32,8 +33,7 @@ static const char schema_sql[] =
     " body TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'pending',"
     " PRIMARY KEY(batch_id, line), UNIQUE(batch_id, custom_id));";
 
-
-static int pragma_int(struct jobstore *js, const char *sql, int64_t *out)
+static int pragma_int(struct jobstore_sqlite *js, const char *sql, int64_t *out)
 {
     sqlite3_stmt *st;
     int err = jobstore_db_prepare(js, sql, &st);
@@ -44,7 +44,7 @@ static int pragma_int(struct jobstore *js, const char *sql, int64_t *out)
     return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, sql);
 }
 
-static int db_open(struct jobstore *js)
+static int db_open(struct jobstore_sqlite *js)
 {
     int rc = sqlite3_open_v2(js->db_path, &js->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
@@ -102,7 +102,7 @@ static int db_open(struct jobstore *js)
     return err;
 }
 
-static int take_lock(struct jobstore *js)
+static int take_lock(struct jobstore_sqlite *js)
 {
     char *path = util_path_join(js->dir, "lock");
     js->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -118,7 +118,7 @@ static int take_lock(struct jobstore *js)
 
 /* Is `name` a body the database still needs: a file row, or the output or error
  * file of a batch that has not published it yet? */
-static int body_referenced(struct jobstore *js, const char *name, bool *out)
+static int body_referenced(struct jobstore_sqlite *js, const char *name, bool *out)
 {
     sqlite3_stmt *st;
     int err = jobstore_db_prepare(
@@ -137,7 +137,7 @@ static int body_referenced(struct jobstore *js, const char *name, bool *out)
 
 /* Delete what interrupted uploads (.tmp) and deletes (a body whose row is gone)
  * left behind. Only names of our own id shape are touched. */
-static int collect_garbage(struct jobstore *js)
+static int collect_garbage(struct jobstore_sqlite *js)
 {
     DIR *d = opendir(js->files_dir);
     if (!d) return err_set(ENG_EIO, "%s: %s", js->files_dir, strerror(errno));
@@ -164,7 +164,7 @@ static int collect_garbage(struct jobstore *js)
 /* Make the reserve file (jobstore.h) unless it is there. Best effort: a disk with
  * no room for it opens anyway (the reserve is a margin, not a requirement), and a
  * half-written reserve is removed rather than kept as a promise it cannot keep. */
-static void make_reserve(struct jobstore *js)
+static void make_reserve(struct jobstore_sqlite *js)
 {
     char *path = util_path_join(js->dir, "reserve");
     struct stat sb;
@@ -188,8 +188,9 @@ static void make_reserve(struct jobstore *js)
     free(path);
 }
 
-bool jobstore_release_reserve(struct jobstore *js)
+static bool release_reserve(struct jobstore *base)
 {
+    struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     char *path = util_path_join(js->dir, "reserve");
     bool freed = unlink(path) == 0;
     if (freed) log_warn("jobstore: the disk is full; released the reserve %s", path);
@@ -197,10 +198,46 @@ bool jobstore_release_reserve(struct jobstore *js)
     return freed;
 }
 
-int jobstore_open(struct jobstore **out, const char *data_dir)
+static void sqlite_close(struct jobstore *base)
+{
+    struct jobstore_sqlite *js = jobstore_sqlite_of(base);
+    if (js->db) sqlite3_close_v2(js->db);     /* checkpoints the WAL when last */
+    if (js->lock_fd >= 0) close(js->lock_fd); /* releases the flock */
+    free(js->dir);
+    free(js->files_dir);
+    free(js->db_path);
+    free(js);
+}
+
+static const struct jobstore_ops sqlite_ops = {
+    .name = "sqlite",
+    .close = sqlite_close,
+    .release_reserve = release_reserve,
+    .upload_begin = jobstore_sqlite_upload_begin,
+    .upload_write = jobstore_sqlite_upload_write,
+    .upload_commit = jobstore_sqlite_upload_commit,
+    .upload_abort = jobstore_sqlite_upload_abort,
+    .file_get = jobstore_sqlite_file_get,
+    .file_list = jobstore_sqlite_file_list,
+    .file_delete = jobstore_sqlite_file_delete,
+    .file_path = jobstore_sqlite_file_path,
+    .file_read = jobstore_sqlite_file_read,
+    .batch_create = jobstore_sqlite_batch_create,
+    .batch_get = jobstore_sqlite_batch_get,
+    .batch_list = jobstore_sqlite_batch_list,
+    .unfinished_batches = jobstore_sqlite_unfinished_batches,
+    .batch_set_status = jobstore_sqlite_batch_set_status,
+    .batch_add_requests = jobstore_sqlite_batch_add_requests,
+    .batch_pending = jobstore_sqlite_batch_pending,
+    .batch_append_results = jobstore_sqlite_batch_append_results,
+    .batch_recover = jobstore_sqlite_batch_recover,
+};
+
+int jobstore_sqlite_open(struct jobstore **out, const char *data_dir)
 {
     *out = NULL;
-    struct jobstore *js = xcalloc(1, sizeof *js);
+    struct jobstore_sqlite *js = xcalloc(1, sizeof *js);
+    js->base.ops = &sqlite_ops;
     js->lock_fd = -1;
     js->dir = xstrdup(data_dir);
     js->files_dir = util_path_join(data_dir, "files");
@@ -212,26 +249,15 @@ int jobstore_open(struct jobstore **out, const char *data_dir)
     if (!err) err = take_lock(js);
     if (!err) err = db_open(js);
     if (!err) err = collect_garbage(js);
-    if (!err) err = jobstore_unfinished_batches(js, &bs, &n);
+    if (!err) err = jobstore_sqlite_unfinished_batches(&js->base, &bs, &n);
     for (int i = 0; !err && i < n; i++)
-        err = jobstore_batch_recover(js, bs[i].id);
+        err = jobstore_sqlite_batch_recover(&js->base, bs[i].id);
     jobstore_batches_free(bs, n);
     if (err) {
-        jobstore_close(js);
+        sqlite_close(&js->base);
         return err;
     }
     make_reserve(js);
-    *out = js;
+    *out = &js->base;
     return 0;
-}
-
-void jobstore_close(struct jobstore *js)
-{
-    if (!js) return;
-    if (js->db) sqlite3_close_v2(js->db);     /* checkpoints the WAL when last */
-    if (js->lock_fd >= 0) close(js->lock_fd); /* releases the flock */
-    free(js->dir);
-    free(js->files_dir);
-    free(js->db_path);
-    free(js);
 }

@@ -1,13 +1,15 @@
 /*
- * jobstore_impl.h - what the job store's files share (jobstore.c: ids and files,
- * jobstore_open.c: open and recovery at start, jobstore_batch.c: batches,
- * jobstore_result.c: results): the store's struct, column lists, and small SQLite
- * and file helpers. Private to those files.
+ * jobstore_sqlite.h - what the SQLite job store's files share (jobstore_sqlite.c:
+ * files, jobstore_sqlite_open.c: open and recovery at start,
+ * jobstore_sqlite_batch.c: batches, jobstore_sqlite_result.c: results): the
+ * backend's struct, its entries of the table (jobstore_ops.h), column lists, and
+ * small SQLite and file helpers. Private to those files.
  */
-#ifndef H2O_JOBSTORE_IMPL_H
-#define H2O_JOBSTORE_IMPL_H
+#ifndef H2O_JOBSTORE_SQLITE_H
+#define H2O_JOBSTORE_SQLITE_H
 
 #include "jobstore.h"
+#include "jobstore_ops.h"
 
 #include "err.h"
 #include "util.h"
@@ -29,30 +31,23 @@
 
 #define SCHEMA_VERSION 1
 #define APPLICATION_ID 0x68326f73 /* "h2os" */
-#define LIST_MAX 10000
 
-struct jobstore {
+struct jobstore_sqlite {
+    struct jobstore base; /* first: the table and the clock */
     sqlite3 *db;
     char *dir, *files_dir, *db_path;
     int lock_fd;
-    int64_t fixed_time; /* jobstore_set_time; 0 = the real clock */
-    bool broken;        /* an output write failed: refuse writes until a restart */
+    bool broken; /* an output write failed: refuse writes until a restart */
 };
 
-struct jobstore_upload {
-    struct jobstore *js;
+struct jobstore_sqlite_upload {
+    struct jobstore_upload base; /* first */
+    struct jobstore_sqlite *js;
     char id[JOBSTORE_ID_MAX];
     char *tmp_path;
     int fd;
     int64_t bytes;
     int failed; /* 0, or the code of the write that failed (JOBSTORE_EFULL, ENG_EIO) */
-};
-
-__attribute__((unused)) static const char *const status_names[] = {
-    [JOBSTORE_VALIDATING] = "validating",   [JOBSTORE_FAILED] = "failed",
-    [JOBSTORE_IN_PROGRESS] = "in_progress", [JOBSTORE_FINALIZING] = "finalizing",
-    [JOBSTORE_COMPLETED] = "completed",     [JOBSTORE_EXPIRED] = "expired",
-    [JOBSTORE_CANCELLING] = "cancelling",   [JOBSTORE_CANCELLED] = "cancelled",
 };
 
 /* The column stamped when a batch enters each state (validating: created_at). */
@@ -73,9 +68,10 @@ __attribute__((unused)) static const char *const status_columns[] = {
 
 /* ---- small helpers ---- */
 
-static inline int64_t jobstore_now(const struct jobstore *js)
+/* The SQLite store behind a struct jobstore whose table is this backend's. */
+static inline struct jobstore_sqlite *jobstore_sqlite_of(struct jobstore *js)
 {
-    return js->fixed_time ? js->fixed_time : (int64_t)time(NULL);
+    return (struct jobstore_sqlite *)js;
 }
 
 /* Is errno `e` "no room": the disk, the quota, or the process's file size limit
@@ -95,7 +91,7 @@ static inline int jobstore_errno_code(int e)
 /* Does the data dir lack room for the database to grow: a probe write there fails
  * for want of space, or one of the database's files is at the process's file size
  * limit? For SQLite I/O errors whose errno SQLite did not keep (jobstore.c). */
-bool jobstore_db_no_room(const struct jobstore *js);
+bool jobstore_db_no_room(const struct jobstore_sqlite *js);
 
 /* SQLite's verdict as an engine code: a damaged file is a format error, a broken
  * constraint is the caller's argument, no room is JOBSTORE_EFULL, everything else
@@ -104,7 +100,7 @@ bool jobstore_db_no_room(const struct jobstore *js);
  * (sqlite3_system_errno is 0 once its rollback has run), so an I/O error on a
  * write is "full" when the errno says so or, lacking one, when the data dir has
  * no room (jobstore_db_no_room). */
-static inline int jobstore_db_code(const struct jobstore *js, int rc, int sys_errno)
+static inline int jobstore_db_code(const struct jobstore_sqlite *js, int rc, int sys_errno)
 {
     switch (rc & 0xff) {
     case SQLITE_NOTADB:
@@ -114,9 +110,10 @@ static inline int jobstore_db_code(const struct jobstore *js, int rc, int sys_er
     case SQLITE_IOERR:
     case SQLITE_CANTOPEN:
         if (jobstore_errno_full(sys_errno)) return JOBSTORE_EFULL;
-        if (sys_errno == 0 && (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_SHMSIZE ||
-                               rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR ||
-                               rc == SQLITE_IOERR_TRUNCATE) &&
+        if (sys_errno == 0 &&
+            (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_SHMSIZE ||
+             rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR ||
+             rc == SQLITE_IOERR_TRUNCATE) &&
             jobstore_db_no_room(js))
             return JOBSTORE_EFULL;
         return ENG_EIO;
@@ -124,7 +121,7 @@ static inline int jobstore_db_code(const struct jobstore *js, int rc, int sys_er
     }
 }
 
-static inline int jobstore_db_fail(struct jobstore *js, int rc, const char *what)
+static inline int jobstore_db_fail(struct jobstore_sqlite *js, int rc, const char *what)
 {
     const int e = js->db ? sqlite3_system_errno(js->db) : 0;
     /* sqlite3_exec's code is not the extended one that says which I/O failed. */
@@ -134,16 +131,16 @@ static inline int jobstore_db_fail(struct jobstore *js, int rc, const char *what
     return err_set(code, "%s: %s: %s%s", js->db_path, what,
                    js->db ? sqlite3_errmsg(js->db) : sqlite3_errstr(rc),
                    code == JOBSTORE_EFULL && (rc & 0xff) != SQLITE_FULL ? " (no space left)"
-                                                                         : "");
+                                                                        : "");
 }
 
-static inline int jobstore_db_exec(struct jobstore *js, const char *sql)
+static inline int jobstore_db_exec(struct jobstore_sqlite *js, const char *sql)
 {
     int rc = sqlite3_exec(js->db, sql, NULL, NULL, NULL);
     return rc == SQLITE_OK ? 0 : jobstore_db_fail(js, rc, sql);
 }
 
-static inline int jobstore_db_prepare(struct jobstore *js, const char *sql,
+static inline int jobstore_db_prepare(struct jobstore_sqlite *js, const char *sql,
                                       sqlite3_stmt **st)
 {
     int rc = sqlite3_prepare_v2(js->db, sql, -1, st, NULL);
@@ -152,23 +149,23 @@ static inline int jobstore_db_prepare(struct jobstore *js, const char *sql,
 
 /* IMMEDIATE takes the write lock up front: a transaction that reads, checks and
  * then writes must not find the data changed under it. */
-static inline int jobstore_db_begin(struct jobstore *js)
+static inline int jobstore_db_begin(struct jobstore_sqlite *js)
 {
     return jobstore_db_exec(js, "BEGIN IMMEDIATE");
 }
 
-static inline int jobstore_db_commit(struct jobstore *js)
+static inline int jobstore_db_commit(struct jobstore_sqlite *js)
 {
     return jobstore_db_exec(js, "COMMIT");
 }
 
-static inline void jobstore_db_rollback(struct jobstore *js)
+static inline void jobstore_db_rollback(struct jobstore_sqlite *js)
 {
     if (!sqlite3_get_autocommit(js->db)) sqlite3_exec(js->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
 /* Run a statement that returns no rows; finalizes it. */
-static inline int jobstore_db_step_done(struct jobstore *js, sqlite3_stmt *st,
+static inline int jobstore_db_step_done(struct jobstore_sqlite *js, sqlite3_stmt *st,
                                         const char *what)
 {
     int rc = sqlite3_step(st);
@@ -203,7 +200,8 @@ static inline int jobstore_fsync_path(const char *path)
     int rc = fsync(fd);
     int e = errno;
     close(fd);
-    return rc == 0 ? 0 : err_set(jobstore_errno_code(e), "%s: fsync: %s", path, strerror(e));
+    return rc == 0 ? 0
+                   : err_set(jobstore_errno_code(e), "%s: fsync: %s", path, strerror(e));
 }
 
 static inline int jobstore_write_all(int fd, const void *data, size_t len)
@@ -245,26 +243,54 @@ static inline int jobstore_make_dir(const char *path)
     return err_set(ENG_EIO, "%s: cannot create directory: %s", path, strerror(errno));
 }
 
-/* An id we generated: prefix + 24 lowercase hex digits. Only such names in files/
- * are ever deleted by the garbage collection. */
-static inline bool jobstore_is_our_id(const char *s, const char *prefix)
-{
-    size_t p = strlen(prefix);
-    if (strncmp(s, prefix, p) != 0 || strlen(s) != p + 24) return false;
-    for (const char *c = s + p; *c; c++)
-        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return false;
-    return true;
-}
-
 /* files/<id> under the data dir (caller frees). Thread: the store's. */
-char *jobstore_body_path(const struct jobstore *js, const char *id);
+char *jobstore_sqlite_body_path(const struct jobstore_sqlite *js, const char *id);
 
 /* The seq of row `after` in `table` (0 when after is NULL), for pagination. */
-int jobstore_after_seq(struct jobstore *js, const char *table, const char *after, bool ascending,
-                       int64_t *out);
+int jobstore_sqlite_after_seq(struct jobstore_sqlite *js, const char *table,
+                              const char *after, bool ascending, int64_t *out);
 
 /* Insert a file row (the body is already on disk). */
-int jobstore_file_insert(struct jobstore *js, const char *id, int64_t bytes, const char *filename,
-                         const char *purpose);
+int jobstore_sqlite_file_insert(struct jobstore_sqlite *js, const char *id, int64_t bytes,
+                                const char *filename, const char *purpose);
+
+/* The backend's entries of the table (jobstore_ops.h says what each may assume);
+ * the table itself is in jobstore_sqlite_open.c. Thread: the store's owner. */
+int jobstore_sqlite_upload_begin(struct jobstore *js, struct jobstore_upload **out);
+int jobstore_sqlite_upload_write(struct jobstore_upload *u, const void *data, size_t len);
+int jobstore_sqlite_upload_commit(struct jobstore_upload *u, const char *filename,
+                                  const char *purpose, struct jobstore_file *out);
+void jobstore_sqlite_upload_abort(struct jobstore_upload *u);
+int jobstore_sqlite_file_get(struct jobstore *js, const char *id,
+                             struct jobstore_file *out);
+int jobstore_sqlite_file_list(struct jobstore *js, const char *purpose, const char *after,
+                              int limit, bool ascending, struct jobstore_file **out, int *n,
+                              bool *has_more);
+int jobstore_sqlite_file_delete(struct jobstore *js, const char *id);
+int jobstore_sqlite_file_path(struct jobstore *js, const char *id, char **path);
+int jobstore_sqlite_file_read(struct jobstore *js, const char *id, int64_t offset,
+                              void *buf, size_t len, size_t *got);
+int jobstore_sqlite_batch_create(struct jobstore *js, const char *input_file_id,
+                                 const char *endpoint, const char *completion_window,
+                                 int64_t hours, const char *metadata, int64_t expires_in_s,
+                                 struct jobstore_batch *out);
+int jobstore_sqlite_batch_get(struct jobstore *js, const char *id,
+                              struct jobstore_batch *out);
+int jobstore_sqlite_batch_list(struct jobstore *js, const char *after, int limit,
+                               bool ascending, struct jobstore_batch **out, int *n,
+                               bool *has_more);
+int jobstore_sqlite_unfinished_batches(struct jobstore *js, struct jobstore_batch **out,
+                                       int *n);
+int jobstore_sqlite_batch_set_status(struct jobstore *js, const char *id,
+                                     enum jobstore_status to, const char *errors);
+int jobstore_sqlite_batch_add_requests(struct jobstore *js, const char *batch_id,
+                                       const struct jobstore_request *reqs, int n);
+int jobstore_sqlite_batch_pending(struct jobstore *js, const char *batch_id,
+                                  int64_t after_line, int max,
+                                  struct jobstore_request **out, int *n);
+int jobstore_sqlite_batch_append_results(struct jobstore *js, const char *batch_id,
+                                         const struct jobstore_result *rs,
+                                         const int64_t *usage, int n);
+int jobstore_sqlite_batch_recover(struct jobstore *js, const char *batch_id);
 
 #endif

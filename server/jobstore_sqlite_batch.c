@@ -1,9 +1,10 @@
 /*
- * jobstore_batch.c - the job store's batches: the OpenAI Batch state machine and
- * the stored requests of each batch (jobstore_result.c records their results).
+ * jobstore_sqlite_batch.c - the SQLite job store's batches: the OpenAI Batch state
+ * machine and the stored requests of each batch (jobstore_sqlite_result.c records
+ * their results).
  * Thread: the store's owner.
  */
-#include "jobstore_impl.h"
+#include "jobstore_sqlite.h"
 
 /* ---- batches ---- */
 
@@ -34,8 +35,10 @@ static int batch_from_row(sqlite3_stmt *st, struct jobstore_batch *b)
     return 0;
 }
 
-int jobstore_batch_get(struct jobstore *js, const char *id, struct jobstore_batch *out)
+int jobstore_sqlite_batch_get(struct jobstore *base, const char *id,
+                              struct jobstore_batch *out)
 {
+    struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     sqlite3_stmt *st;
     int err = jobstore_db_prepare(js, "SELECT " BATCH_COLS " FROM batches WHERE id=?", &st);
     if (err) return err;
@@ -47,29 +50,20 @@ int jobstore_batch_get(struct jobstore *js, const char *id, struct jobstore_batc
     return rc == SQLITE_ROW ? err : jobstore_db_fail(js, rc, "get batch");
 }
 
-int jobstore_batch_create(struct jobstore *js, const char *input_file_id,
-                          const char *endpoint, const char *completion_window,
-                          const char *metadata, int64_t expires_in_s,
-                          struct jobstore_batch *out)
+int jobstore_sqlite_batch_create(struct jobstore *base, const char *input_file_id,
+                                 const char *endpoint, const char *completion_window,
+                                 int64_t hours, const char *metadata, int64_t expires_in_s,
+                                 struct jobstore_batch *out)
 {
-    if (!input_file_id || !endpoint || !completion_window)
-        return err_set(ENG_EINVAL, "batch: input_file_id, endpoint and "
-                                   "completion_window are required");
-    char *end;
-    errno = 0;
-    long hours = strtol(completion_window, &end, 10);
-    if (completion_window[0] < '0' || completion_window[0] > '9' || strcmp(end, "h") != 0 ||
-        errno || hours < 1 || hours > 24 * 365 || strlen(completion_window) >= 16)
-        return err_set(ENG_EINVAL, "completion_window '%s' is not '<hours>h'",
-                       completion_window);
+    struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     struct jobstore_file f;
-    int err = jobstore_file_get(js, input_file_id, &f);
+    int err = jobstore_sqlite_file_get(base, input_file_id, &f);
     if (err) return err;
     jobstore_file_deinit(&f);
 
     char id[JOBSTORE_ID_MAX];
     jobstore_new_id("batch_", id, sizeof id);
-    int64_t now = jobstore_now(js);
+    int64_t now = jobstore_now(base);
     sqlite3_stmt *st;
     err = jobstore_db_prepare(
         js,
@@ -83,16 +77,16 @@ int jobstore_batch_create(struct jobstore *js, const char *input_file_id,
     jobstore_bind_text(st, 3, endpoint);
     jobstore_bind_text(st, 4, completion_window);
     sqlite3_bind_int64(st, 5, now);
-    sqlite3_bind_int64(st, 6, now + (expires_in_s > 0 ? expires_in_s : (int64_t)hours * 3600));
+    sqlite3_bind_int64(st, 6, now + (expires_in_s > 0 ? expires_in_s : hours * 3600));
     jobstore_bind_text(st, 7, metadata);
     err = jobstore_db_step_done(js, st, "insert batch");
     if (err) return err;
-    return out ? jobstore_batch_get(js, id, out) : 0;
+    return out ? jobstore_sqlite_batch_get(base, id, out) : 0;
 }
 
 /* Run a SELECT of BATCH_COLS with int64 parameters, collecting up to `limit` rows
  * (and noting whether another follows). */
-static int batch_query(struct jobstore *js, const char *sql, const int64_t *args,
+static int batch_query(struct jobstore_sqlite *js, const char *sql, const int64_t *args,
                        int n_args, int limit, struct jobstore_batch **out, int *n,
                        bool *has_more)
 {
@@ -130,15 +124,13 @@ static int batch_query(struct jobstore *js, const char *sql, const int64_t *args
     return 0;
 }
 
-int jobstore_batch_list(struct jobstore *js, const char *after, int limit, bool ascending,
-                        struct jobstore_batch **out, int *n, bool *has_more)
+int jobstore_sqlite_batch_list(struct jobstore *base, const char *after, int limit,
+                               bool ascending, struct jobstore_batch **out, int *n,
+                               bool *has_more)
 {
-    *out = NULL;
-    *n = 0;
-    *has_more = false;
-    if (limit < 1 || limit > LIST_MAX) return err_set(ENG_EINVAL, "limit out of range");
+    struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     int64_t args[2];
-    int err = jobstore_after_seq(js, "batches", after, ascending, &args[0]);
+    int err = jobstore_sqlite_after_seq(js, "batches", after, ascending, &args[0]);
     if (err) return err;
     args[1] = limit + 1;
     return batch_query(js,
@@ -149,39 +141,23 @@ int jobstore_batch_list(struct jobstore *js, const char *after, int limit, bool 
                        args, 2, limit, out, n, has_more);
 }
 
-int jobstore_unfinished_batches(struct jobstore *js, struct jobstore_batch **out, int *n)
+int jobstore_sqlite_unfinished_batches(struct jobstore *base, struct jobstore_batch **out,
+                                       int *n)
 {
-    return batch_query(js,
+    return batch_query(jobstore_sqlite_of(base),
                        "SELECT " BATCH_COLS " FROM batches WHERE status IN " UNFINISHED
                        " ORDER BY seq",
                        NULL, 0, INT32_MAX, out, n, NULL);
 }
 
-static bool transition_legal(enum jobstore_status from, enum jobstore_status to)
-{
-    switch (from) {
-    case JOBSTORE_VALIDATING:
-        return to == JOBSTORE_FAILED || to == JOBSTORE_IN_PROGRESS ||
-               to == JOBSTORE_CANCELLING;
-    /* in_progress or cancelling -> failed: its results could not be written (no
-     * room); what was written is published like any end state's. */
-    case JOBSTORE_IN_PROGRESS:
-        return to == JOBSTORE_FINALIZING || to == JOBSTORE_CANCELLING ||
-               to == JOBSTORE_EXPIRED || to == JOBSTORE_FAILED;
-    case JOBSTORE_FINALIZING: return to == JOBSTORE_COMPLETED;
-    case JOBSTORE_CANCELLING: return to == JOBSTORE_CANCELLED || to == JOBSTORE_FAILED;
-    default: return false; /* failed, completed, expired, cancelled are final */
-    }
-}
-
 /* Insert the row of a batch's output or error file (inside the caller's
  * transaction). A body that was never created (the id was committed, then the
  * process died before the first write) is created empty, so the row has a body. */
-static int publish_output(struct jobstore *js, const char *batch_id, const char *file_id,
-                          const char *kind)
+static int publish_output(struct jobstore_sqlite *js, const char *batch_id,
+                          const char *file_id, const char *kind)
 {
     if (!file_id[0]) return 0;
-    char *path = jobstore_body_path(js, file_id);
+    char *path = jobstore_sqlite_body_path(js, file_id);
     int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     struct stat sb;
     int err = 0;
@@ -194,21 +170,22 @@ static int publish_output(struct jobstore *js, const char *batch_id, const char 
     if (err) return err;
     char filename[JOBSTORE_ID_MAX + 32];
     snprintf(filename, sizeof filename, "%s_%s.jsonl", batch_id, kind);
-    return jobstore_file_insert(js, file_id, (int64_t)sb.st_size, filename, "batch_output");
+    return jobstore_sqlite_file_insert(js, file_id, (int64_t)sb.st_size, filename,
+                                       "batch_output");
 }
 
-int jobstore_batch_set_status(struct jobstore *js, const char *id, enum jobstore_status to,
-                              const char *errors)
+int jobstore_sqlite_batch_set_status(struct jobstore *base, const char *id,
+                                     enum jobstore_status to, const char *errors)
 {
-    CHECK((unsigned)to < ARRAY_LEN(status_names));
+    struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     int err = jobstore_db_begin(js);
     if (err) return err;
     struct jobstore_batch b;
-    err = jobstore_batch_get(js, id, &b);
+    err = jobstore_sqlite_batch_get(base, id, &b);
     if (err) goto fail;
-    if (!transition_legal(b.status, to)) {
+    if (!jobstore_transition_legal(b.status, to)) {
         err = err_set(ENG_EINVAL, "batch %s: cannot go from %s to %s", id,
-                      status_names[b.status], status_names[to]);
+                      jobstore_status_names[b.status], jobstore_status_names[to]);
         goto fail_b;
     }
     char sql[160];
@@ -218,8 +195,8 @@ int jobstore_batch_set_status(struct jobstore *js, const char *id, enum jobstore
     sqlite3_stmt *st;
     err = jobstore_db_prepare(js, sql, &st);
     if (err) goto fail_b;
-    jobstore_bind_text(st, 1, status_names[to]);
-    sqlite3_bind_int64(st, 2, jobstore_now(js));
+    jobstore_bind_text(st, 1, jobstore_status_names[to]);
+    sqlite3_bind_int64(st, 2, jobstore_now(base));
     jobstore_bind_text(st, 3, errors);
     jobstore_bind_text(st, 4, id);
     err = jobstore_db_step_done(js, st, "update batch");
@@ -241,14 +218,14 @@ fail:
     return err;
 }
 
-int jobstore_batch_add_requests(struct jobstore *js, const char *batch_id,
-                                const struct jobstore_request *reqs, int n)
+int jobstore_sqlite_batch_add_requests(struct jobstore *base, const char *batch_id,
+                                       const struct jobstore_request *reqs, int n)
 {
-    if (n < 0) return err_set(ENG_EINVAL, "negative request count");
+    struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     int err = jobstore_db_begin(js);
     if (err) return err;
     struct jobstore_batch b;
-    err = jobstore_batch_get(js, batch_id, &b);
+    err = jobstore_sqlite_batch_get(base, batch_id, &b);
     if (err) goto fail;
     bool ok = b.status == JOBSTORE_VALIDATING && b.total == 0;
     jobstore_batch_deinit(&b);
@@ -273,11 +250,6 @@ int jobstore_batch_add_requests(struct jobstore *js, const char *batch_id,
                               &st);
     if (err) goto fail;
     for (int i = 0; i < n && !err; i++) {
-        if (!reqs[i].custom_id || !reqs[i].body) {
-            err = err_set(ENG_EINVAL, "line %lld: custom_id and body are required",
-                          (long long)reqs[i].line);
-            break;
-        }
         sqlite3_reset(st);
         jobstore_bind_text(st, 1, batch_id);
         sqlite3_bind_int64(st, 2, reqs[i].line);
@@ -305,12 +277,11 @@ fail:
     return err;
 }
 
-int jobstore_batch_pending(struct jobstore *js, const char *batch_id, int64_t after_line,
-                           int max, struct jobstore_request **out, int *n)
+int jobstore_sqlite_batch_pending(struct jobstore *base, const char *batch_id,
+                                  int64_t after_line, int max,
+                                  struct jobstore_request **out, int *n)
 {
-    *out = NULL;
-    *n = 0;
-    if (max < 1) return err_set(ENG_EINVAL, "max must be positive");
+    struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     sqlite3_stmt *st;
     int err = jobstore_db_prepare(
         js,
@@ -342,29 +313,3 @@ int jobstore_batch_pending(struct jobstore *js, const char *batch_id, int64_t af
     *n = k;
     return 0;
 }
-
-void jobstore_requests_free(struct jobstore_request *reqs, int n)
-{
-    for (int i = 0; i < n; i++) {
-        free(reqs[i].custom_id);
-        free(reqs[i].body);
-    }
-    free(reqs);
-}
-
-void jobstore_batch_deinit(struct jobstore_batch *b)
-{
-    if (!b) return;
-    free(b->endpoint);
-    free(b->metadata);
-    free(b->errors);
-    b->endpoint = b->metadata = b->errors = NULL;
-}
-
-void jobstore_batches_free(struct jobstore_batch *bs, int n)
-{
-    for (int i = 0; i < n; i++)
-        jobstore_batch_deinit(&bs[i]);
-    free(bs);
-}
-
