@@ -133,9 +133,8 @@ int jobstore_open(struct jobstore **out, const char *where)
 {
     *out = NULL;
     if (!where || !where[0]) return err_set(ENG_EINVAL, "job store: no location given");
-    if (is_pg_uri(where))
-        return err_set(ENG_EUNSUPPORTED, "job store: PostgreSQL is not built yet");
-    return jobstore_sqlite_open(out, where);
+    return is_pg_uri(where) ? jobstore_pg_open(out, where)
+                            : jobstore_sqlite_open(out, where);
 }
 
 const char *jobstore_backend(const struct jobstore *js)
@@ -236,6 +235,14 @@ int jobstore_file_read(struct jobstore *js, const char *id, int64_t offset, void
     if (offset < 0) return err_set(ENG_EINVAL, "negative file offset");
     if (!len) return 0;
     return js->ops->file_read(js, id, offset, buf, len, got);
+}
+
+int jobstore_file_open(struct jobstore *js, const char *id, FILE **out, int64_t *bytes)
+{
+    *out = NULL;
+    *bytes = 0;
+    if (!id) return err_set(ENG_ENOTFOUND, "no such file: (null)");
+    return js->ops->file_open(js, id, out, bytes);
 }
 
 void jobstore_file_deinit(struct jobstore_file *f)

@@ -69,6 +69,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /*
  * The disk (or the user's quota, or RLIMIT_FSIZE) has no room for a write:
@@ -247,6 +248,16 @@ int jobstore_file_path(struct jobstore *js, const char *id, char **path);
  */
 int jobstore_file_read(struct jobstore *js, const char *id, int64_t offset, void *buf,
                        size_t len, size_t *got);
+
+/*
+ * Open file `id`'s body as a stdio stream for reading from the start, and set
+ * *bytes to its length. The stream is the caller's (fclose) and independent of
+ * the store: it may be read on another thread (one at a time), e.g. a batch's
+ * input checked on the thread pool (SQLite: its own fd; PostgreSQL: its own
+ * connection). A read that fails sets ferror. ENG_ENOTFOUND, ENG_EIO.
+ * Thread: owner (the stream: any one thread).
+ */
+int jobstore_file_open(struct jobstore *js, const char *id, FILE **out, int64_t *bytes);
 
 void jobstore_file_deinit(struct jobstore_file *f);
 void jobstore_files_free(struct jobstore_file *fs, int n);

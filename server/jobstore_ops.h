@@ -47,6 +47,7 @@ struct jobstore_ops {
     int (*file_path)(struct jobstore *js, const char *id, char **path);
     int (*file_read)(struct jobstore *js, const char *id, int64_t offset, void *buf,
                      size_t len, size_t *got);
+    int (*file_open)(struct jobstore *js, const char *id, FILE **out, int64_t *bytes);
 
     /* completion_window is "<hours>h", already parsed into `hours`. */
     int (*batch_create)(struct jobstore *js, const char *input_file_id,

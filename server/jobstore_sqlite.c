@@ -307,3 +307,22 @@ int jobstore_sqlite_file_read(struct jobstore *base, const char *id, int64_t off
     *got = err ? 0 : have;
     return err;
 }
+
+int jobstore_sqlite_file_open(struct jobstore *base, const char *id, FILE **out,
+                              int64_t *bytes)
+{
+    char *path;
+    int err = jobstore_sqlite_file_path(base, id, &path);
+    if (err) return err;
+    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    if (!f || fstat(fileno(f), &sb) != 0) {
+        err = err_set(ENG_EIO, "%s: %s", path, strerror(errno));
+        if (f) fclose(f);
+    } else {
+        *out = f;
+        *bytes = (int64_t)sb.st_size;
+    }
+    free(path);
+    return err;
+}

@@ -268,6 +268,8 @@ int jobstore_sqlite_file_list(struct jobstore *js, const char *purpose, const ch
                               bool *has_more);
 int jobstore_sqlite_file_delete(struct jobstore *js, const char *id);
 int jobstore_sqlite_file_path(struct jobstore *js, const char *id, char **path);
+int jobstore_sqlite_file_open(struct jobstore *js, const char *id, FILE **out,
+                              int64_t *bytes);
 int jobstore_sqlite_file_read(struct jobstore *js, const char *id, int64_t offset,
                               void *buf, size_t len, size_t *got);
 int jobstore_sqlite_batch_create(struct jobstore *js, const char *input_file_id,

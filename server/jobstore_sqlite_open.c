@@ -222,6 +222,7 @@ static const struct jobstore_ops sqlite_ops = {
     .file_delete = jobstore_sqlite_file_delete,
     .file_path = jobstore_sqlite_file_path,
     .file_read = jobstore_sqlite_file_read,
+    .file_open = jobstore_sqlite_file_open,
     .batch_create = jobstore_sqlite_batch_create,
     .batch_get = jobstore_sqlite_batch_get,
     .batch_list = jobstore_sqlite_batch_list,
