@@ -1,6 +1,6 @@
 /*
  * jobstore.c - the job store's front: the checks every backend would make the same
- * way, then a dispatch through the backend's table (jobstore_ops.h), and the small
+ * way, then a dispatch through the backend's table (jobstore_impl.h), and the small
  * things that need no backend (ids, statuses, the state machine, freeing).
  *
  * Why checks live here: a bad argument must be refused identically by SQLite and
@@ -8,7 +8,7 @@
  * drift between them.
  * Thread: the store's owner only (jobstore.h); the functions that say "any" are pure.
  */
-#include "jobstore_ops.h"
+#include "jobstore_impl.h"
 
 #include "err.h"
 #include "util.h"
@@ -377,6 +377,53 @@ int jobstore_batch_append_result(struct jobstore *js, const char *batch_id,
 int jobstore_batch_recover(struct jobstore *js, const char *batch_id)
 {
     return js->ops->batch_recover(js, batch_id);
+}
+
+/* ---- claims ---- */
+
+static int check_lease(const char *owner, int64_t lease_s)
+{
+    if (!owner || !owner[0] || strlen(owner) > JOBSTORE_OWNER_MAX)
+        return err_set(ENG_EINVAL, "claim: the owner must be 1..%d characters",
+                       JOBSTORE_OWNER_MAX);
+    if (lease_s < 1 || lease_s > JOBSTORE_LEASE_MAX_S)
+        return err_set(ENG_EINVAL, "claim: lease %lld s is outside 1..%d",
+                       (long long)lease_s, JOBSTORE_LEASE_MAX_S);
+    return 0;
+}
+
+int jobstore_batch_claim(struct jobstore *js, const char *batch_id, const char *owner,
+                         int64_t lease_s, int max, struct jobstore_request **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    int err = check_lease(owner, lease_s);
+    if (err) return err;
+    if (max < 1) return err_set(ENG_EINVAL, "claim: max must be positive");
+    if (!batch_id) return err_set(ENG_ENOTFOUND, "no such batch: (null)");
+    return js->ops->batch_claim(js, batch_id, owner, lease_s, max, out, n);
+}
+
+int jobstore_batch_renew(struct jobstore *js, const char *batch_id, const char *owner,
+                         int64_t lease_s, int64_t *renewed, enum jobstore_status *status)
+{
+    *renewed = 0;
+    int err = check_lease(owner, lease_s);
+    if (err) return err;
+    if (!batch_id) return err_set(ENG_ENOTFOUND, "no such batch: (null)");
+    return js->ops->batch_renew(js, batch_id, owner, lease_s, renewed, status);
+}
+
+int jobstore_batch_release(struct jobstore *js, const char *batch_id, const char *owner,
+                           int64_t *released)
+{
+    int64_t dummy;
+    if (!released) released = &dummy;
+    *released = 0;
+    int err = check_lease(owner, 1);
+    if (err) return err;
+    if (!batch_id) return err_set(ENG_ENOTFOUND, "no such batch: (null)");
+    return js->ops->batch_release(js, batch_id, owner, released);
 }
 
 void jobstore_requests_free(struct jobstore_request *reqs, int n)

@@ -1,6 +1,6 @@
 /*
  * jobstore.h - the durable store behind the Files and Batches API (issue 5), one
- * interface with two backends (issue 22; jobstore_ops.h): SQLite under a data dir,
+ * interface with two backends (issue 22; jobstore_impl.h): SQLite under a data dir,
  * the embedded default described below, and PostgreSQL, which many replicas share
  * (jobstore_pg.h says how its rules map onto one database). Everything below
  * holds for both unless it names files or SQLite.
@@ -323,6 +323,55 @@ int jobstore_batch_pending(struct jobstore *js, const char *batch_id, int64_t af
                            int max, struct jobstore_request **out, int *n);
 
 void jobstore_requests_free(struct jobstore_request *reqs, int n);
+
+/* ---- claims: replicas draining one batch together (issue 22) ----
+ *
+ * A replica claims a chunk of a batch's pending requests under a lease (an owner
+ * name and an expiry time), runs them, and renews the lease while it does; a
+ * replica that dies stops renewing, its leases run out, and the others claim its
+ * unfinished requests again. Whoever commits a request's result first answers it
+ * (jobstore_batch_append_result refuses a second answer, lease or no lease), so a
+ * request run twice by a replica that lost its lease still appears once. Times are
+ * the store's clock (jobstore_set_time), so replicas' clocks must agree to well
+ * within a lease (NTP). SQLite has one process per data dir, so there its claims
+ * only ever meet their own owner; the rules are the same.
+ */
+
+/* Longest owner name, and the longest lease (a day). */
+#define JOBSTORE_OWNER_MAX 128
+#define JOBSTORE_LEASE_MAX_S 86400
+
+/*
+ * Claim up to `max` pending requests of batch `batch_id` for `owner` until now +
+ * lease_s, in line order: requests nobody holds, and those whose lease ran out
+ * (lease end <= now). Two handles claiming at once get disjoint requests
+ * (PostgreSQL: FOR UPDATE SKIP LOCKED, so neither waits for the other). Only an
+ * in_progress batch has claimable requests: any other state claims nothing (*n 0,
+ * returns 0), which is how a replica learns that a batch is finished or
+ * cancelled. *out is a heap array of *n (jobstore_requests_free). ENG_ENOTFOUND,
+ * ENG_EINVAL (empty or too long owner, lease_s outside 1..JOBSTORE_LEASE_MAX_S,
+ * max < 1). Thread: owner.
+ */
+int jobstore_batch_claim(struct jobstore *js, const char *batch_id, const char *owner,
+                         int64_t lease_s, int max, struct jobstore_request **out, int *n);
+
+/*
+ * Extend to now + lease_s the leases `owner` holds on the batch's pending requests
+ * that have not run out; *renewed is how many, and *status the batch's status (a
+ * cancel made on any replica shows here, within one renew interval). A lease that
+ * ran out is not renewed even when nobody took it: its holder must claim again.
+ * ENG_ENOTFOUND, ENG_EINVAL as for claim. Thread: owner.
+ */
+int jobstore_batch_renew(struct jobstore *js, const char *batch_id, const char *owner,
+                         int64_t lease_s, int64_t *renewed, enum jobstore_status *status);
+
+/*
+ * Give back every lease `owner` holds on the batch's pending requests (a replica
+ * stopping, or dropping a cancelled batch), so that others may claim them at once
+ * rather than after the lease. *released: how many (may be NULL). Thread: owner.
+ */
+int jobstore_batch_release(struct jobstore *js, const char *batch_id, const char *owner,
+                           int64_t *released);
 
 /*
  * Record the result of request `custom_id`: append `json_line` (one JSON object, no

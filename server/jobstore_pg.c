@@ -48,6 +48,8 @@ static const char schema_sql[] =
     "CREATE TABLE h2o_batch_requests("
     " batch_id text NOT NULL, line bigint NOT NULL, custom_id text NOT NULL,"
     " body text NOT NULL, state text NOT NULL DEFAULT 'pending',"
+    /* the replica running it and until when (jobstore_batch_claim); NULL: nobody */
+    " lease_owner text, lease_until bigint,"
     " PRIMARY KEY(batch_id, line), UNIQUE(batch_id, custom_id));"
     "CREATE INDEX h2o_batch_requests_pending ON h2o_batch_requests(batch_id, line)"
     " WHERE state='pending';"
@@ -319,6 +321,9 @@ static const struct jobstore_ops pg_ops = {
     .batch_pending = jobstore_pg_batch_pending,
     .batch_append_results = jobstore_pg_batch_append_results,
     .batch_recover = jobstore_pg_batch_recover,
+    .batch_claim = jobstore_pg_batch_claim,
+    .batch_renew = jobstore_pg_batch_renew,
+    .batch_release = jobstore_pg_batch_release,
 };
 
 int jobstore_pg_open(struct jobstore **out, const char *uri)

@@ -2,7 +2,8 @@
  * jobstore_pg.h - the PostgreSQL job store (issue 22): what its files share
  * (jobstore_pg.c: the connection, errors, open and the schema;
  * jobstore_pg_files.c: uploads, files and their bodies; jobstore_pg_batch.c:
- * batches, their requests and results). Private to those files.
+ * batches, their requests and results; jobstore_pg_claim.c: the leases under
+ * which replicas share a batch's requests). Private to those files.
  *
  * How jobstore.h's rules map onto one database that many replicas share:
  *  - Everything is a table (prefixed h2o_, so the database may hold others):
@@ -38,7 +39,7 @@
 #define H2O_JOBSTORE_PG_H
 
 #include "jobstore.h"
-#include "jobstore_ops.h"
+#include "jobstore_impl.h"
 
 #include "err.h"
 #include "util.h"
@@ -109,7 +110,7 @@ void jobstore_pg_get_copy(const PGresult *r, int row, int col, char *buf, size_t
 int jobstore_pg_after_seq(struct jobstore_pg *js, const char *table, const char *after,
                           bool ascending, int64_t *seq);
 
-/* The backend's entries of the table (jobstore_ops.h says what each may assume);
+/* The backend's entries of the table (jobstore_impl.h says what each may assume);
  * the table itself is in jobstore_pg.c. Thread: the store's owner. */
 int jobstore_pg_upload_begin(struct jobstore *js, struct jobstore_upload **out);
 int jobstore_pg_upload_write(struct jobstore_upload *u, const void *data, size_t len);
@@ -144,5 +145,13 @@ int jobstore_pg_batch_append_results(struct jobstore *js, const char *batch_id,
                                      const struct jobstore_result *rs, const int64_t *usage,
                                      int n);
 int jobstore_pg_batch_recover(struct jobstore *js, const char *batch_id);
+int jobstore_pg_batch_claim(struct jobstore *js, const char *batch_id, const char *owner,
+                            int64_t lease_s, int max, struct jobstore_request **out,
+                            int *n);
+int jobstore_pg_batch_renew(struct jobstore *js, const char *batch_id, const char *owner,
+                            int64_t lease_s, int64_t *renewed,
+                            enum jobstore_status *status);
+int jobstore_pg_batch_release(struct jobstore *js, const char *batch_id, const char *owner,
+                              int64_t *released);
 
 #endif

@@ -13,7 +13,7 @@
 
 #include <sys/resource.h>
 
-bool jobstore_db_no_room(const struct jobstore_sqlite *js)
+bool jobstore_sqlite_db_no_room(const struct jobstore_sqlite *js)
 {
     /* The process's file size limit: SQLite's files grow a page (or a WAL frame,
      * or a 32 KiB index region) at a time, so one within 64 KiB of it is full. */
@@ -31,12 +31,12 @@ bool jobstore_db_no_room(const struct jobstore_sqlite *js)
     /* The disk or the quota: can 64 KiB be written next to the database? */
     char *probe = util_path_join(js->dir, "probe.tmp");
     int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    bool full = fd < 0 && jobstore_errno_full(errno);
+    bool full = fd < 0 && jobstore_sqlite_errno_full(errno);
     if (fd >= 0) {
         static const char zeros[65536];
-        full =
-            jobstore_write_all(fd, zeros, sizeof zeros) != 0 && jobstore_errno_full(errno);
-        if (!full && fsync(fd) != 0) full = jobstore_errno_full(errno);
+        full = jobstore_sqlite_write_all(fd, zeros, sizeof zeros) != 0 &&
+               jobstore_sqlite_errno_full(errno);
+        if (!full && fsync(fd) != 0) full = jobstore_sqlite_errno_full(errno);
         close(fd);
         unlink(probe);
     }
@@ -63,8 +63,8 @@ int jobstore_sqlite_upload_begin(struct jobstore *base, struct jobstore_upload *
     u->tmp_path = util_path_join(js->files_dir, name);
     u->fd = open(u->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (u->fd < 0) {
-        int err =
-            err_set(jobstore_errno_code(errno), "%s: %s", u->tmp_path, strerror(errno));
+        int err = err_set(jobstore_sqlite_errno_code(errno), "%s: %s", u->tmp_path,
+                          strerror(errno));
         free(u->tmp_path);
         free(u);
         *out = NULL;
@@ -78,9 +78,9 @@ int jobstore_sqlite_upload_write(struct jobstore_upload *ub, const void *data, s
 {
     struct jobstore_sqlite_upload *u = (struct jobstore_sqlite_upload *)ub;
     if (u->failed) return err_set(u->failed, "%s: an earlier write failed", u->tmp_path);
-    if (jobstore_write_all(u->fd, data, len) != 0) {
+    if (jobstore_sqlite_write_all(u->fd, data, len) != 0) {
         const int e = errno;
-        u->failed = jobstore_errno_code(e);
+        u->failed = jobstore_sqlite_errno_code(e);
         return err_set(u->failed, "%s: write: %s", u->tmp_path, strerror(e));
     }
     u->bytes += (int64_t)len;
@@ -99,30 +99,30 @@ void jobstore_sqlite_upload_abort(struct jobstore_upload *ub)
 static void file_from_row(sqlite3_stmt *st, struct jobstore_file *f)
 {
     memset(f, 0, sizeof *f);
-    jobstore_col_copy(st, 0, f->id, sizeof f->id);
+    jobstore_sqlite_col_copy(st, 0, f->id, sizeof f->id);
     f->bytes = sqlite3_column_int64(st, 1);
     f->created_at = sqlite3_column_int64(st, 2);
-    f->filename = jobstore_col_dup(st, 3);
-    jobstore_col_copy(st, 4, f->purpose, sizeof f->purpose);
-    jobstore_col_copy(st, 5, f->status, sizeof f->status);
+    f->filename = jobstore_sqlite_col_dup(st, 3);
+    jobstore_sqlite_col_copy(st, 4, f->purpose, sizeof f->purpose);
+    jobstore_sqlite_col_copy(st, 5, f->status, sizeof f->status);
 }
 
 int jobstore_sqlite_file_insert(struct jobstore_sqlite *js, const char *id, int64_t bytes,
                                 const char *filename, const char *purpose)
 {
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(
+    int err = jobstore_sqlite_db_prepare(
         js,
         "INSERT INTO files(id, bytes, created_at, filename, purpose, status)"
         " VALUES(?, ?, ?, ?, ?, 'processed')",
         &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, id);
+    jobstore_sqlite_bind_text(st, 1, id);
     sqlite3_bind_int64(st, 2, bytes);
     sqlite3_bind_int64(st, 3, jobstore_now(&js->base));
-    jobstore_bind_text(st, 4, filename);
-    jobstore_bind_text(st, 5, purpose);
-    return jobstore_db_step_done(js, st, "insert file");
+    jobstore_sqlite_bind_text(st, 4, filename);
+    jobstore_sqlite_bind_text(st, 5, purpose);
+    return jobstore_sqlite_db_step_done(js, st, "insert file");
 }
 
 int jobstore_sqlite_upload_commit(struct jobstore_upload *ub, const char *filename,
@@ -139,7 +139,7 @@ int jobstore_sqlite_upload_commit(struct jobstore_upload *ub, const char *filena
     /* ENOSPC from fsync: a filesystem that allocates late (NFS, delayed
      * allocation) learned only now that the body does not fit. */
     if (fsync(u->fd) != 0) {
-        err = err_set(jobstore_errno_code(errno), "%s: fsync: %s", u->tmp_path,
+        err = err_set(jobstore_sqlite_errno_code(errno), "%s: fsync: %s", u->tmp_path,
                       strerror(errno));
         goto fail;
     }
@@ -147,11 +147,12 @@ int jobstore_sqlite_upload_commit(struct jobstore_upload *ub, const char *filena
     u->fd = -1;
     path = jobstore_sqlite_body_path(js, u->id);
     if (rename(u->tmp_path, path) != 0) {
-        err = err_set(jobstore_errno_code(errno), "%s: rename: %s", path, strerror(errno));
+        err = err_set(jobstore_sqlite_errno_code(errno), "%s: rename: %s", path,
+                      strerror(errno));
         goto fail;
     }
     /* The body's directory entry must be on disk before the row can point at it. */
-    err = jobstore_fsync_path(js->files_dir);
+    err = jobstore_sqlite_fsync_path(js->files_dir);
     if (!err) err = jobstore_sqlite_file_insert(js, u->id, u->bytes, filename, purpose);
     if (err) {
         unlink(path);
@@ -174,14 +175,15 @@ int jobstore_sqlite_file_get(struct jobstore *base, const char *id,
 {
     struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js, "SELECT " FILE_COLS " FROM files WHERE id=?", &st);
+    int err =
+        jobstore_sqlite_db_prepare(js, "SELECT " FILE_COLS " FROM files WHERE id=?", &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, id);
+    jobstore_sqlite_bind_text(st, 1, id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) file_from_row(st, out);
     sqlite3_finalize(st);
     if (rc == SQLITE_DONE) return err_set(ENG_ENOTFOUND, "no such file: '%s'", id);
-    return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, "get file");
+    return rc == SQLITE_ROW ? 0 : jobstore_sqlite_db_fail(js, rc, "get file");
 }
 
 /* The list position (seq) of `after` in `table`, or the open end when NULL. */
@@ -195,14 +197,14 @@ int jobstore_sqlite_after_seq(struct jobstore_sqlite *js, const char *table,
     char sql[64];
     snprintf(sql, sizeof sql, "SELECT seq FROM %s WHERE id=?", table);
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js, sql, &st);
+    int err = jobstore_sqlite_db_prepare(js, sql, &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, after);
+    jobstore_sqlite_bind_text(st, 1, after);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) *seq = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     if (rc == SQLITE_DONE) return err_set(ENG_ENOTFOUND, "after: no such id '%s'", after);
-    return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, "list");
+    return rc == SQLITE_ROW ? 0 : jobstore_sqlite_db_fail(js, rc, "list");
 }
 
 int jobstore_sqlite_file_list(struct jobstore *base, const char *purpose, const char *after,
@@ -214,15 +216,15 @@ int jobstore_sqlite_file_list(struct jobstore *base, const char *purpose, const 
     int err = jobstore_sqlite_after_seq(js, "files", after, ascending, &seq);
     if (err) return err;
     sqlite3_stmt *st;
-    err = jobstore_db_prepare(js,
-                              ascending
-                                  ? "SELECT " FILE_COLS " FROM files WHERE (?1 IS NULL OR"
-                                    " purpose=?1) AND seq>?2 ORDER BY seq ASC LIMIT ?3"
-                                  : "SELECT " FILE_COLS " FROM files WHERE (?1 IS NULL OR"
-                                    " purpose=?1) AND seq<?2 ORDER BY seq DESC LIMIT ?3",
-                              &st);
+    err = jobstore_sqlite_db_prepare(
+        js,
+        ascending ? "SELECT " FILE_COLS " FROM files WHERE (?1 IS NULL OR"
+                    " purpose=?1) AND seq>?2 ORDER BY seq ASC LIMIT ?3"
+                  : "SELECT " FILE_COLS " FROM files WHERE (?1 IS NULL OR"
+                    " purpose=?1) AND seq<?2 ORDER BY seq DESC LIMIT ?3",
+        &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, purpose);
+    jobstore_sqlite_bind_text(st, 1, purpose);
     sqlite3_bind_int64(st, 2, seq);
     sqlite3_bind_int(st, 3, limit + 1); /* one more tells has_more */
     struct jobstore_file *fs = xcalloc((size_t)limit, sizeof *fs);
@@ -238,7 +240,7 @@ int jobstore_sqlite_file_list(struct jobstore *base, const char *purpose, const 
     if (rc != SQLITE_DONE) {
         jobstore_files_free(fs, k);
         *has_more = false;
-        return jobstore_db_fail(js, rc, "list files");
+        return jobstore_sqlite_db_fail(js, rc, "list files");
     }
     *out = fs;
     *n = k;
@@ -249,10 +251,10 @@ int jobstore_sqlite_file_delete(struct jobstore *base, const char *id)
 {
     struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js, "DELETE FROM files WHERE id=?", &st);
+    int err = jobstore_sqlite_db_prepare(js, "DELETE FROM files WHERE id=?", &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, id);
-    err = jobstore_db_step_done(js, st, "delete file");
+    jobstore_sqlite_bind_text(st, 1, id);
+    err = jobstore_sqlite_db_step_done(js, st, "delete file");
     if (err) return err;
     if (sqlite3_changes(js->db) == 0)
         return err_set(ENG_ENOTFOUND, "no such file: '%s'", id);

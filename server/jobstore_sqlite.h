@@ -2,14 +2,14 @@
  * jobstore_sqlite.h - what the SQLite job store's files share (jobstore_sqlite.c:
  * files, jobstore_sqlite_open.c: open and recovery at start,
  * jobstore_sqlite_batch.c: batches, jobstore_sqlite_result.c: results): the
- * backend's struct, its entries of the table (jobstore_ops.h), column lists, and
+ * backend's struct, its entries of the table (jobstore_impl.h), column lists, and
  * small SQLite and file helpers. Private to those files.
  */
 #ifndef H2O_JOBSTORE_SQLITE_H
 #define H2O_JOBSTORE_SQLITE_H
 
 #include "jobstore.h"
-#include "jobstore_ops.h"
+#include "jobstore_impl.h"
 
 #include "err.h"
 #include "util.h"
@@ -29,7 +29,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SCHEMA_VERSION 1
+/* 1: issue 5's; 2: batch_requests' lease columns (jobstore_batch_claim), added to a
+ * version 1 database at open. */
+#define SCHEMA_VERSION 2
 #define APPLICATION_ID 0x68326f73 /* "h2os" */
 
 struct jobstore_sqlite {
@@ -77,21 +79,21 @@ static inline struct jobstore_sqlite *jobstore_sqlite_of(struct jobstore *js)
 /* Is errno `e` "no room": the disk, the quota, or the process's file size limit
  * (RLIMIT_FSIZE; the server ignores SIGXFSZ so that it sees EFBIG instead of
  * dying)? All three mean the same to a user: free space, then try again. */
-static inline bool jobstore_errno_full(int e)
+static inline bool jobstore_sqlite_errno_full(int e)
 {
     return e == ENOSPC || e == EDQUOT || e == EFBIG;
 }
 
 /* The code for a failed file operation with errno `e`. */
-static inline int jobstore_errno_code(int e)
+static inline int jobstore_sqlite_errno_code(int e)
 {
-    return jobstore_errno_full(e) ? JOBSTORE_EFULL : ENG_EIO;
+    return jobstore_sqlite_errno_full(e) ? JOBSTORE_EFULL : ENG_EIO;
 }
 
 /* Does the data dir lack room for the database to grow: a probe write there fails
  * for want of space, or one of the database's files is at the process's file size
  * limit? For SQLite I/O errors whose errno SQLite did not keep (jobstore.c). */
-bool jobstore_db_no_room(const struct jobstore_sqlite *js);
+bool jobstore_sqlite_db_no_room(const struct jobstore_sqlite *js);
 
 /* SQLite's verdict as an engine code: a damaged file is a format error, a broken
  * constraint is the caller's argument, no room is JOBSTORE_EFULL, everything else
@@ -99,8 +101,9 @@ bool jobstore_db_no_room(const struct jobstore_sqlite *js);
  * ENOSPC while growing the -shm file) as an I/O error, often without the errno
  * (sqlite3_system_errno is 0 once its rollback has run), so an I/O error on a
  * write is "full" when the errno says so or, lacking one, when the data dir has
- * no room (jobstore_db_no_room). */
-static inline int jobstore_db_code(const struct jobstore_sqlite *js, int rc, int sys_errno)
+ * no room (jobstore_sqlite_db_no_room). */
+static inline int jobstore_sqlite_db_code(const struct jobstore_sqlite *js, int rc,
+                                          int sys_errno)
 {
     switch (rc & 0xff) {
     case SQLITE_NOTADB:
@@ -109,71 +112,72 @@ static inline int jobstore_db_code(const struct jobstore_sqlite *js, int rc, int
     case SQLITE_FULL: return JOBSTORE_EFULL;
     case SQLITE_IOERR:
     case SQLITE_CANTOPEN:
-        if (jobstore_errno_full(sys_errno)) return JOBSTORE_EFULL;
+        if (jobstore_sqlite_errno_full(sys_errno)) return JOBSTORE_EFULL;
         if (sys_errno == 0 &&
             (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_SHMSIZE ||
              rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR ||
              rc == SQLITE_IOERR_TRUNCATE) &&
-            jobstore_db_no_room(js))
+            jobstore_sqlite_db_no_room(js))
             return JOBSTORE_EFULL;
         return ENG_EIO;
     default: return ENG_EIO;
     }
 }
 
-static inline int jobstore_db_fail(struct jobstore_sqlite *js, int rc, const char *what)
+static inline int jobstore_sqlite_db_fail(struct jobstore_sqlite *js, int rc,
+                                          const char *what)
 {
     const int e = js->db ? sqlite3_system_errno(js->db) : 0;
     /* sqlite3_exec's code is not the extended one that says which I/O failed. */
     if (js->db && (sqlite3_extended_errcode(js->db) & 0xff) == (rc & 0xff))
         rc = sqlite3_extended_errcode(js->db);
-    const int code = jobstore_db_code(js, rc, e);
+    const int code = jobstore_sqlite_db_code(js, rc, e);
     return err_set(code, "%s: %s: %s%s", js->db_path, what,
                    js->db ? sqlite3_errmsg(js->db) : sqlite3_errstr(rc),
                    code == JOBSTORE_EFULL && (rc & 0xff) != SQLITE_FULL ? " (no space left)"
                                                                         : "");
 }
 
-static inline int jobstore_db_exec(struct jobstore_sqlite *js, const char *sql)
+static inline int jobstore_sqlite_db_exec(struct jobstore_sqlite *js, const char *sql)
 {
     int rc = sqlite3_exec(js->db, sql, NULL, NULL, NULL);
-    return rc == SQLITE_OK ? 0 : jobstore_db_fail(js, rc, sql);
+    return rc == SQLITE_OK ? 0 : jobstore_sqlite_db_fail(js, rc, sql);
 }
 
-static inline int jobstore_db_prepare(struct jobstore_sqlite *js, const char *sql,
-                                      sqlite3_stmt **st)
+static inline int jobstore_sqlite_db_prepare(struct jobstore_sqlite *js, const char *sql,
+                                             sqlite3_stmt **st)
 {
     int rc = sqlite3_prepare_v2(js->db, sql, -1, st, NULL);
-    return rc == SQLITE_OK ? 0 : jobstore_db_fail(js, rc, "prepare");
+    return rc == SQLITE_OK ? 0 : jobstore_sqlite_db_fail(js, rc, "prepare");
 }
 
 /* IMMEDIATE takes the write lock up front: a transaction that reads, checks and
  * then writes must not find the data changed under it. */
-static inline int jobstore_db_begin(struct jobstore_sqlite *js)
+static inline int jobstore_sqlite_db_begin(struct jobstore_sqlite *js)
 {
-    return jobstore_db_exec(js, "BEGIN IMMEDIATE");
+    return jobstore_sqlite_db_exec(js, "BEGIN IMMEDIATE");
 }
 
-static inline int jobstore_db_commit(struct jobstore_sqlite *js)
+static inline int jobstore_sqlite_db_commit(struct jobstore_sqlite *js)
 {
-    return jobstore_db_exec(js, "COMMIT");
+    return jobstore_sqlite_db_exec(js, "COMMIT");
 }
 
-static inline void jobstore_db_rollback(struct jobstore_sqlite *js)
+static inline void jobstore_sqlite_db_rollback(struct jobstore_sqlite *js)
 {
     if (!sqlite3_get_autocommit(js->db)) sqlite3_exec(js->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
 /* Run a statement that returns no rows; finalizes it. */
-static inline int jobstore_db_step_done(struct jobstore_sqlite *js, sqlite3_stmt *st,
-                                        const char *what)
+static inline int jobstore_sqlite_db_step_done(struct jobstore_sqlite *js, sqlite3_stmt *st,
+                                               const char *what)
 {
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : jobstore_db_fail(js, rc, what);
+    return rc == SQLITE_DONE ? 0 : jobstore_sqlite_db_fail(js, rc, what);
 }
 
-static inline void jobstore_bind_text(sqlite3_stmt *st, int i, const char *s)
+static inline void jobstore_sqlite_bind_text(sqlite3_stmt *st, int i, const char *s)
 {
     if (s)
         sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
@@ -181,30 +185,31 @@ static inline void jobstore_bind_text(sqlite3_stmt *st, int i, const char *s)
         sqlite3_bind_null(st, i);
 }
 
-static inline void jobstore_col_copy(sqlite3_stmt *st, int i, char *buf, size_t size)
+static inline void jobstore_sqlite_col_copy(sqlite3_stmt *st, int i, char *buf, size_t size)
 {
     const unsigned char *s = sqlite3_column_text(st, i);
     snprintf(buf, size, "%s", s ? (const char *)s : "");
 }
 
-static inline char *jobstore_col_dup(sqlite3_stmt *st, int i)
+static inline char *jobstore_sqlite_col_dup(sqlite3_stmt *st, int i)
 {
     const unsigned char *s = sqlite3_column_text(st, i);
     return s ? xstrdup((const char *)s) : NULL;
 }
 
-static inline int jobstore_fsync_path(const char *path)
+static inline int jobstore_sqlite_fsync_path(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return err_set(ENG_EIO, "%s: %s", path, strerror(errno));
     int rc = fsync(fd);
     int e = errno;
     close(fd);
-    return rc == 0 ? 0
-                   : err_set(jobstore_errno_code(e), "%s: fsync: %s", path, strerror(e));
+    return rc == 0
+               ? 0
+               : err_set(jobstore_sqlite_errno_code(e), "%s: fsync: %s", path, strerror(e));
 }
 
-static inline int jobstore_write_all(int fd, const void *data, size_t len)
+static inline int jobstore_sqlite_write_all(int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len) {
@@ -218,7 +223,7 @@ static inline int jobstore_write_all(int fd, const void *data, size_t len)
 }
 
 /* mkdir -p for one level, then fsync the parent so the new entry survives a crash. */
-static inline int jobstore_make_dir(const char *path)
+static inline int jobstore_sqlite_make_dir(const char *path)
 {
     if (mkdir(path, 0755) == 0) {
         char *parent = xstrdup(path);
@@ -229,12 +234,12 @@ static inline int jobstore_make_dir(const char *path)
         }
         int err = 0;
         if (slash == parent)
-            err = jobstore_fsync_path("/");
+            err = jobstore_sqlite_fsync_path("/");
         else if (slash) {
             *slash = '\0';
-            err = jobstore_fsync_path(parent);
+            err = jobstore_sqlite_fsync_path(parent);
         } else
-            err = jobstore_fsync_path(".");
+            err = jobstore_sqlite_fsync_path(".");
         free(parent);
         return err;
     }
@@ -254,7 +259,7 @@ int jobstore_sqlite_after_seq(struct jobstore_sqlite *js, const char *table,
 int jobstore_sqlite_file_insert(struct jobstore_sqlite *js, const char *id, int64_t bytes,
                                 const char *filename, const char *purpose);
 
-/* The backend's entries of the table (jobstore_ops.h says what each may assume);
+/* The backend's entries of the table (jobstore_impl.h says what each may assume);
  * the table itself is in jobstore_sqlite_open.c. Thread: the store's owner. */
 int jobstore_sqlite_upload_begin(struct jobstore *js, struct jobstore_upload **out);
 int jobstore_sqlite_upload_write(struct jobstore_upload *u, const void *data, size_t len);
@@ -294,5 +299,13 @@ int jobstore_sqlite_batch_append_results(struct jobstore *js, const char *batch_
                                          const struct jobstore_result *rs,
                                          const int64_t *usage, int n);
 int jobstore_sqlite_batch_recover(struct jobstore *js, const char *batch_id);
+int jobstore_sqlite_batch_claim(struct jobstore *js, const char *batch_id,
+                                const char *owner, int64_t lease_s, int max,
+                                struct jobstore_request **out, int *n);
+int jobstore_sqlite_batch_renew(struct jobstore *js, const char *batch_id,
+                                const char *owner, int64_t lease_s, int64_t *renewed,
+                                enum jobstore_status *status);
+int jobstore_sqlite_batch_release(struct jobstore *js, const char *batch_id,
+                                  const char *owner, int64_t *released);
 
 #endif

@@ -17,10 +17,10 @@ static int batch_from_row(sqlite3_stmt *st, struct jobstore_batch *b)
     if (jobstore_status_parse(status, &b->status) != 0)
         return err_set(ENG_EFORMAT, "batch table: unknown status '%s'",
                        status ? status : "(null)");
-    jobstore_col_copy(st, 0, b->id, sizeof b->id);
-    jobstore_col_copy(st, 1, b->input_file_id, sizeof b->input_file_id);
-    b->endpoint = jobstore_col_dup(st, 2);
-    jobstore_col_copy(st, 3, b->completion_window, sizeof b->completion_window);
+    jobstore_sqlite_col_copy(st, 0, b->id, sizeof b->id);
+    jobstore_sqlite_col_copy(st, 1, b->input_file_id, sizeof b->input_file_id);
+    b->endpoint = jobstore_sqlite_col_dup(st, 2);
+    jobstore_sqlite_col_copy(st, 3, b->completion_window, sizeof b->completion_window);
     int64_t *times[] = {&b->created_at,    &b->in_progress_at,   &b->expires_at,
                         &b->finalizing_at, &b->completed_at,     &b->failed_at,
                         &b->expired_at,    &b->cancelling_at,    &b->cancelled_at,
@@ -28,10 +28,10 @@ static int batch_from_row(sqlite3_stmt *st, struct jobstore_batch *b)
                         &b->prompt_tokens, &b->completion_tokens};
     for (size_t i = 0; i < ARRAY_LEN(times); i++)
         *times[i] = sqlite3_column_int64(st, 5 + (int)i); /* NULL reads as 0 */
-    jobstore_col_copy(st, 19, b->output_file_id, sizeof b->output_file_id);
-    jobstore_col_copy(st, 20, b->error_file_id, sizeof b->error_file_id);
-    b->metadata = jobstore_col_dup(st, 21);
-    b->errors = jobstore_col_dup(st, 22);
+    jobstore_sqlite_col_copy(st, 19, b->output_file_id, sizeof b->output_file_id);
+    jobstore_sqlite_col_copy(st, 20, b->error_file_id, sizeof b->error_file_id);
+    b->metadata = jobstore_sqlite_col_dup(st, 21);
+    b->errors = jobstore_sqlite_col_dup(st, 22);
     return 0;
 }
 
@@ -40,14 +40,15 @@ int jobstore_sqlite_batch_get(struct jobstore *base, const char *id,
 {
     struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js, "SELECT " BATCH_COLS " FROM batches WHERE id=?", &st);
+    int err = jobstore_sqlite_db_prepare(
+        js, "SELECT " BATCH_COLS " FROM batches WHERE id=?", &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, id);
+    jobstore_sqlite_bind_text(st, 1, id);
     int rc = sqlite3_step(st);
     err = rc == SQLITE_ROW ? batch_from_row(st, out) : 0;
     sqlite3_finalize(st);
     if (rc == SQLITE_DONE) return err_set(ENG_ENOTFOUND, "no such batch: '%s'", id);
-    return rc == SQLITE_ROW ? err : jobstore_db_fail(js, rc, "get batch");
+    return rc == SQLITE_ROW ? err : jobstore_sqlite_db_fail(js, rc, "get batch");
 }
 
 int jobstore_sqlite_batch_create(struct jobstore *base, const char *input_file_id,
@@ -65,21 +66,21 @@ int jobstore_sqlite_batch_create(struct jobstore *base, const char *input_file_i
     jobstore_new_id("batch_", id, sizeof id);
     int64_t now = jobstore_now(base);
     sqlite3_stmt *st;
-    err = jobstore_db_prepare(
+    err = jobstore_sqlite_db_prepare(
         js,
         "INSERT INTO batches(id, input_file_id, endpoint, completion_window,"
         " status, created_at, expires_at, metadata)"
         " VALUES(?, ?, ?, ?, 'validating', ?, ?, ?)",
         &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, id);
-    jobstore_bind_text(st, 2, input_file_id);
-    jobstore_bind_text(st, 3, endpoint);
-    jobstore_bind_text(st, 4, completion_window);
+    jobstore_sqlite_bind_text(st, 1, id);
+    jobstore_sqlite_bind_text(st, 2, input_file_id);
+    jobstore_sqlite_bind_text(st, 3, endpoint);
+    jobstore_sqlite_bind_text(st, 4, completion_window);
     sqlite3_bind_int64(st, 5, now);
     sqlite3_bind_int64(st, 6, now + (expires_in_s > 0 ? expires_in_s : hours * 3600));
-    jobstore_bind_text(st, 7, metadata);
-    err = jobstore_db_step_done(js, st, "insert batch");
+    jobstore_sqlite_bind_text(st, 7, metadata);
+    err = jobstore_sqlite_db_step_done(js, st, "insert batch");
     if (err) return err;
     return out ? jobstore_sqlite_batch_get(base, id, out) : 0;
 }
@@ -94,7 +95,7 @@ static int batch_query(struct jobstore_sqlite *js, const char *sql, const int64_
     *n = 0;
     if (has_more) *has_more = false;
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js, sql, &st);
+    int err = jobstore_sqlite_db_prepare(js, sql, &st);
     if (err) return err;
     for (int i = 0; i < n_args; i++)
         sqlite3_bind_int64(st, i + 1, args[i]);
@@ -117,7 +118,7 @@ static int batch_query(struct jobstore_sqlite *js, const char *sql, const int64_
     if (err || rc != SQLITE_DONE) {
         jobstore_batches_free(bs, k);
         if (has_more) *has_more = false;
-        return err ? err : jobstore_db_fail(js, rc, "list batches");
+        return err ? err : jobstore_sqlite_db_fail(js, rc, "list batches");
     }
     *out = bs;
     *n = k;
@@ -162,8 +163,9 @@ static int publish_output(struct jobstore_sqlite *js, const char *batch_id,
     struct stat sb;
     int err = 0;
     if (fd < 0 || fstat(fd, &sb) != 0)
-        err = err_set(jobstore_errno_code(errno), "%s: %s", path, strerror(errno));
-    else if (sb.st_size == 0 && (fsync(fd) != 0 || jobstore_fsync_path(js->files_dir) != 0))
+        err = err_set(jobstore_sqlite_errno_code(errno), "%s: %s", path, strerror(errno));
+    else if (sb.st_size == 0 &&
+             (fsync(fd) != 0 || jobstore_sqlite_fsync_path(js->files_dir) != 0))
         err = err_set(ENG_EIO, "%s: fsync failed", path);
     if (fd >= 0) close(fd);
     free(path);
@@ -178,7 +180,7 @@ int jobstore_sqlite_batch_set_status(struct jobstore *base, const char *id,
                                      enum jobstore_status to, const char *errors)
 {
     struct jobstore_sqlite *js = jobstore_sqlite_of(base);
-    int err = jobstore_db_begin(js);
+    int err = jobstore_sqlite_db_begin(js);
     if (err) return err;
     struct jobstore_batch b;
     err = jobstore_sqlite_batch_get(base, id, &b);
@@ -193,13 +195,13 @@ int jobstore_sqlite_batch_set_status(struct jobstore *base, const char *id,
              "UPDATE batches SET status=?1, %s=?2, errors=coalesce(?3, errors) WHERE id=?4",
              status_columns[to]);
     sqlite3_stmt *st;
-    err = jobstore_db_prepare(js, sql, &st);
+    err = jobstore_sqlite_db_prepare(js, sql, &st);
     if (err) goto fail_b;
-    jobstore_bind_text(st, 1, jobstore_status_names[to]);
+    jobstore_sqlite_bind_text(st, 1, jobstore_status_names[to]);
     sqlite3_bind_int64(st, 2, jobstore_now(base));
-    jobstore_bind_text(st, 3, errors);
-    jobstore_bind_text(st, 4, id);
-    err = jobstore_db_step_done(js, st, "update batch");
+    jobstore_sqlite_bind_text(st, 3, errors);
+    jobstore_sqlite_bind_text(st, 4, id);
+    err = jobstore_sqlite_db_step_done(js, st, "update batch");
     /* A batch failing in validation has no output; one failing later keeps what it
      * wrote, published like a completed batch's. */
     if (!err && (to == JOBSTORE_COMPLETED || to == JOBSTORE_CANCELLED ||
@@ -207,14 +209,14 @@ int jobstore_sqlite_batch_set_status(struct jobstore *base, const char *id,
         err = publish_output(js, id, b.output_file_id, "output");
         if (!err) err = publish_output(js, id, b.error_file_id, "error");
     }
-    if (!err) err = jobstore_db_commit(js);
+    if (!err) err = jobstore_sqlite_db_commit(js);
     if (err) goto fail_b;
     jobstore_batch_deinit(&b);
     return 0;
 fail_b:
     jobstore_batch_deinit(&b);
 fail:
-    jobstore_db_rollback(js);
+    jobstore_sqlite_db_rollback(js);
     return err;
 }
 
@@ -222,7 +224,7 @@ int jobstore_sqlite_batch_add_requests(struct jobstore *base, const char *batch_
                                        const struct jobstore_request *reqs, int n)
 {
     struct jobstore_sqlite *js = jobstore_sqlite_of(base);
-    int err = jobstore_db_begin(js);
+    int err = jobstore_sqlite_db_begin(js);
     if (err) return err;
     struct jobstore_batch b;
     err = jobstore_sqlite_batch_get(base, batch_id, &b);
@@ -233,9 +235,9 @@ int jobstore_sqlite_batch_add_requests(struct jobstore *base, const char *batch_
     char count_sql[] = "SELECT count(*) FROM batch_requests WHERE batch_id=?";
     sqlite3_stmt *st;
     if (ok) {
-        err = jobstore_db_prepare(js, count_sql, &st);
+        err = jobstore_sqlite_db_prepare(js, count_sql, &st);
         if (err) goto fail;
-        jobstore_bind_text(st, 1, batch_id);
+        jobstore_sqlite_bind_text(st, 1, batch_id);
         if (sqlite3_step(st) == SQLITE_ROW) have = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
     }
@@ -244,36 +246,37 @@ int jobstore_sqlite_batch_add_requests(struct jobstore *base, const char *batch_
                       batch_id);
         goto fail;
     }
-    err = jobstore_db_prepare(js,
-                              "INSERT INTO batch_requests(batch_id, line, custom_id, body)"
-                              " VALUES(?, ?, ?, ?)",
-                              &st);
+    err = jobstore_sqlite_db_prepare(
+        js,
+        "INSERT INTO batch_requests(batch_id, line, custom_id, body)"
+        " VALUES(?, ?, ?, ?)",
+        &st);
     if (err) goto fail;
     for (int i = 0; i < n && !err; i++) {
         sqlite3_reset(st);
-        jobstore_bind_text(st, 1, batch_id);
+        jobstore_sqlite_bind_text(st, 1, batch_id);
         sqlite3_bind_int64(st, 2, reqs[i].line);
-        jobstore_bind_text(st, 3, reqs[i].custom_id);
-        jobstore_bind_text(st, 4, reqs[i].body);
+        jobstore_sqlite_bind_text(st, 3, reqs[i].custom_id);
+        jobstore_sqlite_bind_text(st, 4, reqs[i].body);
         int rc = sqlite3_step(st);
         if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY)
             err = err_set(ENG_EINVAL, "line %lld: duplicate custom_id '%s' or line number",
                           (long long)reqs[i].line, reqs[i].custom_id);
         else if (rc != SQLITE_DONE)
-            err = jobstore_db_fail(js, rc, "insert request");
+            err = jobstore_sqlite_db_fail(js, rc, "insert request");
     }
     sqlite3_finalize(st);
     if (err) goto fail;
-    err = jobstore_db_prepare(js, "UPDATE batches SET total=? WHERE id=?", &st);
+    err = jobstore_sqlite_db_prepare(js, "UPDATE batches SET total=? WHERE id=?", &st);
     if (err) goto fail;
     sqlite3_bind_int64(st, 1, n);
-    jobstore_bind_text(st, 2, batch_id);
-    err = jobstore_db_step_done(js, st, "update total");
-    if (!err) err = jobstore_db_commit(js);
+    jobstore_sqlite_bind_text(st, 2, batch_id);
+    err = jobstore_sqlite_db_step_done(js, st, "update total");
+    if (!err) err = jobstore_sqlite_db_commit(js);
     if (err) goto fail;
     return 0;
 fail:
-    jobstore_db_rollback(js);
+    jobstore_sqlite_db_rollback(js);
     return err;
 }
 
@@ -283,13 +286,13 @@ int jobstore_sqlite_batch_pending(struct jobstore *base, const char *batch_id,
 {
     struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(
+    int err = jobstore_sqlite_db_prepare(
         js,
         "SELECT line, custom_id, body FROM batch_requests WHERE"
         " batch_id=? AND state='pending' AND line>? ORDER BY line LIMIT ?",
         &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, batch_id);
+    jobstore_sqlite_bind_text(st, 1, batch_id);
     sqlite3_bind_int64(st, 2, after_line);
     sqlite3_bind_int(st, 3, max);
     struct jobstore_request *rs = NULL;
@@ -300,14 +303,14 @@ int jobstore_sqlite_batch_pending(struct jobstore *base, const char *batch_id,
             rs = xrealloc(rs, (size_t)cap * sizeof *rs);
         }
         rs[k].line = sqlite3_column_int64(st, 0);
-        rs[k].custom_id = jobstore_col_dup(st, 1);
-        rs[k].body = jobstore_col_dup(st, 2);
+        rs[k].custom_id = jobstore_sqlite_col_dup(st, 1);
+        rs[k].body = jobstore_sqlite_col_dup(st, 2);
         k++;
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
         jobstore_requests_free(rs, k);
-        return jobstore_db_fail(js, rc, "pending");
+        return jobstore_sqlite_db_fail(js, rc, "pending");
     }
     *out = rs;
     *n = k;

@@ -15,43 +15,45 @@ static int mark_request(struct jobstore_sqlite *js, const char *batch_id,
                         bool *marked)
 {
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js,
-                                  "UPDATE batch_requests SET state=? WHERE batch_id=? AND"
-                                  " custom_id=? AND state='pending'",
-                                  &st);
+    int err =
+        jobstore_sqlite_db_prepare(js,
+                                   "UPDATE batch_requests SET state=? WHERE batch_id=? AND"
+                                   " custom_id=? AND state='pending'",
+                                   &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, ok ? "done" : "failed");
-    jobstore_bind_text(st, 2, batch_id);
-    jobstore_bind_text(st, 3, custom_id);
-    err = jobstore_db_step_done(js, st, "mark request");
+    jobstore_sqlite_bind_text(st, 1, ok ? "done" : "failed");
+    jobstore_sqlite_bind_text(st, 2, batch_id);
+    jobstore_sqlite_bind_text(st, 3, custom_id);
+    err = jobstore_sqlite_db_step_done(js, st, "mark request");
     if (err) return err;
     *marked = sqlite3_changes(js->db) == 1;
     if (!*marked) return 0;
-    err = jobstore_db_prepare(js,
-                              "UPDATE batches SET prompt_tokens=prompt_tokens+?,"
-                              " completion_tokens=completion_tokens+? WHERE id=?",
-                              &st);
+    err = jobstore_sqlite_db_prepare(js,
+                                     "UPDATE batches SET prompt_tokens=prompt_tokens+?,"
+                                     " completion_tokens=completion_tokens+? WHERE id=?",
+                                     &st);
     if (err) return err;
     sqlite3_bind_int64(st, 1, prompt);
     sqlite3_bind_int64(st, 2, completion);
-    jobstore_bind_text(st, 3, batch_id);
-    return jobstore_db_step_done(js, st, "add usage");
+    jobstore_sqlite_bind_text(st, 3, batch_id);
+    return jobstore_sqlite_db_step_done(js, st, "add usage");
 }
 
 /* Recount request_counts from the requests' states. */
 static int recount(struct jobstore_sqlite *js, const char *batch_id)
 {
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js,
-                                  "UPDATE batches SET"
-                                  " completed=(SELECT count(*) FROM batch_requests"
-                                  "  WHERE batch_id=?1 AND state='done'),"
-                                  " failed=(SELECT count(*) FROM batch_requests"
-                                  "  WHERE batch_id=?1 AND state='failed') WHERE id=?1",
-                                  &st);
+    int err =
+        jobstore_sqlite_db_prepare(js,
+                                   "UPDATE batches SET"
+                                   " completed=(SELECT count(*) FROM batch_requests"
+                                   "  WHERE batch_id=?1 AND state='done'),"
+                                   " failed=(SELECT count(*) FROM batch_requests"
+                                   "  WHERE batch_id=?1 AND state='failed') WHERE id=?1",
+                                   &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, batch_id);
-    return jobstore_db_step_done(js, st, "recount");
+    jobstore_sqlite_bind_text(st, 1, batch_id);
+    return jobstore_sqlite_db_step_done(js, st, "recount");
 }
 
 /* The state of one request: "pending", "done", "failed"; ENG_ENOTFOUND. */
@@ -59,21 +61,21 @@ static int request_state(struct jobstore_sqlite *js, const char *batch_id,
                          const char *custom_id, bool *pending)
 {
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(
+    int err = jobstore_sqlite_db_prepare(
         js,
         "SELECT state='pending' FROM batch_requests WHERE batch_id=? AND"
         " custom_id=?",
         &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, batch_id);
-    jobstore_bind_text(st, 2, custom_id);
+    jobstore_sqlite_bind_text(st, 1, batch_id);
+    jobstore_sqlite_bind_text(st, 2, custom_id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) *pending = sqlite3_column_int(st, 0) != 0;
     sqlite3_finalize(st);
     if (rc == SQLITE_DONE)
         return err_set(ENG_ENOTFOUND, "batch %s: no request with custom_id '%s'", batch_id,
                        custom_id);
-    return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, "request state");
+    return rc == SQLITE_ROW ? 0 : jobstore_sqlite_db_fail(js, rc, "request state");
 }
 
 static int poison(struct jobstore_sqlite *js, int err)
@@ -95,14 +97,15 @@ static int ensure_output_id(struct jobstore_sqlite *js, const struct jobstore_ba
     }
     jobstore_new_id("file-", id, size);
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js,
-                                  ok ? "UPDATE batches SET output_file_id=? WHERE id=?"
-                                     : "UPDATE batches SET error_file_id=? WHERE id=?",
-                                  &st);
+    int err =
+        jobstore_sqlite_db_prepare(js,
+                                   ok ? "UPDATE batches SET output_file_id=? WHERE id=?"
+                                      : "UPDATE batches SET error_file_id=? WHERE id=?",
+                                   &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, id);
-    jobstore_bind_text(st, 2, b->id);
-    return jobstore_db_step_done(js, st, "set output file");
+    jobstore_sqlite_bind_text(st, 1, id);
+    jobstore_sqlite_bind_text(st, 2, b->id);
+    return jobstore_sqlite_db_step_done(js, st, "set output file");
 }
 
 /* Append `len` bytes (whole lines) to `path` and make them durable. On a failed
@@ -112,7 +115,8 @@ static int append_bytes(struct jobstore_sqlite *js, const char *path, const char
                         size_t len)
 {
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return err_set(jobstore_errno_code(errno), "%s: %s", path, strerror(errno));
+    if (fd < 0)
+        return err_set(jobstore_sqlite_errno_code(errno), "%s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int err = err_set(ENG_EIO, "%s: %s", path, strerror(errno));
@@ -120,16 +124,17 @@ static int append_bytes(struct jobstore_sqlite *js, const char *path, const char
         return err;
     }
     int err = 0;
-    if (jobstore_write_all(fd, buf, len) != 0) {
+    if (jobstore_sqlite_write_all(fd, buf, len) != 0) {
         /* No room (JOBSTORE_EFULL) is not poison once the file is cut back: the
          * file is as it was, and a later append after space is freed is fine. */
-        err = err_set(jobstore_errno_code(errno), "%s: write: %s", path, strerror(errno));
+        err = err_set(jobstore_sqlite_errno_code(errno), "%s: write: %s", path,
+                      strerror(errno));
         if (ftruncate(fd, sb.st_size) != 0) err = poison(js, err);
     } else if (fsync(fd) != 0) {
         err = poison(js, err_set(ENG_EIO, "%s: fsync: %s", path, strerror(errno)));
     } else if (sb.st_size == 0) {
         /* A new file: its directory entry must be durable too. */
-        err = jobstore_fsync_path(js->files_dir);
+        err = jobstore_sqlite_fsync_path(js->files_dir);
         if (err) err = poison(js, err);
     }
     close(fd);
@@ -201,7 +206,7 @@ int jobstore_sqlite_batch_append_results(struct jobstore *base, const char *batc
         goto out;
     }
     int64_t n_ok = 0;
-    err = jobstore_db_begin(js);
+    err = jobstore_sqlite_db_begin(js);
     for (int i = 0; i < n && !err; i++) {
         bool marked = false;
         err = mark_request(js, batch_id, rs[i].custom_id, rs[i].ok, usage[2 * i],
@@ -211,19 +216,19 @@ int jobstore_sqlite_batch_append_results(struct jobstore *base, const char *batc
     }
     if (!err) {
         sqlite3_stmt *st;
-        err = jobstore_db_prepare(
+        err = jobstore_sqlite_db_prepare(
             js, "UPDATE batches SET completed=completed+?, failed=failed+? WHERE id=?",
             &st);
         if (!err) {
             sqlite3_bind_int64(st, 1, n_ok);
             sqlite3_bind_int64(st, 2, n - n_ok);
-            jobstore_bind_text(st, 3, batch_id);
-            err = jobstore_db_step_done(js, st, "count results");
+            jobstore_sqlite_bind_text(st, 3, batch_id);
+            err = jobstore_sqlite_db_step_done(js, st, "count results");
         }
     }
-    if (!err) err = jobstore_db_commit(js);
+    if (!err) err = jobstore_sqlite_db_commit(js);
     if (err) {
-        jobstore_db_rollback(js);
+        jobstore_sqlite_db_rollback(js);
         if (err != JOBSTORE_EFULL) err = poison(js, err);
     }
 out:
@@ -294,7 +299,7 @@ int jobstore_sqlite_batch_recover(struct jobstore *base, const char *batch_id)
     struct jobstore_batch b;
     int err = jobstore_sqlite_batch_get(base, batch_id, &b);
     if (err) return err;
-    err = jobstore_db_begin(js);
+    err = jobstore_sqlite_db_begin(js);
     if (!err && b.output_file_id[0])
         err = recover_file(js, batch_id, b.output_file_id, true);
     if (!err && b.error_file_id[0])
@@ -302,8 +307,8 @@ int jobstore_sqlite_batch_recover(struct jobstore *base, const char *batch_id)
     /* Recounted from the states rather than incremented: the counts then agree
      * with the files whatever the crash interrupted. */
     if (!err) err = recount(js, batch_id);
-    if (!err) err = jobstore_db_commit(js);
-    if (err) jobstore_db_rollback(js);
+    if (!err) err = jobstore_sqlite_db_commit(js);
+    if (err) jobstore_sqlite_db_rollback(js);
     jobstore_batch_deinit(&b);
     return err;
 }

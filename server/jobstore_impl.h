@@ -1,5 +1,5 @@
 /*
- * jobstore_ops.h - the job store's one interface with two implementations behind
+ * jobstore_impl.h - the job store's one interface with two implementations behind
  * it (issue 22): SQLite under a data dir (jobstore_sqlite*.c, the embedded
  * default) and PostgreSQL (jobstore_pg*.c, many replicas sharing one database).
  *
@@ -12,8 +12,8 @@
  *
  * Private to the job store's files; the rest of the server sees jobstore.h only.
  */
-#ifndef H2O_JOBSTORE_OPS_H
-#define H2O_JOBSTORE_OPS_H
+#ifndef H2O_JOBSTORE_IMPL_H
+#define H2O_JOBSTORE_IMPL_H
 
 #include "jobstore.h"
 
@@ -76,6 +76,13 @@ struct jobstore_ops {
                                 const struct jobstore_result *rs, const int64_t *usage,
                                 int n);
     int (*batch_recover)(struct jobstore *js, const char *batch_id);
+    /* owner, lease_s and max are checked; now is jobstore_now. */
+    int (*batch_claim)(struct jobstore *js, const char *batch_id, const char *owner,
+                       int64_t lease_s, int max, struct jobstore_request **out, int *n);
+    int (*batch_renew)(struct jobstore *js, const char *batch_id, const char *owner,
+                       int64_t lease_s, int64_t *renewed, enum jobstore_status *status);
+    int (*batch_release)(struct jobstore *js, const char *batch_id, const char *owner,
+                         int64_t *released);
 };
 
 /* What every backend's struct starts with. */
