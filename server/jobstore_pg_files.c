@@ -244,11 +244,15 @@ static int read_results(PGconn *conn, const char *batch_id, bool ok, int64_t off
     const char *vals[] = {batch_id, ok ? "t" : "f", jobstore_pg_i64(offset, o),
                           jobstore_pg_i64(offset + (int64_t)len, e)};
     PGresult *r;
+    /* From the line that holds byte $3 (the last one starting at or before it: an
+     * index probe), not a scan from the file's start: a download of a million-line
+     * output must cost one range per read, not the lines before it. */
     int err =
         jobstore_pg_query(conn,
-                          "SELECT off, line FROM h2o_batch_results WHERE batch_id=$1 AND"
-                          " ok=$2 AND off + octet_length(line) + 1 > $3 AND off < $4"
-                          " ORDER BY off",
+                          "SELECT off, line FROM h2o_batch_results WHERE batch_id=$1"
+                          " AND ok=$2 AND off < $4 AND off >= (SELECT coalesce(max(off),"
+                          " 0) FROM h2o_batch_results WHERE batch_id=$1 AND ok=$2 AND"
+                          " off <= $3) ORDER BY off",
                           4, vals, &r, "read output");
     if (err) return err;
     int64_t expect = -1; /* the next line's offset, to see a gap */

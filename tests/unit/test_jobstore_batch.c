@@ -221,6 +221,64 @@ TEST(cancelling_keeps_partial_output)
     store_drop(dir);
 }
 
+TEST(a_long_output_reads_back_in_any_pieces)
+{
+    /* 300 results committed 50 at a time, read back in pieces of 97 bytes (which
+     * start and end mid-line) and as a stream: the same bytes as the lines in
+     * commit order, each followed by a newline. */
+    enum { N = 300 };
+    char *dir = store_new();
+    struct jobstore *js = open_ok(dir);
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_file_create(js, "in", "batch", "{}\n", 3, &f), 0);
+    struct jobstore_batch b;
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, 0, &b), 0);
+    static char cids[N][16], bodies[N][32], lines[N][600];
+    struct jobstore_request reqs[N];
+    struct jobstore_result rs[N];
+    size_t want_len = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(cids[i], sizeof cids[i], "q%d", i);
+        snprintf(bodies[i], sizeof bodies[i], "{\"custom_id\":\"q%d\"}", i);
+        reqs[i] = (struct jobstore_request){i + 1, cids[i], bodies[i]};
+        snprintf(lines[i], sizeof lines[i], "%s", result_line(cids[i]));
+        rs[i] = (struct jobstore_result){cids[i], true, lines[i]};
+        want_len += strlen(lines[i]) + 1;
+    }
+    EXPECT_EQ(jobstore_batch_add_requests(js, b.id, reqs, N), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_IN_PROGRESS, NULL), 0);
+    for (int i = 0; i < N; i += 50)
+        EXPECT_EQ(jobstore_batch_append_results(js, b.id, rs + i, 50), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_FINALIZING, NULL), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_COMPLETED, NULL), 0);
+    char *want = xmalloc(want_len + 1);
+    size_t at = 0;
+    for (int i = 0; i < N; i++)
+        at += (size_t)sprintf(want + at, "%s\n", lines[i]);
+    struct jobstore_batch c;
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.completed, N);
+    size_t len = 0;
+    char *body = read_body(js, c.output_file_id, 97, &len);
+    EXPECT(body && len == want_len && memcmp(body, want, len) == 0);
+    free(body);
+    FILE *st = NULL;
+    int64_t bytes = 0;
+    EXPECT_EQ(jobstore_file_open(js, c.output_file_id, &st, &bytes), 0);
+    EXPECT_EQ(bytes, want_len);
+    char *copy = xmalloc(want_len + 1);
+    EXPECT_EQ(st ? fread(copy, 1, want_len + 1, st) : 0, want_len);
+    EXPECT(memcmp(copy, want, want_len) == 0);
+    if (st) fclose(st);
+    free(copy);
+    free(want);
+    jobstore_batch_deinit(&c);
+    jobstore_batch_deinit(&b);
+    jobstore_file_deinit(&f);
+    jobstore_close(js);
+    store_drop(dir);
+}
+
 /* ---- crashes ---- */
 
 TEST(crash_after_write_before_mark)
@@ -360,6 +418,7 @@ int main(int argc, char **argv)
     RUN(many_results_in_one_append);
     RUN(cancelling_keeps_partial_output);
     RUN(reopen_keeps_everything);
+    RUN(a_long_output_reads_back_in_any_pieces);
     if (!test_pg) {
         /* A result's two steps (the file append, then the commit) and the states a
          * crash between them leaves on disk: SQLite's alone. */
