@@ -9,6 +9,7 @@
 #include "jobstore_pg.h"
 
 #include <inttypes.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,13 +216,30 @@ int jobstore_pg_connect(const char *conninfo, PGconn **out)
     return 0;
 }
 
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 int jobstore_pg_ready(struct jobstore_pg *js)
 {
     if (PQstatus(js->conn) == CONNECTION_OK) return 0;
+    /* The owner's thread serves everything else too (interactive requests): while
+     * the database is away, a call fails at once rather than waiting out a connect
+     * timeout every time. */
+    const int64_t now = monotonic_ms();
+    if (now < js->retry_after_ms)
+        return err_set(ENG_EIO, "postgresql: the database is unreachable (retrying each "
+                                "second)");
     /* A fresh connection rather than PQreset: it gets the session settings again. */
     PGconn *c;
     int err = jobstore_pg_connect(js->conninfo, &c);
-    if (err) return err;
+    if (err) {
+        js->retry_after_ms = monotonic_ms() + 1000;
+        return err;
+    }
     PQfinish(js->conn);
     js->conn = c;
     log_info("jobstore: reconnected to postgresql");

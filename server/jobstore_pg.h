@@ -56,6 +56,7 @@ struct jobstore_pg {
     struct jobstore base; /* first: the table and the clock */
     PGconn *conn;
     char *conninfo; /* the URI as given (may hold a password: never logged) */
+    int64_t retry_after_ms; /* a reconnect failed: none before this (monotonic ms) */
 };
 
 struct jobstore_pg_upload {
@@ -82,7 +83,8 @@ const char *jobstore_pg_i64(int64_t v, char *buf);
  * (synchronous_commit=on, UTF8, notices dropped). ENG_EIO with libpq's reason. */
 int jobstore_pg_connect(const char *conninfo, PGconn **out);
 
-/* Reconnect the store's connection if it was lost. ENG_EIO if that fails. */
+/* Reconnect the store's connection if it was lost. ENG_EIO if that fails, and at
+ * once, without trying, for a second after a failed try. */
 int jobstore_pg_ready(struct jobstore_pg *js);
 
 /* err_set for a failed call on `c`, from `r` (cleared here; may be NULL). */

@@ -213,6 +213,27 @@ TEST(a_cut_connection_mid_upload_leaves_nothing)
     pg_test_db_drop(uri);
 }
 
+TEST(a_database_that_went_away_fails_fast)
+{
+    /* Dropped under an open store: the next calls fail (ENG_EIO), and after one
+     * failed reconnect the store does not try again for a second, so the thread it
+     * shares with interactive traffic is not held by connect after connect. */
+    char *uri = pg_test_db_new();
+    struct jobstore *js = open_ok(uri);
+    pg_test_db_drop(uri); /* FORCE: closes the store's connection */
+    struct jobstore_file g;
+    int err = jobstore_file_get(js, "file-x", &g); /* finds the connection gone */
+    EXPECT_EQ(err, ENG_EIO);
+    if (!strstr(err_msg(),
+                "retrying")) { /* it learnt of it from the query: now reconnect */
+        EXPECT_EQ(jobstore_file_get(js, "file-x", &g), ENG_EIO);
+        EXPECT(strstr(err_msg(), "connect") != NULL);
+    }
+    EXPECT_EQ(jobstore_file_get(js, "file-x", &g), ENG_EIO);
+    EXPECT(strstr(err_msg(), "unreachable (retrying each second)") != NULL);
+    jobstore_close(js);
+}
+
 TEST(input_the_database_refuses_is_einval)
 {
     char *uri = pg_test_db_new();
@@ -268,6 +289,7 @@ int main(int argc, char **argv)
     RUN(a_result_is_committed_once_whichever_replica_sends_it);
     RUN(a_cancel_on_one_replica_stops_results_on_the_other);
     RUN(a_cut_connection_mid_upload_leaves_nothing);
+    RUN(a_database_that_went_away_fails_fast);
     RUN(input_the_database_refuses_is_einval);
     return test_done();
 }
