@@ -11,6 +11,9 @@
 
 #include <libpq-fe.h>
 
+#include <pthread.h>
+#include <time.h>
+
 /* The custom_ids of a claim, as "r1,r2,...". Static buffer. */
 static const char *ids_of(const struct jobstore_request *rs, int n)
 {
@@ -219,6 +222,150 @@ TEST(a_claim_skips_rows_another_transaction_holds)
     store_drop(uri);
 }
 
+/* One replica of the drain below: its own handle, on its own thread (a store has
+ * one owner thread), claiming and committing until nothing is left. */
+struct replica {
+    const char *uri, *batch_id;
+    char owner[16];
+    bool dies;     /* claims one chunk, then goes without a word */
+    int committed; /* results it committed */
+    int refused;   /* second answers it tried, refused as they must be */
+    int errors;    /* anything else: must stay 0 */
+};
+
+/* result_line's form, in the caller's buffer (result_line's is static: the
+ * threads would write over each other's). */
+static const char *line_for(char *buf, size_t size, const char *cid)
+{
+    snprintf(
+        buf, size,
+        "{\"id\":\"batch_req_1\",\"custom_id\":\"%s\",\"response\":{\"status_code\":200,"
+        "\"body\":{\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":5}}},"
+        "\"error\":null}",
+        cid);
+    return buf;
+}
+
+static void *replica_run(void *arg)
+{
+    struct replica *r = arg;
+    struct jobstore *js;
+    if (jobstore_open(&js, r->uri) != 0) {
+        r->errors++;
+        return NULL;
+    }
+    for (int idle = 0; idle < 100;) { /* 100 x 50 ms with nothing to claim: done */
+        struct jobstore_request *rs;
+        int n;
+        if (jobstore_batch_claim(js, r->batch_id, r->owner, r->dies ? 1 : 30, 7, &rs, &n)) {
+            r->errors++;
+            break;
+        }
+        if (r->dies) { /* a kill -9: the leases stay until they run out */
+            jobstore_requests_free(rs, n);
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            char line[512];
+            int err =
+                jobstore_batch_append_result(js, r->batch_id, rs[i].custom_id, true,
+                                             line_for(line, sizeof line, rs[i].custom_id));
+            r->committed += err == 0;
+            r->errors += err != 0;
+        }
+        /* A replica whose lease ran out may still send what it ran: refused. */
+        if (n) {
+            char line[512];
+            int err =
+                jobstore_batch_append_result(js, r->batch_id, rs[0].custom_id, true,
+                                             line_for(line, sizeof line, rs[0].custom_id));
+            r->refused += err == ENG_EINVAL;
+            r->errors += err != ENG_EINVAL;
+        }
+        jobstore_requests_free(rs, n);
+        struct jobstore_batch b;
+        if (jobstore_batch_get(js, r->batch_id, &b) != 0) {
+            r->errors++;
+            break;
+        }
+        const bool all_in = b.completed + b.failed == b.total;
+        jobstore_batch_deinit(&b);
+        if (all_in) break;
+        if (n == 0) {
+            idle++;
+            nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+        }
+    }
+    jobstore_close(js);
+    return NULL;
+}
+
+TEST(four_replicas_drain_one_batch_and_one_dies)
+{
+    /* Four handles on four threads, committing for real at the same time: the row
+     * lock orders the commits, SKIP LOCKED keeps the claims apart, and the chunk
+     * of the replica that dies (a 1 s lease) is claimed again once it runs out.
+     * Every custom_id lands once, and the output has no gap. */
+    enum { N = 400, R = 4 };
+    char *uri = store_new();
+    struct jobstore *js = open_ok(uri);
+    struct jobstore_file f;
+    EXPECT_EQ(jobstore_file_create(js, "in", "batch", "{}\n", 3, &f), 0);
+    struct jobstore_batch b;
+    EXPECT_EQ(jobstore_batch_create(js, f.id, "/v1/completions", "24h", NULL, 0, &b), 0);
+    static char cids[N][16];
+    struct jobstore_request reqs[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(cids[i], sizeof cids[i], "c%d", i);
+        reqs[i] = (struct jobstore_request){i + 1, cids[i], "{}"};
+    }
+    EXPECT_EQ(jobstore_batch_add_requests(js, b.id, reqs, N), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_IN_PROGRESS, NULL), 0);
+    struct replica rep[R];
+    pthread_t th[R];
+    for (int i = 0; i < R; i++) {
+        rep[i] = (struct replica){.uri = uri, .batch_id = b.id, .dies = i == 0};
+        snprintf(rep[i].owner, sizeof rep[i].owner, "replica%d", i);
+    }
+    /* The one that dies claims first, so that its chunk is certainly taken over. */
+    pthread_create(&th[0], NULL, replica_run, &rep[0]);
+    pthread_join(th[0], NULL);
+    for (int i = 1; i < R; i++)
+        pthread_create(&th[i], NULL, replica_run, &rep[i]);
+    int committed = 0, refused = 0, errors = rep[0].errors;
+    for (int i = 1; i < R; i++) {
+        pthread_join(th[i], NULL);
+        committed += rep[i].committed;
+        refused += rep[i].refused;
+        errors += rep[i].errors;
+    }
+    EXPECT_EQ(errors, 0);
+    EXPECT_EQ(committed, N);
+    EXPECT(refused > 0);
+    for (int i = 1; i < R; i++) /* each took part (7 of 400 at a time) */
+        if (rep[i].committed == 0) TEST_FAIL("%s committed nothing", rep[i].owner);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_FINALIZING, NULL), 0);
+    EXPECT_EQ(jobstore_batch_set_status(js, b.id, JOBSTORE_COMPLETED, NULL), 0);
+    struct jobstore_batch c;
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.completed, N);
+    size_t len = 0;
+    char *body = read_body(js, c.output_file_id, 65536, &len);
+    EXPECT(body != NULL);
+    EXPECT_EQ(count_substr(body, "\n"), N);
+    for (int i = 0; body && i < N; i += 37) {
+        char needle[32];
+        snprintf(needle, sizeof needle, "\"custom_id\":\"c%d\"", i);
+        EXPECT_EQ(count_substr(body, needle), 1);
+    }
+    free(body);
+    jobstore_batch_deinit(&c);
+    jobstore_batch_deinit(&b);
+    jobstore_file_deinit(&f);
+    jobstore_close(js);
+    store_drop(uri);
+}
+
 /* ---- SQLite: a data dir of the first schema ---- */
 
 TEST(a_version_1_data_dir_gets_the_lease_columns)
@@ -266,6 +413,7 @@ int main(int argc, char **argv)
         /* Several handles on one store: a data dir admits one process. */
         RUN(two_replicas_claim_disjoint_chunks);
         RUN(a_claim_skips_rows_another_transaction_holds);
+        RUN(four_replicas_drain_one_batch_and_one_dies);
     } else {
         RUN(a_version_1_data_dir_gets_the_lease_columns);
     }
