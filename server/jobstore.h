@@ -61,7 +61,10 @@
  * so a full disk never poisons the store; only a failed fsync does.
  *
  * Thread: one thread owns a store (the server's loop thread); no call blocks on
- * anything but the disk. Nothing here is thread-safe.
+ * anything but the disk, or for PostgreSQL the database's round trips (a lost
+ * database fails calls at once, jobstore_pg.h). Nothing here is thread-safe; two
+ * stores on one PostgreSQL database may live on two threads (streams from
+ * jobstore_file_open are likewise their own).
  */
 #ifndef H2O_JOBSTORE_H
 #define H2O_JOBSTORE_H
