@@ -2,14 +2,11 @@
  * test_jobstore_claim.c - claims and leases (jobstore_batch_claim, _renew,
  * _release): how replicas share one batch's requests. Two owners on one store
  * stand for two replicas, and the store's clock (jobstore_set_time) moves leases
- * past their end. Run against SQLite, and with --pg against PostgreSQL, where two
- * handles on one database and a transaction holding rows locked show what only a
- * shared database has.
+ * past their end. Run against SQLite, and with --pg against PostgreSQL, where
+ * several handles on one database, on threads of their own, show what only a
+ * shared database has (test_jobstore_pg.c has a claim meeting locked rows).
  */
 #include "jobstore_testlib.h"
-#include "pg_testlib.h"
-
-#include <libpq-fe.h>
 
 #include <pthread.h>
 #include <time.h>
@@ -192,33 +189,6 @@ TEST(two_replicas_claim_disjoint_chunks)
     jobstore_batch_deinit(&bt);
     jobstore_close(a);
     jobstore_close(b);
-    store_drop(uri);
-}
-
-TEST(a_claim_skips_rows_another_transaction_holds)
-{
-    /* Another replica's claim in flight holds r1..r3 locked: a claim now neither
-     * waits for it nor takes those rows (SKIP LOCKED). */
-    char *uri = store_new();
-    struct jobstore *js = open_ok(uri);
-    struct jobstore_batch bt;
-    make_running_batch(js, 6, &bt);
-    PGconn *other = PQconnectdb(uri);
-    EXPECT(PQstatus(other) == CONNECTION_OK);
-    char sql[256];
-    snprintf(sql, sizeof sql,
-             "BEGIN; SELECT line FROM h2o_batch_requests WHERE batch_id='%s' AND line<=3"
-             " FOR UPDATE",
-             bt.id);
-    PGresult *r = PQexec(other, sql);
-    EXPECT(PQresultStatus(r) == PGRES_TUPLES_OK);
-    PQclear(r);
-    EXPECT_STR(claim_ids(js, bt.id, "a", 30, 10), "r4,r5,r6");
-    PQclear(PQexec(other, "ROLLBACK"));
-    PQfinish(other);
-    EXPECT_STR(claim_ids(js, bt.id, "b", 30, 10), "r1,r2,r3");
-    jobstore_batch_deinit(&bt);
-    jobstore_close(js);
     store_drop(uri);
 }
 
@@ -412,7 +382,6 @@ int main(int argc, char **argv)
     if (test_pg) {
         /* Several handles on one store: a data dir admits one process. */
         RUN(two_replicas_claim_disjoint_chunks);
-        RUN(a_claim_skips_rows_another_transaction_holds);
         RUN(four_replicas_drain_one_batch_and_one_dies);
     } else {
         RUN(a_version_1_data_dir_gets_the_lease_columns);

@@ -2,13 +2,16 @@
  * test_jobstore_pg.c - what only the PostgreSQL job store (server/jobstore_pg*.c)
  * has: one database that several stores share (two handles in one process stand
  * for two replicas), its schema's checks at open, connections cut in the middle of
- * an upload or under an open store, and input the database itself would refuse.
+ * an upload or under an open store, a claim meeting rows another transaction holds,
+ * and input the database itself would refuse.
  * The tests both backends share are test_jobstore.c and test_jobstore_batch.c,
  * run again with --pg. Each test has its own database on a private server
  * (pg_testlib.h).
  */
 #include "jobstore_testlib.h"
 #include "pg_testlib.h"
+
+#include <libpq-fe.h>
 
 /* Close every connection to the test's database but the caller's: what a network
  * cut or a restarted database server does to a replica. */
@@ -234,6 +237,52 @@ TEST(a_database_that_went_away_fails_fast)
     jobstore_close(js);
 }
 
+/* The custom_ids `owner` claims (up to 10, a 30 s lease), as "r1,r2,...". Static. */
+static const char *claimed(struct jobstore *js, const char *batch_id, const char *owner)
+{
+    static char buf[256];
+    struct jobstore_request *rs;
+    int n;
+    buf[0] = '\0';
+    if (jobstore_batch_claim(js, batch_id, owner, 30, 10, &rs, &n) != 0) {
+        TEST_FAIL("claim: %s", err_msg());
+        return "(error)";
+    }
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, sizeof buf - len, "%s%s", i ? "," : "", rs[i].custom_id);
+    }
+    jobstore_requests_free(rs, n);
+    return buf;
+}
+
+TEST(a_claim_skips_rows_another_transaction_holds)
+{
+    /* Another replica's claim in flight holds r1..r3 locked: a claim now neither
+     * waits for it nor takes those rows (SKIP LOCKED). */
+    char *uri = pg_test_db_new();
+    struct jobstore *js = open_ok(uri);
+    struct jobstore_batch bt;
+    make_running_batch(js, 6, &bt);
+    PGconn *other = PQconnectdb(uri);
+    EXPECT(PQstatus(other) == CONNECTION_OK);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "BEGIN; SELECT line FROM h2o_batch_requests WHERE batch_id='%s' AND line<=3"
+             " FOR UPDATE",
+             bt.id);
+    PGresult *r = PQexec(other, sql);
+    EXPECT(PQresultStatus(r) == PGRES_TUPLES_OK);
+    PQclear(r);
+    EXPECT_STR(claimed(js, bt.id, "a"), "r4,r5,r6");
+    PQclear(PQexec(other, "ROLLBACK"));
+    PQfinish(other);
+    EXPECT_STR(claimed(js, bt.id, "b"), "r1,r2,r3");
+    jobstore_batch_deinit(&bt);
+    jobstore_close(js);
+    pg_test_db_drop(uri);
+}
+
 TEST(input_the_database_refuses_is_einval)
 {
     char *uri = pg_test_db_new();
@@ -290,6 +339,7 @@ int main(int argc, char **argv)
     RUN(a_cancel_on_one_replica_stops_results_on_the_other);
     RUN(a_cut_connection_mid_upload_leaves_nothing);
     RUN(a_database_that_went_away_fails_fast);
+    RUN(a_claim_skips_rows_another_transaction_holds);
     RUN(input_the_database_refuses_is_einval);
     return test_done();
 }
