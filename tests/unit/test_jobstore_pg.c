@@ -13,6 +13,9 @@
 
 #include <libpq-fe.h>
 
+#include <pthread.h>
+#include <time.h>
+
 /* Close every connection to the test's database but the caller's: what a network
  * cut or a restarted database server does to a replica. */
 static void cut_connections(const char *uri)
@@ -216,6 +219,76 @@ TEST(a_cut_connection_mid_upload_leaves_nothing)
     pg_test_db_drop(uri);
 }
 
+/* Half a second from now, cut every connection to the database but its own: the
+ * kill -9 of a replica (or a network cut) in the middle of its commit. */
+struct cutter {
+    const char *uri;
+    int rc;
+};
+
+static void *cut_later(void *arg)
+{
+    struct cutter *c = arg;
+    nanosleep(&(struct timespec){0, 500 * 1000 * 1000}, NULL);
+    c->rc =
+        pg_test_exec(c->uri, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                             " WHERE datname=current_database() AND pid<>pg_backend_pid()");
+    return NULL;
+}
+
+TEST(a_result_cut_mid_commit_leaves_nothing)
+{
+    /* SQLite's crash tests leave a line on disk that the database did not count;
+     * PostgreSQL's result is one transaction, so a cut inside it must leave
+     * neither: r1 and r2 were sent in one call, r2's insert stalls (a trigger
+     * sleeps), the connection is cut, and both are pending again, uncounted, with
+     * no result row. Sent again, each lands once. */
+    char *uri = pg_test_db_new();
+    struct jobstore *js = open_ok(uri);
+    struct jobstore_batch b;
+    make_running_batch(js, 3, &b);
+    EXPECT_EQ(pg_test_exec(uri, "CREATE FUNCTION h2o_test_slow() RETURNS trigger AS $$"
+                                " BEGIN IF NEW.custom_id = 'r2' THEN PERFORM pg_sleep(5);"
+                                " END IF; RETURN NEW; END $$ LANGUAGE plpgsql;"
+                                " CREATE TRIGGER slow BEFORE INSERT ON h2o_batch_results"
+                                " FOR EACH ROW EXECUTE FUNCTION h2o_test_slow()"),
+              0);
+    char l1[512], l2[512];
+    snprintf(l1, sizeof l1, "%s", result_line("r1"));
+    snprintf(l2, sizeof l2, "%s", result_line("r2"));
+    const struct jobstore_result rs[] = {{"r1", true, l1}, {"r2", true, l2}};
+    struct cutter cut = {uri, -1};
+    pthread_t th;
+    pthread_create(&th, NULL, cut_later, &cut);
+    EXPECT_EQ(jobstore_batch_append_results(js, b.id, rs, 2), ENG_EIO);
+    pthread_join(th, NULL);
+    EXPECT_EQ(cut.rc, 0);
+    EXPECT_EQ(pg_test_exec(uri, "DROP TRIGGER slow ON h2o_batch_results"), 0);
+    struct jobstore_batch c;
+    int err = jobstore_batch_get(js, b.id, &c); /* may fail once, finding the cut */
+    if (err == ENG_EIO) err = jobstore_batch_get(js, b.id, &c);
+    EXPECT_EQ(err, 0);
+    if (!err) {
+        EXPECT_EQ(c.completed, 0);
+        EXPECT_STR(c.output_file_id, "");
+        jobstore_batch_deinit(&c);
+    }
+    EXPECT_EQ(pg_test_scalar(uri, "SELECT count(*) FROM h2o_batch_results"), 0);
+    struct jobstore_request *pend;
+    int n;
+    EXPECT_EQ(jobstore_batch_pending(js, b.id, 0, 10, &pend, &n), 0);
+    EXPECT_EQ(n, 3);
+    jobstore_requests_free(pend, n);
+    EXPECT_EQ(jobstore_batch_append_results(js, b.id, rs, 2), 0);
+    EXPECT_EQ(jobstore_batch_get(js, b.id, &c), 0);
+    EXPECT_EQ(c.completed, 2);
+    jobstore_batch_deinit(&c);
+    EXPECT_EQ(pg_test_scalar(uri, "SELECT count(*) FROM h2o_batch_results"), 2);
+    jobstore_batch_deinit(&b);
+    jobstore_close(js);
+    pg_test_db_drop(uri);
+}
+
 TEST(a_database_that_went_away_fails_fast)
 {
     /* Dropped under an open store: the next calls fail (ENG_EIO), and after one
@@ -338,6 +411,7 @@ int main(int argc, char **argv)
     RUN(a_result_is_committed_once_whichever_replica_sends_it);
     RUN(a_cancel_on_one_replica_stops_results_on_the_other);
     RUN(a_cut_connection_mid_upload_leaves_nothing);
+    RUN(a_result_cut_mid_commit_leaves_nothing);
     RUN(a_database_that_went_away_fails_fast);
     RUN(a_claim_skips_rows_another_transaction_holds);
     RUN(input_the_database_refuses_is_einval);
