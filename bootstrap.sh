@@ -12,7 +12,9 @@ shift || true
 
 pkgs=(build-essential pkg-config meson ninja-build
       libuv1-dev libcjson-dev node-llhttp libdnnl-dev libpcre2-dev libutf8proc-dev libsqlite3-dev
-      python3 python3-venv curl)
+      libpq-dev python3 python3-venv curl
+      # the PostgreSQL job store's tests start a private server (tests/lib/pg_testlib.c)
+      postgresql)
 
 missing=()
 for p in "${pkgs[@]}"; do

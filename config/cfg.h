@@ -142,6 +142,7 @@ struct cfg {
 
     /* batch */
     char *data_dir;              /* Files + Batches store; default "./h2oserve-data" */
+    char *job_store;             /* postgresql:// URI instead of data_dir; NULL = SQLite */
     int32_t batch_max_in_flight; /* batch requests handed to the engine at once; 64 */
     int64_t max_file_bytes;      /* POST /v1/files body; default 200 MiB */
     int32_t batch_max_requests;  /* lines in one batch input file; default 50,000 */

@@ -657,7 +657,19 @@ static const struct cfg_opt opt_table[] = {
      .type = CFG_T_STR,
      FIELD(data_dir),
      .metavar = "DIR",
-     .help = "where the Files and Batches API keep their SQLite store and file bodies"},
+     .help = "where the Files and Batches API keep their SQLite store and file bodies "
+             "(unless job_store is set)"},
+    {.key = "job_store",
+     .scopes = SRV,
+     .group = "batch",
+     .type = CFG_T_STR,
+     FIELD(job_store),
+     .metavar = "URI",
+     /* Secret: a URI may carry a password (PGPASSFILE or ~/.pgpass keep it out). */
+     .flags = CFG_F_NULLABLE | CFG_F_SECRET,
+     .dflt_note = "SQLite under data_dir",
+     .help = "a postgresql://... URI: keep Files, their bodies and Batches in that "
+             "database, which many replicas share (docs/deploy.md)"},
     {.key = "batch_max_in_flight",
      .scopes = SRV,
      .group = "batch",
@@ -735,6 +747,7 @@ void cfg_defaults(struct cfg *c)
     c->write_queue_max_bytes = 8 * (int64_t)MIB;
     c->log_requests = false;
     c->data_dir = xstrdup("./h2oserve-data");
+    c->job_store = NULL;
     c->batch_max_in_flight = 64;
     c->max_file_bytes = 200 * (int64_t)MIB;
     c->batch_max_requests = 50000;

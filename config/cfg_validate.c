@@ -103,6 +103,12 @@ int cfg_validate_cmd(const struct cfg *c, unsigned scope)
         c->kv_cache_blocks > 0)
         return err_set(ENG_EINVAL, "kv_cache_bytes and kv_cache_blocks both size the KV "
                                    "pool; set one of them (the other 0)");
+    /* Anything else would be taken for a data dir by jobstore_open. */
+    if ((scope & CFG_SERVE) && c->job_store &&
+        strncmp(c->job_store, "postgresql://", 13) != 0 &&
+        strncmp(c->job_store, "postgres://", 11) != 0)
+        return err_set(ENG_EINVAL, "job_store must be a postgresql:// URI (data_dir is "
+                                   "SQLite's)");
     if (scope & CFG_BENCH_QUALITY) {
         const struct cfg_bench_quality *q = &c->bench_quality;
         float f[CFG_SWEEP_MAX];

@@ -181,8 +181,8 @@ int cfg_opt_set(struct cfg *c, const struct cfg_opt *o, const struct cfg_val *v,
         /* An empty secret is refused, not taken for unset: --api-key "" (an unset
          * shell variable) would otherwise turn authentication off without a word. */
         if ((o->flags & CFG_F_SECRET) && w.s && !w.s[0])
-            return err_set(ENG_EINVAL, "%s must not be empty (leave it unset for no "
-                           "authentication)", who);
+            return err_set(ENG_EINVAL, "%s must not be empty (leave it unset for %s)", who,
+                           o->dflt_note ? o->dflt_note : "no authentication");
         if ((o->flags & CFG_F_NULLABLE) && w.s && !w.s[0]) w.s = NULL;
         break;
     case CFG_T_LIST:

@@ -18,8 +18,9 @@
  * [A-Za-z0-9_-] strings before they reach the store or an error message, so a
  * malformed one is simply a file that does not exist (404).
  *
- * Thread: loop. A download streams the body from disk as the client reads it
- * (conn_respond_file), so a file of any size costs a few chunks of memory. An
+ * Thread: loop. A download streams the body from the store (disk or database) as
+ * the client reads it (conn_respond_file), so a file of any size costs a few chunks
+ * of memory. An
  * upload's body is already in memory (the HTTP layer buffers it, up to
  * --max-file-bytes), so an upload costs one write and the store's fsyncs.
  */
@@ -218,9 +219,10 @@ static void files_content(struct exch *x, const char *id)
 {
     struct jobstore *js = x->c->s->js;
     struct jobstore_file f = {0};
-    char *path = NULL;
+    FILE *body = NULL;
+    int64_t have = 0;
     int err = jobstore_file_get(js, id, &f);
-    if (!err) err = jobstore_file_path(js, id, &path);
+    if (!err) err = jobstore_file_open(js, id, &body, &have);
     const int64_t bytes = f.bytes;
     jobstore_file_deinit(&f);
     if (err == ENG_ENOTFOUND) {
@@ -232,21 +234,18 @@ static void files_content(struct exch *x, const char *id)
         reply_store_error(x, err);
         return;
     }
-    /* The body is streamed from disk as the client reads it (conn_respond_file).
-     * The length is the file's on disk, which the store made durable before the
-     * row; a size that disagrees with the row means the store is damaged. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0 || sb.st_size != bytes) {
-        log_error("files: content %s: %s: %s", id, path,
-                  fd < 0 ? strerror(errno) : "size differs from the store's record");
-        if (fd >= 0) close(fd);
-        free(path);
+    /* The body is streamed from the store as the client reads it
+     * (conn_respond_file). Its length is the body's as stored, which the store made
+     * durable before the row; a size that disagrees with the row means the store is
+     * damaged. */
+    if (have != bytes) {
+        log_error("files: content %s: %lld bytes stored, %lld recorded", id,
+                  (long long)have, (long long)bytes);
+        fclose(body);
         files_error(x, 500, NULL, NULL, "The content of file %s could not be read", id);
         return;
     }
-    free(path);
-    conn_respond_file(x, 200, "application/octet-stream", fd, (int64_t)sb.st_size);
+    conn_respond_file(x, 200, "application/octet-stream", body, have);
 }
 
 /*

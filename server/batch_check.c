@@ -30,7 +30,8 @@ static void check_error(struct batch_check *c, int64_t line, const char *code, c
 void batch_check_file(struct batch_check *c)
 {
     c->errors = cJSON_CreateArray();
-    FILE *f = fopen(c->path, "rb");
+    FILE *f = c->in;
+    c->in = NULL;
     if (!f) {
         check_error(c, 0, "file_not_found", "input_file_id", "the input file cannot be read");
         return;
@@ -108,7 +109,7 @@ void batch_check_deinit(struct batch_check *c)
 {
     jobstore_requests_free(c->reqs, c->n_reqs);
     cJSON_Delete(c->errors);
-    free(c->path);
+    if (c->in) fclose(c->in);
     free(c->endpoint);
     free(c->model);
 }

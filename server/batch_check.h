@@ -6,8 +6,9 @@
  * Why a file of its own: it runs on libuv's thread pool (a 200 MB file must not
  * stall the loop), so it touches no server state: its input is copied in, its
  * results stay in the struct until the loop takes them (batchrun.c).
- * Owns (struct batch_check): its copies of path, endpoint and model, the requests
- * it kept and the error list; batch_check_deinit frees them.
+ * Owns (struct batch_check): the input stream (jobstore_file_open's, which may be
+ * read on any thread), its copies of endpoint and model, the requests it kept and
+ * the error list; batch_check_deinit frees them.
  * Thread: batch_check_file on a pool thread; the rest wherever the struct is.
  */
 #ifndef H2O_SERVER_BATCH_CHECK_H
@@ -20,13 +21,15 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Validation errors listed on a failed batch; the count of the rest is noted. */
 #define BATCH_CHECK_MAX_ERRORS 100
 
 struct batch_check {
-    /* in: set before batch_check_file (heap copies, owned) */
-    char *path, *endpoint, *model;
+    /* in: set before batch_check_file (owned) */
+    FILE *in;               /* the input file's body; NULL: it cannot be read */
+    char *endpoint, *model; /* heap copies */
     int32_t max_requests;
     const atomic_bool *stop;       /* true: the server is stopping, give up */
     /* out: filled by batch_check_file */
@@ -37,7 +40,8 @@ struct batch_check {
     bool abandoned;                /* stopped early: the batch stays validating */
 };
 
-/* Read and check every line of c->path. Thread: any (a pool thread). */
+/* Read and check every line of c->in (closed when done). Thread: any (a pool
+ * thread). */
 void batch_check_file(struct batch_check *c);
 
 /* The failed batch's "errors" as JSON text ({"object":"list","data":[...]}, with a

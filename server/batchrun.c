@@ -631,7 +631,10 @@ void batchrun_validate(struct batchrun *br, const char *batch_id)
     c->chk.model = xstrdup(s->model_id);
     c->chk.max_requests = s->cfg->batch_max_requests;
     c->chk.stop = &br->checks_stop;
-    if (jobstore_file_path(s->js, b.input_file_id, &c->chk.path)) c->chk.path = xstrdup("");
+    /* A stream of its own: the pool thread reads it while the loop keeps the store. */
+    int64_t bytes;
+    if (jobstore_file_open(s->js, b.input_file_id, &c->chk.in, &bytes))
+        log_error("batch %s: %s", batch_id, err_msg());
     jobstore_batch_deinit(&b);
     br->n_checks++;
     int err = uv_queue_work(s->loop, &c->work, check_work, check_done);
@@ -682,9 +685,9 @@ static bool open_store(struct batchrun *br)
         const uint64_t now = uv_now(s->loop);
         if (s->draining || now < br->retry_at) return false;
         br->retry_at = now + 1000;
-        if (jobstore_open(&s->js, s->cfg->data_dir)) return false;
-        log_info("data dir %s: the job store is open; Files and Batches are served",
-                 s->cfg->data_dir);
+        if (jobstore_open(&s->js, srv_job_store(s->cfg))) return false;
+        log_info("%s %s: the job store is open; Files and Batches are served",
+                 srv_job_store_kind(s->cfg), srv_job_store_name(s->cfg));
     }
     resume(br);
     return true;

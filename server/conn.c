@@ -64,7 +64,7 @@ static void log_exchange(const struct exch *x)
 
 static void free_exch(struct exch *x)
 {
-    if (x->file_open) close(x->file_fd);
+    if (x->file) fclose(x->file);
     /* The handler's state goes first: an unfinished completion notes what it did,
      * for the log line, and cancels its engine requests. */
     if (x->dispose) x->dispose(x);
@@ -184,7 +184,7 @@ void conn_write(struct exch *x, const char *data, size_t len)
     const bool queued = x->out_off < x->out_len;
     /* A small piece at the head with nothing before it goes straight out (a
      * stream's chunks, a response head); anything else waits in out. */
-    if (x->is_head && !queued && !x->file_open && len <= OUT_CHUNK) {
+    if (x->is_head && !queued && !x->file && len <= OUT_CHUNK) {
         sock_write(c, data, len);
         return;
     }
@@ -218,7 +218,7 @@ static void read_more(struct conn *c);
 /* Whether x is finished and every byte of it was handed to the socket. */
 static bool exch_sent(const struct exch *x)
 {
-    return x->done && x->out_off == x->out_len && !x->file_open;
+    return x->done && x->out_off == x->out_len && !x->file;
 }
 
 /* Pop sent exchanges off the head and let the next one write what it has; read
@@ -266,7 +266,7 @@ static void pump(struct exch *x)
     char *buf = NULL;
     for (int i = 0; i < OUT_BURST && !c->closing; i++) {
         const bool mem = x->out_off < x->out_len;
-        if (!mem && !(x->file_open && x->file_left > 0)) break;
+        if (!mem && !(x->file && x->file_left > 0)) break;
         if (uv_stream_get_write_queue_size(st) + chunk > limit) break;
         if (mem) {
             size_t n = MIN(chunk, x->out_len - x->out_off);
@@ -277,15 +277,15 @@ static void pump(struct exch *x)
         }
         if (!buf) buf = xmalloc(chunk);
         size_t want = (size_t)MIN(x->file_left, (int64_t)chunk);
-        ssize_t n = read(x->file_fd, buf, want);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            log_error("reading a file body: %s", n < 0 ? strerror(errno) : "file shrank");
+        const size_t n = fread(buf, 1, want, x->file);
+        if (n == 0) {
+            log_error("reading a file body: %s",
+                      ferror(x->file) ? strerror(errno) : "file shrank");
             conn_close(c);
             break;
         }
-        x->file_left -= n;
-        sock_write(c, buf, (size_t)n);
+        x->file_left -= (int64_t)n;
+        sock_write(c, buf, n);
     }
     free(buf);
     if (c->closing) return;
@@ -294,9 +294,9 @@ static void pump(struct exch *x)
         x->out = NULL;
         x->out_len = x->out_cap = x->out_off = x->out_piled = 0;
     }
-    if (x->file_open && x->file_left == 0) {
-        close(x->file_fd);
-        x->file_open = false;
+    if (x->file && x->file_left == 0) {
+        fclose(x->file);
+        x->file = NULL;
     }
 }
 
@@ -343,7 +343,7 @@ void conn_respond(struct exch *x, int status, const char *content_type, const ch
     conn_finish(x);
 }
 
-void conn_respond_file(struct exch *x, int status, const char *content_type, int fd,
+void conn_respond_file(struct exch *x, int status, const char *content_type, FILE *f,
                        int64_t len)
 {
     char *extra = extra_with_cors(x->c, NULL);
@@ -352,12 +352,11 @@ void conn_respond_file(struct exch *x, int status, const char *content_type, int
     write_head(x, status, content_type, len, extra);
     free(extra);
     if (len == 0 || x->head_only) {
-        close(fd);
+        fclose(f);
         conn_finish(x);
         return;
     }
-    x->file_fd = fd;
-    x->file_open = true;
+    x->file = f;
     x->file_left = len;
     /* Finished as far as the handler goes; the exchange is sent once the file is
      * (pump, now at the head, else when advance() makes it the head). */

@@ -48,9 +48,8 @@ struct exch {
     void (*dispose)(struct exch *x);
     char *log_note;            /* --log-requests: what the request line adds (the
                                   completion's id, tokens and KV policy), or NULL */
-    /* A body sent from a file (conn_respond_file): */
-    bool file_open;            /* file_fd is ours and file_left bytes are unsent */
-    int file_fd;
+    /* A body sent from a stream (conn_respond_file): */
+    FILE *file; /* ours, and file_left bytes of it are unsent; or NULL */
     int64_t file_left;
 };
 
@@ -106,10 +105,11 @@ void conn_finish(struct exch *x);
 void conn_respond(struct exch *x, int status, const char *content_type, const char *body,
                   size_t len, const char *extra_headers);
 
-/* A whole response whose body is the next `len` bytes of `fd` (taken: closed when
- * sent or when the connection goes). The body goes out as the client reads it, a
- * chunk at a time, so a file of any size costs little memory. Thread: loop. */
-void conn_respond_file(struct exch *x, int status, const char *content_type, int fd,
+/* A whole response whose body is the next `len` bytes of stream `f` (taken: closed
+ * when sent or when the connection goes): a file on disk, or a job store's body
+ * (jobstore_file_open). The body goes out as the client reads it, a chunk at a
+ * time, so a file of any size costs little memory. Thread: loop. */
+void conn_respond_file(struct exch *x, int status, const char *content_type, FILE *f,
                        int64_t len);
 
 /* An OpenAI error response for e (clears e). Thread: loop. */

@@ -1,31 +1,47 @@
 /*
- * jobstore.c - the durable store behind the Files and Batches API (see jobstore.h
- * for the layout and the crash-ordering rules): its small shared pieces (ids,
- * statuses, the clock) and the files, whose bodies live under files/.
- * jobstore_open.c opens the store, jobstore_batch.c keeps the batches and
- * jobstore_result.c their results; all of them build on this file, never the
- * other way round.
+ * jobstore.c - the job store's front: the checks every backend would make the same
+ * way, then a dispatch through the backend's table (jobstore_impl.h), and the small
+ * things that need no backend (ids, statuses, the state machine, freeing).
  *
- * Invariant: every files row has a body on disk (the body is written and synced
- * before its row).
- * Thread: the store's owner only (jobstore.h).
+ * Why checks live here: a bad argument must be refused identically by SQLite and
+ * PostgreSQL (the API tests run against both), and a check written once cannot
+ * drift between them.
+ * Thread: the store's owner only (jobstore.h); the functions that say "any" are pure.
  */
 #include "jobstore_impl.h"
 
-#include <sys/resource.h>
+#include "err.h"
+#include "util.h"
 
-/* ---- public small things ---- */
+#include <cjson/cJSON.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+const char *const jobstore_status_names[] = {
+    [JOBSTORE_VALIDATING] = "validating",   [JOBSTORE_FAILED] = "failed",
+    [JOBSTORE_IN_PROGRESS] = "in_progress", [JOBSTORE_FINALIZING] = "finalizing",
+    [JOBSTORE_COMPLETED] = "completed",     [JOBSTORE_EXPIRED] = "expired",
+    [JOBSTORE_CANCELLING] = "cancelling",   [JOBSTORE_CANCELLED] = "cancelled",
+};
+#define N_STATUS ((int)JOBSTORE_CANCELLED + 1)
+
+/* ---- small things ---- */
 
 const char *jobstore_status_name(enum jobstore_status s)
 {
-    CHECK((unsigned)s < ARRAY_LEN(status_names));
-    return status_names[s];
+    CHECK((unsigned)s < N_STATUS);
+    return jobstore_status_names[s];
 }
 
 int jobstore_status_parse(const char *s, enum jobstore_status *out)
 {
-    for (size_t i = 0; i < ARRAY_LEN(status_names); i++)
-        if (s && strcmp(s, status_names[i]) == 0) {
+    for (int i = 0; i < N_STATUS; i++)
+        if (s && strcmp(s, jobstore_status_names[i]) == 0) {
             *out = (enum jobstore_status)i;
             return 0;
         }
@@ -49,162 +65,120 @@ int jobstore_new_id(const char *prefix, char *buf, size_t size)
     return 0;
 }
 
+bool jobstore_is_our_id(const char *s, const char *prefix)
+{
+    size_t p = strlen(prefix);
+    if (strncmp(s, prefix, p) != 0 || strlen(s) != p + 24) return false;
+    for (const char *c = s + p; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return false;
+    return true;
+}
+
+int64_t jobstore_now(const struct jobstore *js)
+{
+    return js->fixed_time ? js->fixed_time : (int64_t)time(NULL);
+}
+
 void jobstore_set_time(struct jobstore *js, int64_t t)
 {
     js->fixed_time = t;
 }
 
-bool jobstore_db_no_room(const struct jobstore *js)
+bool jobstore_transition_legal(enum jobstore_status from, enum jobstore_status to)
 {
-    /* The process's file size limit: SQLite's files grow a page (or a WAL frame,
-     * or a 32 KiB index region) at a time, so one within 64 KiB of it is full. */
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-        static const char *const suffixes[] = {"", "-wal", "-shm"};
-        for (size_t i = 0; i < ARRAY_LEN(suffixes); i++) {
-            char path[4096];
-            struct stat sb;
-            snprintf(path, sizeof path, "%s%s", js->db_path, suffixes[i]);
-            if (stat(path, &sb) == 0 && (rlim_t)sb.st_size + 65536 > rl.rlim_cur) return true;
-        }
+    switch (from) {
+    case JOBSTORE_VALIDATING:
+        return to == JOBSTORE_FAILED || to == JOBSTORE_IN_PROGRESS ||
+               to == JOBSTORE_CANCELLING;
+    /* in_progress or cancelling -> failed: its results could not be written (no
+     * room); what was written is published like any end state's. */
+    case JOBSTORE_IN_PROGRESS:
+        return to == JOBSTORE_FINALIZING || to == JOBSTORE_CANCELLING ||
+               to == JOBSTORE_EXPIRED || to == JOBSTORE_FAILED;
+    case JOBSTORE_FINALIZING: return to == JOBSTORE_COMPLETED;
+    case JOBSTORE_CANCELLING: return to == JOBSTORE_CANCELLED || to == JOBSTORE_FAILED;
+    default: return false; /* failed, completed, expired, cancelled are final */
     }
-    /* The disk or the quota: can 64 KiB be written next to the database? */
-    char *probe = util_path_join(js->dir, "probe.tmp");
-    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    bool full = fd < 0 && jobstore_errno_full(errno);
-    if (fd >= 0) {
-        static const char zeros[65536];
-        full = jobstore_write_all(fd, zeros, sizeof zeros) != 0 && jobstore_errno_full(errno);
-        if (!full && fsync(fd) != 0) full = jobstore_errno_full(errno);
-        close(fd);
-        unlink(probe);
-    }
-    free(probe);
-    return full;
+}
+
+bool jobstore_result_parse(const char *s, size_t len, char **custom_id, int64_t *prompt,
+                           int64_t *completion)
+{
+    cJSON *root = cJSON_ParseWithLength(s, len);
+    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(root, "custom_id");
+    bool ok = cJSON_IsObject(root) && cJSON_IsString(cid);
+    *custom_id = ok ? xstrdup(cid->valuestring) : NULL;
+    *prompt = *completion = 0;
+    const cJSON *resp = cJSON_GetObjectItemCaseSensitive(root, "response");
+    const cJSON *body = cJSON_GetObjectItemCaseSensitive(resp, "body");
+    const cJSON *usage = cJSON_GetObjectItemCaseSensitive(body, "usage");
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
+    if (cJSON_IsNumber(pt)) *prompt = (int64_t)pt->valuedouble;
+    if (cJSON_IsNumber(ct)) *completion = (int64_t)ct->valuedouble;
+    cJSON_Delete(root);
+    return ok;
+}
+
+/* ---- open and close ---- */
+
+/* A PostgreSQL connection URI, as libpq spells them. */
+static bool is_pg_uri(const char *where)
+{
+    return strncmp(where, "postgresql://", 13) == 0 ||
+           strncmp(where, "postgres://", 11) == 0;
+}
+
+int jobstore_open(struct jobstore **out, const char *where)
+{
+    *out = NULL;
+    if (!where || !where[0]) return err_set(ENG_EINVAL, "job store: no location given");
+    return is_pg_uri(where) ? jobstore_pg_open(out, where)
+                            : jobstore_sqlite_open(out, where);
+}
+
+const char *jobstore_backend(const struct jobstore *js)
+{
+    return js->ops->name;
+}
+
+bool jobstore_release_reserve(struct jobstore *js)
+{
+    return js->ops->release_reserve ? js->ops->release_reserve(js) : false;
+}
+
+void jobstore_close(struct jobstore *js)
+{
+    if (js) js->ops->close(js);
 }
 
 /* ---- files ---- */
 
-char *jobstore_body_path(const struct jobstore *js, const char *id)
-{
-    return util_path_join(js->files_dir, id);
-}
-
 int jobstore_upload_begin(struct jobstore *js, struct jobstore_upload **out)
 {
-    struct jobstore_upload *u = xcalloc(1, sizeof *u);
-    u->js = js;
-    jobstore_new_id("file-", u->id, sizeof u->id);
-    char name[JOBSTORE_ID_MAX + 8];
-    snprintf(name, sizeof name, "%s.tmp", u->id);
-    u->tmp_path = util_path_join(js->files_dir, name);
-    u->fd = open(u->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (u->fd < 0) {
-        int err = err_set(jobstore_errno_code(errno), "%s: %s", u->tmp_path, strerror(errno));
-        free(u->tmp_path);
-        free(u);
-        *out = NULL;
-        return err;
-    }
-    *out = u;
-    return 0;
+    *out = NULL;
+    return js->ops->upload_begin(js, out);
 }
 
 int jobstore_upload_write(struct jobstore_upload *u, const void *data, size_t len)
 {
-    if (u->failed) return err_set(u->failed, "%s: an earlier write failed", u->tmp_path);
-    if (jobstore_write_all(u->fd, data, len) != 0) {
-        const int e = errno;
-        u->failed = jobstore_errno_code(e);
-        return err_set(u->failed, "%s: write: %s", u->tmp_path, strerror(e));
-    }
-    u->bytes += (int64_t)len;
-    return 0;
-}
-
-void jobstore_upload_abort(struct jobstore_upload *u)
-{
-    if (!u) return;
-    if (u->fd >= 0) close(u->fd);
-    unlink(u->tmp_path);
-    free(u->tmp_path);
-    free(u);
-}
-
-static void file_from_row(sqlite3_stmt *st, struct jobstore_file *f)
-{
-    memset(f, 0, sizeof *f);
-    jobstore_col_copy(st, 0, f->id, sizeof f->id);
-    f->bytes = sqlite3_column_int64(st, 1);
-    f->created_at = sqlite3_column_int64(st, 2);
-    f->filename = jobstore_col_dup(st, 3);
-    jobstore_col_copy(st, 4, f->purpose, sizeof f->purpose);
-    jobstore_col_copy(st, 5, f->status, sizeof f->status);
-}
-
-int jobstore_file_insert(struct jobstore *js, const char *id, int64_t bytes,
-                       const char *filename, const char *purpose)
-{
-    sqlite3_stmt *st;
-    int err = jobstore_db_prepare(
-        js,
-        "INSERT INTO files(id, bytes, created_at, filename, purpose, status)"
-        " VALUES(?, ?, ?, ?, ?, 'processed')",
-        &st);
-    if (err) return err;
-    jobstore_bind_text(st, 1, id);
-    sqlite3_bind_int64(st, 2, bytes);
-    sqlite3_bind_int64(st, 3, jobstore_now(js));
-    jobstore_bind_text(st, 4, filename);
-    jobstore_bind_text(st, 5, purpose);
-    return jobstore_db_step_done(js, st, "insert file");
+    return u->js->ops->upload_write(u, data, len);
 }
 
 int jobstore_upload_commit(struct jobstore_upload *u, const char *filename,
                            const char *purpose, struct jobstore_file *out)
 {
-    struct jobstore *js = u->js;
-    char *path = NULL;
-    int err = 0;
     if (!filename || !purpose || strlen(filename) > 4096 || strlen(purpose) >= 32) {
-        err = err_set(ENG_EINVAL, "file name or purpose missing or too long");
-        goto fail;
+        int err = err_set(ENG_EINVAL, "file name or purpose missing or too long");
+        jobstore_upload_abort(u);
+        return err;
     }
-    if (u->failed) {
-        err = err_set(u->failed, "%s: an earlier write failed", u->tmp_path);
-        goto fail;
-    }
-    /* ENOSPC from fsync: a filesystem that allocates late (NFS, delayed
-     * allocation) learned only now that the body does not fit. */
-    if (fsync(u->fd) != 0) {
-        err = err_set(jobstore_errno_code(errno), "%s: fsync: %s", u->tmp_path,
-                      strerror(errno));
-        goto fail;
-    }
-    close(u->fd);
-    u->fd = -1;
-    path = jobstore_body_path(js, u->id);
-    if (rename(u->tmp_path, path) != 0) {
-        err = err_set(jobstore_errno_code(errno), "%s: rename: %s", path, strerror(errno));
-        goto fail;
-    }
-    /* The body's directory entry must be on disk before the row can point at it. */
-    err = jobstore_fsync_path(js->files_dir);
-    if (!err) err = jobstore_file_insert(js, u->id, u->bytes, filename, purpose);
-    if (err) {
-        unlink(path);
-        goto fail;
-    }
-    free(path);
-    free(u->tmp_path);
-    char id[JOBSTORE_ID_MAX];
-    memcpy(id, u->id, sizeof id);
-    free(u);
-    return out ? jobstore_file_get(js, id, out) : 0;
-fail:
-    free(path);
-    jobstore_upload_abort(u);
-    return err;
+    return u->js->ops->upload_commit(u, filename, purpose, out);
+}
+
+void jobstore_upload_abort(struct jobstore_upload *u)
+{
+    if (u) u->js->ops->upload_abort(u);
 }
 
 int jobstore_file_create(struct jobstore *js, const char *filename, const char *purpose,
@@ -223,36 +197,8 @@ int jobstore_file_create(struct jobstore *js, const char *filename, const char *
 
 int jobstore_file_get(struct jobstore *js, const char *id, struct jobstore_file *out)
 {
-    sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js, "SELECT " FILE_COLS " FROM files WHERE id=?", &st);
-    if (err) return err;
-    jobstore_bind_text(st, 1, id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) file_from_row(st, out);
-    sqlite3_finalize(st);
-    if (rc == SQLITE_DONE) return err_set(ENG_ENOTFOUND, "no such file: '%s'", id);
-    return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, "get file");
-}
-
-/* The list position (seq) of `after` in `table`, or the open end when NULL. */
-int jobstore_after_seq(struct jobstore *js, const char *table, const char *after,
-                     bool ascending, int64_t *seq)
-{
-    if (!after) {
-        *seq = ascending ? -1 : INT64_MAX;
-        return 0;
-    }
-    char sql[64];
-    snprintf(sql, sizeof sql, "SELECT seq FROM %s WHERE id=?", table);
-    sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js, sql, &st);
-    if (err) return err;
-    jobstore_bind_text(st, 1, after);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *seq = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    if (rc == SQLITE_DONE) return err_set(ENG_ENOTFOUND, "after: no such id '%s'", after);
-    return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, "list");
+    if (!id) return err_set(ENG_ENOTFOUND, "no such file: (null)");
+    return js->ops->file_get(js, id, out);
 }
 
 int jobstore_file_list(struct jobstore *js, const char *purpose, const char *after,
@@ -262,70 +208,41 @@ int jobstore_file_list(struct jobstore *js, const char *purpose, const char *aft
     *out = NULL;
     *n = 0;
     *has_more = false;
-    if (limit < 1 || limit > LIST_MAX) return err_set(ENG_EINVAL, "limit out of range");
-    int64_t seq;
-    int err = jobstore_after_seq(js, "files", after, ascending, &seq);
-    if (err) return err;
-    sqlite3_stmt *st;
-    err = jobstore_db_prepare(js,
-                              ascending
-                                  ? "SELECT " FILE_COLS " FROM files WHERE (?1 IS NULL OR"
-                                    " purpose=?1) AND seq>?2 ORDER BY seq ASC LIMIT ?3"
-                                  : "SELECT " FILE_COLS " FROM files WHERE (?1 IS NULL OR"
-                                    " purpose=?1) AND seq<?2 ORDER BY seq DESC LIMIT ?3",
-                              &st);
-    if (err) return err;
-    jobstore_bind_text(st, 1, purpose);
-    sqlite3_bind_int64(st, 2, seq);
-    sqlite3_bind_int(st, 3, limit + 1); /* one more tells has_more */
-    struct jobstore_file *fs = xcalloc((size_t)limit, sizeof *fs);
-    int rc, k = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (k == limit) {
-            *has_more = true;
-            continue;
-        }
-        file_from_row(st, &fs[k++]);
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        jobstore_files_free(fs, k);
-        *has_more = false;
-        return jobstore_db_fail(js, rc, "list files");
-    }
-    *out = fs;
-    *n = k;
-    return 0;
+    if (limit < 1 || limit > JOBSTORE_LIST_MAX)
+        return err_set(ENG_EINVAL, "limit out of range");
+    return js->ops->file_list(js, purpose, after, limit, ascending, out, n, has_more);
 }
 
 int jobstore_file_delete(struct jobstore *js, const char *id)
 {
-    sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js, "DELETE FROM files WHERE id=?", &st);
-    if (err) return err;
-    jobstore_bind_text(st, 1, id);
-    err = jobstore_db_step_done(js, st, "delete file");
-    if (err) return err;
-    if (sqlite3_changes(js->db) == 0)
-        return err_set(ENG_ENOTFOUND, "no such file: '%s'", id);
-    /* The row is gone, so the file is gone for every reader; a crash before the
-     * unlink leaves an orphan body that the next open removes. */
-    char *path = jobstore_body_path(js, id);
-    if (unlink(path) != 0 && errno != ENOENT)
-        log_warn("jobstore: %s: unlink: %s", path, strerror(errno));
-    free(path);
-    return 0;
+    if (!id) return err_set(ENG_ENOTFOUND, "no such file: (null)");
+    return js->ops->file_delete(js, id);
 }
 
 int jobstore_file_path(struct jobstore *js, const char *id, char **path)
 {
-    struct jobstore_file f;
     *path = NULL;
-    int err = jobstore_file_get(js, id, &f);
-    if (err) return err;
-    *path = jobstore_body_path(js, f.id);
-    jobstore_file_deinit(&f);
-    return 0;
+    if (!js->ops->file_path)
+        return err_set(ENG_EUNSUPPORTED,
+                       "the %s job store keeps file bodies in the database", js->ops->name);
+    return js->ops->file_path(js, id, path);
+}
+
+int jobstore_file_read(struct jobstore *js, const char *id, int64_t offset, void *buf,
+                       size_t len, size_t *got)
+{
+    *got = 0;
+    if (offset < 0) return err_set(ENG_EINVAL, "negative file offset");
+    if (!len) return 0;
+    return js->ops->file_read(js, id, offset, buf, len, got);
+}
+
+int jobstore_file_open(struct jobstore *js, const char *id, FILE **out, int64_t *bytes)
+{
+    *out = NULL;
+    *bytes = 0;
+    if (!id) return err_set(ENG_ENOTFOUND, "no such file: (null)");
+    return js->ops->file_open(js, id, out, bytes);
 }
 
 void jobstore_file_deinit(struct jobstore_file *f)
@@ -342,3 +259,194 @@ void jobstore_files_free(struct jobstore_file *fs, int n)
     free(fs);
 }
 
+/* ---- batches ---- */
+
+int jobstore_batch_create(struct jobstore *js, const char *input_file_id,
+                          const char *endpoint, const char *completion_window,
+                          const char *metadata, int64_t expires_in_s,
+                          struct jobstore_batch *out)
+{
+    if (!input_file_id || !endpoint || !completion_window)
+        return err_set(ENG_EINVAL, "batch: input_file_id, endpoint and "
+                                   "completion_window are required");
+    char *end;
+    errno = 0;
+    long hours = strtol(completion_window, &end, 10);
+    if (completion_window[0] < '0' || completion_window[0] > '9' || strcmp(end, "h") != 0 ||
+        errno || hours < 1 || hours > 24 * 365 || strlen(completion_window) >= 16)
+        return err_set(ENG_EINVAL, "completion_window '%s' is not '<hours>h'",
+                       completion_window);
+    return js->ops->batch_create(js, input_file_id, endpoint, completion_window, hours,
+                                 metadata, expires_in_s, out);
+}
+
+int jobstore_batch_get(struct jobstore *js, const char *id, struct jobstore_batch *out)
+{
+    if (!id) return err_set(ENG_ENOTFOUND, "no such batch: (null)");
+    return js->ops->batch_get(js, id, out);
+}
+
+int jobstore_batch_list(struct jobstore *js, const char *after, int limit, bool ascending,
+                        struct jobstore_batch **out, int *n, bool *has_more)
+{
+    *out = NULL;
+    *n = 0;
+    *has_more = false;
+    if (limit < 1 || limit > JOBSTORE_LIST_MAX)
+        return err_set(ENG_EINVAL, "limit out of range");
+    return js->ops->batch_list(js, after, limit, ascending, out, n, has_more);
+}
+
+int jobstore_unfinished_batches(struct jobstore *js, struct jobstore_batch **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    return js->ops->unfinished_batches(js, out, n);
+}
+
+int jobstore_batch_set_status(struct jobstore *js, const char *id, enum jobstore_status to,
+                              const char *errors)
+{
+    if ((unsigned)to >= N_STATUS) return err_set(ENG_EINVAL, "unknown batch status %d", to);
+    if (!id) return err_set(ENG_ENOTFOUND, "no such batch: (null)");
+    return js->ops->batch_set_status(js, id, to, errors);
+}
+
+int jobstore_batch_add_requests(struct jobstore *js, const char *batch_id,
+                                const struct jobstore_request *reqs, int n)
+{
+    if (n < 0) return err_set(ENG_EINVAL, "negative request count");
+    for (int i = 0; i < n; i++)
+        if (!reqs[i].custom_id || !reqs[i].body)
+            return err_set(ENG_EINVAL, "line %lld: custom_id and body are required",
+                           (long long)reqs[i].line);
+    return js->ops->batch_add_requests(js, batch_id, reqs, n);
+}
+
+int jobstore_batch_pending(struct jobstore *js, const char *batch_id, int64_t after_line,
+                           int max, struct jobstore_request **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (max < 1) return err_set(ENG_EINVAL, "max must be positive");
+    return js->ops->batch_pending(js, batch_id, after_line, max, out, n);
+}
+
+/* The checks of one result that need no database: a single line whose custom_id is
+ * the result's, not twice in this call. Fills line i's usage. */
+static int check_result(const struct jobstore_result *rs, int i, int64_t *usage)
+{
+    const struct jobstore_result *r = &rs[i];
+    if (!r->custom_id || !r->line || strchr(r->line, '\n'))
+        return err_set(ENG_EINVAL, "result line missing or not a single line");
+    char *line_cid;
+    if (!jobstore_result_parse(r->line, strlen(r->line), &line_cid, &usage[2 * i],
+                               &usage[2 * i + 1]))
+        return err_set(ENG_EINVAL, "result line is not a JSON object with a custom_id");
+    bool same = strcmp(line_cid, r->custom_id) == 0;
+    free(line_cid);
+    if (!same)
+        return err_set(ENG_EINVAL, "result line's custom_id is not '%s'", r->custom_id);
+    for (int k = 0; k < i; k++)
+        if (strcmp(rs[k].custom_id, r->custom_id) == 0)
+            return err_set(ENG_EINVAL, "custom_id '%s' is twice in one append",
+                           r->custom_id);
+    return 0;
+}
+
+int jobstore_batch_append_results(struct jobstore *js, const char *batch_id,
+                                  const struct jobstore_result *rs, int n)
+{
+    if (n <= 0) return n == 0 ? 0 : err_set(ENG_EINVAL, "negative result count");
+    int64_t *usage = xcalloc((size_t)n * 2, sizeof *usage);
+    int err = 0;
+    for (int i = 0; i < n && !err; i++)
+        err = check_result(rs, i, usage);
+    if (!err) err = js->ops->batch_append_results(js, batch_id, rs, usage, n);
+    free(usage);
+    return err;
+}
+
+int jobstore_batch_append_result(struct jobstore *js, const char *batch_id,
+                                 const char *custom_id, bool ok, const char *json_line)
+{
+    const struct jobstore_result r = {.custom_id = custom_id, .ok = ok, .line = json_line};
+    return jobstore_batch_append_results(js, batch_id, &r, 1);
+}
+
+int jobstore_batch_recover(struct jobstore *js, const char *batch_id)
+{
+    return js->ops->batch_recover(js, batch_id);
+}
+
+/* ---- claims ---- */
+
+static int check_lease(const char *owner, int64_t lease_s)
+{
+    if (!owner || !owner[0] || strlen(owner) > JOBSTORE_OWNER_MAX)
+        return err_set(ENG_EINVAL, "claim: the owner must be 1..%d characters",
+                       JOBSTORE_OWNER_MAX);
+    if (lease_s < 1 || lease_s > JOBSTORE_LEASE_MAX_S)
+        return err_set(ENG_EINVAL, "claim: lease %lld s is outside 1..%d",
+                       (long long)lease_s, JOBSTORE_LEASE_MAX_S);
+    return 0;
+}
+
+int jobstore_batch_claim(struct jobstore *js, const char *batch_id, const char *owner,
+                         int64_t lease_s, int max, struct jobstore_request **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    int err = check_lease(owner, lease_s);
+    if (err) return err;
+    if (max < 1) return err_set(ENG_EINVAL, "claim: max must be positive");
+    if (!batch_id) return err_set(ENG_ENOTFOUND, "no such batch: (null)");
+    return js->ops->batch_claim(js, batch_id, owner, lease_s, max, out, n);
+}
+
+int jobstore_batch_renew(struct jobstore *js, const char *batch_id, const char *owner,
+                         int64_t lease_s, int64_t *renewed, enum jobstore_status *status)
+{
+    *renewed = 0;
+    int err = check_lease(owner, lease_s);
+    if (err) return err;
+    if (!batch_id) return err_set(ENG_ENOTFOUND, "no such batch: (null)");
+    return js->ops->batch_renew(js, batch_id, owner, lease_s, renewed, status);
+}
+
+int jobstore_batch_release(struct jobstore *js, const char *batch_id, const char *owner,
+                           int64_t *released)
+{
+    int64_t dummy;
+    if (!released) released = &dummy;
+    *released = 0;
+    int err = check_lease(owner, 1);
+    if (err) return err;
+    if (!batch_id) return err_set(ENG_ENOTFOUND, "no such batch: (null)");
+    return js->ops->batch_release(js, batch_id, owner, released);
+}
+
+void jobstore_requests_free(struct jobstore_request *reqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(reqs[i].custom_id);
+        free(reqs[i].body);
+    }
+    free(reqs);
+}
+
+void jobstore_batch_deinit(struct jobstore_batch *b)
+{
+    if (!b) return;
+    free(b->endpoint);
+    free(b->metadata);
+    free(b->errors);
+    b->endpoint = b->metadata = b->errors = NULL;
+}
+
+void jobstore_batches_free(struct jobstore_batch *bs, int n)
+{
+    for (int i = 0; i < n; i++)
+        jobstore_batch_deinit(&bs[i]);
+    free(bs);
+}

@@ -1,7 +1,11 @@
 /*
- * jobstore.h - the durable store behind the Files and Batches API (issue 5).
+ * jobstore.h - the durable store behind the Files and Batches API (issue 5), one
+ * interface with two backends (issue 22; jobstore_impl.h): SQLite under a data dir,
+ * the embedded default described below, and PostgreSQL, which many replicas share
+ * (jobstore_pg.h says how its rules map onto one database). Everything below
+ * holds for both unless it names files or SQLite.
  *
- * Layout of --data-dir:
+ * Layout of --data-dir (SQLite):
  *   h2oserve.db       SQLite, WAL: files, batches and per-request progress
  *   files/<id>        file bodies, named by generated ids, never by user names
  *   files/<id>.tmp    an upload in progress (removed at the next open)
@@ -57,7 +61,10 @@
  * so a full disk never poisons the store; only a failed fsync does.
  *
  * Thread: one thread owns a store (the server's loop thread); no call blocks on
- * anything but the disk. Nothing here is thread-safe.
+ * anything but the disk, or for PostgreSQL the database's round trips (a lost
+ * database fails calls at once, jobstore_pg.h). Nothing here is thread-safe; two
+ * stores on one PostgreSQL database may live on two threads (streams from
+ * jobstore_file_open are likewise their own).
  */
 #ifndef H2O_JOBSTORE_H
 #define H2O_JOBSTORE_H
@@ -65,6 +72,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /*
  * The disk (or the user's quota, or RLIMIT_FSIZE) has no room for a write:
@@ -139,7 +147,12 @@ int jobstore_status_parse(const char *s, enum jobstore_status *out);
 int jobstore_new_id(const char *prefix, char *buf, size_t size);
 
 /*
- * Open (creating if needed) the store in `data_dir`: makes the directory and
+ * Open the store at `where`: a postgresql:// (or postgres://) URI opens the
+ * PostgreSQL backend (jobstore_pg.h); anything else is a data dir for SQLite.
+ * Returns what the backend's open returns (below for SQLite); ENG_EINVAL for an
+ * empty location. Thread: the owning thread.
+ *
+ * SQLite: open (creating if needed) the store in `data_dir`: makes the directory and
  * files/, takes the lock, opens or creates the database, deletes leftovers of
  * interrupted uploads and deletes, and recovers every unfinished batch
  * (jobstore_batch_recover). On success *out is the caller's, freed with
@@ -148,7 +161,10 @@ int jobstore_new_id(const char *prefix, char *buf, size_t size);
  * JOBSTORE_EFULL (no room even to open the WAL: the caller may try again later,
  * nothing was changed). Thread: the owning thread.
  */
-int jobstore_open(struct jobstore **out, const char *data_dir);
+int jobstore_open(struct jobstore **out, const char *where);
+
+/* "sqlite" or "postgresql", for messages. Static. Thread: owner. */
+const char *jobstore_backend(const struct jobstore *js);
 
 /*
  * Space kept back for recording a failure caused by a full disk: moving a batch to
@@ -221,9 +237,30 @@ int jobstore_file_delete(struct jobstore *js, const char *id);
 
 /*
  * The path of file `id`'s body, for reading (GET content, the batch's input).
- * *path is a heap string the caller frees. ENG_ENOTFOUND. Thread: owner.
+ * *path is a heap string the caller frees. ENG_ENOTFOUND; ENG_EUNSUPPORTED where
+ * the backend keeps bodies in the database (PostgreSQL: use jobstore_file_read).
+ * Thread: owner.
  */
 int jobstore_file_path(struct jobstore *js, const char *id, char **path);
+
+/*
+ * Read up to `len` bytes of file `id`'s body from `offset` into buf; *got is how
+ * many, fewer than len only at the end of the body (0 at or past it). Works on
+ * every backend, for streaming a body in pieces. ENG_ENOTFOUND, ENG_EINVAL
+ * (negative offset), ENG_EIO. Thread: owner.
+ */
+int jobstore_file_read(struct jobstore *js, const char *id, int64_t offset, void *buf,
+                       size_t len, size_t *got);
+
+/*
+ * Open file `id`'s body as a stdio stream for reading from the start, and set
+ * *bytes to its length. The stream is the caller's (fclose) and independent of
+ * the store: it may be read on another thread (one at a time), e.g. a batch's
+ * input checked on the thread pool (SQLite: its own fd; PostgreSQL: its own
+ * connection). A read that fails sets ferror. ENG_ENOTFOUND, ENG_EIO.
+ * Thread: owner (the stream: any one thread).
+ */
+int jobstore_file_open(struct jobstore *js, const char *id, FILE **out, int64_t *bytes);
 
 void jobstore_file_deinit(struct jobstore_file *f);
 void jobstore_files_free(struct jobstore_file *fs, int n);
@@ -289,6 +326,55 @@ int jobstore_batch_pending(struct jobstore *js, const char *batch_id, int64_t af
                            int max, struct jobstore_request **out, int *n);
 
 void jobstore_requests_free(struct jobstore_request *reqs, int n);
+
+/* ---- claims: replicas draining one batch together (issue 22) ----
+ *
+ * A replica claims a chunk of a batch's pending requests under a lease (an owner
+ * name and an expiry time), runs them, and renews the lease while it does; a
+ * replica that dies stops renewing, its leases run out, and the others claim its
+ * unfinished requests again. Whoever commits a request's result first answers it
+ * (jobstore_batch_append_result refuses a second answer, lease or no lease), so a
+ * request run twice by a replica that lost its lease still appears once. Times are
+ * the store's clock (jobstore_set_time), so replicas' clocks must agree to well
+ * within a lease (NTP). SQLite has one process per data dir, so there its claims
+ * only ever meet their own owner; the rules are the same.
+ */
+
+/* Longest owner name, and the longest lease (a day). */
+#define JOBSTORE_OWNER_MAX 128
+#define JOBSTORE_LEASE_MAX_S 86400
+
+/*
+ * Claim up to `max` pending requests of batch `batch_id` for `owner` until now +
+ * lease_s, in line order: requests nobody holds, and those whose lease ran out
+ * (lease end <= now). Two handles claiming at once get disjoint requests
+ * (PostgreSQL: FOR UPDATE SKIP LOCKED, so neither waits for the other). Only an
+ * in_progress batch has claimable requests: any other state claims nothing (*n 0,
+ * returns 0), which is how a replica learns that a batch is finished or
+ * cancelled. *out is a heap array of *n (jobstore_requests_free). ENG_ENOTFOUND,
+ * ENG_EINVAL (empty or too long owner, lease_s outside 1..JOBSTORE_LEASE_MAX_S,
+ * max < 1). Thread: owner.
+ */
+int jobstore_batch_claim(struct jobstore *js, const char *batch_id, const char *owner,
+                         int64_t lease_s, int max, struct jobstore_request **out, int *n);
+
+/*
+ * Extend to now + lease_s the leases `owner` holds on the batch's pending requests
+ * that have not run out; *renewed is how many, and *status the batch's status (a
+ * cancel made on any replica shows here, within one renew interval). A lease that
+ * ran out is not renewed even when nobody took it: its holder must claim again.
+ * ENG_ENOTFOUND, ENG_EINVAL as for claim. Thread: owner.
+ */
+int jobstore_batch_renew(struct jobstore *js, const char *batch_id, const char *owner,
+                         int64_t lease_s, int64_t *renewed, enum jobstore_status *status);
+
+/*
+ * Give back every lease `owner` holds on the batch's pending requests (a replica
+ * stopping, or dropping a cancelled batch), so that others may claim them at once
+ * rather than after the lease. *released: how many (may be NULL). Thread: owner.
+ */
+int jobstore_batch_release(struct jobstore *js, const char *batch_id, const char *owner,
+                           int64_t *released);
 
 /*
  * Record the result of request `custom_id`: append `json_line` (one JSON object, no

@@ -1,270 +1,126 @@
 /*
- * jobstore_impl.h - what the job store's files share (jobstore.c: ids and files,
- * jobstore_open.c: open and recovery at start, jobstore_batch.c: batches,
- * jobstore_result.c: results): the store's struct, column lists, and small SQLite
- * and file helpers. Private to those files.
+ * jobstore_impl.h - the job store's one interface with two implementations behind
+ * it (issue 22): SQLite under a data dir (jobstore_sqlite*.c, the embedded
+ * default) and PostgreSQL (jobstore_pg*.c, many replicas sharing one database).
+ *
+ * A backend is a table of function pointers plus its own struct, whose first
+ * member is struct jobstore (ggml's backend shape). jobstore.c is the only caller
+ * of the table: it checks the arguments every backend would check the same way
+ * (limits, the completion window, the shape of a result line), then dispatches, so
+ * a backend sees only calls that passed those checks. An entry that may be NULL
+ * says so; jobstore.c supplies the fallback.
+ *
+ * Private to the job store's files; the rest of the server sees jobstore.h only.
  */
 #ifndef H2O_JOBSTORE_IMPL_H
 #define H2O_JOBSTORE_IMPL_H
 
 #include "jobstore.h"
 
-#include "err.h"
-#include "util.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-#include <cjson/cJSON.h>
-#include <sqlite3.h>
+/* Lists return at most this many rows (jobstore_file_list, jobstore_batch_list). */
+#define JOBSTORE_LIST_MAX 10000
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/file.h>
-#include <sys/random.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
+struct jobstore_ops {
+    const char *name; /* "sqlite", "postgresql": for messages */
 
-#define SCHEMA_VERSION 1
-#define APPLICATION_ID 0x68326f73 /* "h2os" */
-#define LIST_MAX 10000
+    void (*close)(struct jobstore *js);
+    /* May be NULL (nothing reserved): jobstore_release_reserve returns false. */
+    bool (*release_reserve)(struct jobstore *js);
 
-struct jobstore {
-    sqlite3 *db;
-    char *dir, *files_dir, *db_path;
-    int lock_fd;
-    int64_t fixed_time; /* jobstore_set_time; 0 = the real clock */
-    bool broken;        /* an output write failed: refuse writes until a restart */
+    int (*upload_begin)(struct jobstore *js, struct jobstore_upload **out);
+    int (*upload_write)(struct jobstore_upload *u, const void *data, size_t len);
+    /* filename and purpose are checked (present, not too long) by jobstore.c. */
+    int (*upload_commit)(struct jobstore_upload *u, const char *filename,
+                         const char *purpose, struct jobstore_file *out);
+    void (*upload_abort)(struct jobstore_upload *u);
+
+    int (*file_get)(struct jobstore *js, const char *id, struct jobstore_file *out);
+    /* limit is in 1..JOBSTORE_LIST_MAX; *out, *n, *has_more are zeroed already. */
+    int (*file_list)(struct jobstore *js, const char *purpose, const char *after, int limit,
+                     bool ascending, struct jobstore_file **out, int *n, bool *has_more);
+    int (*file_delete)(struct jobstore *js, const char *id);
+    /* May be NULL (bodies are not files): jobstore_file_path is ENG_EUNSUPPORTED. */
+    int (*file_path)(struct jobstore *js, const char *id, char **path);
+    int (*file_read)(struct jobstore *js, const char *id, int64_t offset, void *buf,
+                     size_t len, size_t *got);
+    int (*file_open)(struct jobstore *js, const char *id, FILE **out, int64_t *bytes);
+
+    /* completion_window is "<hours>h", already parsed into `hours`. */
+    int (*batch_create)(struct jobstore *js, const char *input_file_id,
+                        const char *endpoint, const char *completion_window, int64_t hours,
+                        const char *metadata, int64_t expires_in_s,
+                        struct jobstore_batch *out);
+    int (*batch_get)(struct jobstore *js, const char *id, struct jobstore_batch *out);
+    int (*batch_list)(struct jobstore *js, const char *after, int limit, bool ascending,
+                      struct jobstore_batch **out, int *n, bool *has_more);
+    int (*unfinished_batches)(struct jobstore *js, struct jobstore_batch **out, int *n);
+    /* `to` is a valid status; the state machine is the backend's to check, inside
+     * its transaction (jobstore_transition_legal). */
+    int (*batch_set_status)(struct jobstore *js, const char *id, enum jobstore_status to,
+                            const char *errors);
+    /* n >= 0; every request has its custom_id and body. */
+    int (*batch_add_requests)(struct jobstore *js, const char *batch_id,
+                              const struct jobstore_request *reqs, int n);
+    /* max >= 1; *out and *n are zeroed already. */
+    int (*batch_pending)(struct jobstore *js, const char *batch_id, int64_t after_line,
+                         int max, struct jobstore_request **out, int *n);
+    /* n >= 1; every line is one JSON object whose custom_id is its result's, no
+     * custom_id twice (jobstore.c checks them); usage[2i], usage[2i+1] are line i's
+     * prompt and completion tokens. Whether each is still unanswered is the
+     * backend's to check, inside its transaction. */
+    int (*batch_append_results)(struct jobstore *js, const char *batch_id,
+                                const struct jobstore_result *rs, const int64_t *usage,
+                                int n);
+    int (*batch_recover)(struct jobstore *js, const char *batch_id);
+    /* owner, lease_s and max are checked; now is jobstore_now. */
+    int (*batch_claim)(struct jobstore *js, const char *batch_id, const char *owner,
+                       int64_t lease_s, int max, struct jobstore_request **out, int *n);
+    int (*batch_renew)(struct jobstore *js, const char *batch_id, const char *owner,
+                       int64_t lease_s, int64_t *renewed, enum jobstore_status *status);
+    int (*batch_release)(struct jobstore *js, const char *batch_id, const char *owner,
+                         int64_t *released);
 };
 
+/* What every backend's struct starts with. */
+struct jobstore {
+    const struct jobstore_ops *ops;
+    int64_t fixed_time; /* jobstore_set_time; 0 = the real clock */
+};
+
+/* What every backend's upload starts with. */
 struct jobstore_upload {
     struct jobstore *js;
-    char id[JOBSTORE_ID_MAX];
-    char *tmp_path;
-    int fd;
-    int64_t bytes;
-    int failed; /* 0, or the code of the write that failed (JOBSTORE_EFULL, ENG_EIO) */
 };
 
-__attribute__((unused)) static const char *const status_names[] = {
-    [JOBSTORE_VALIDATING] = "validating",   [JOBSTORE_FAILED] = "failed",
-    [JOBSTORE_IN_PROGRESS] = "in_progress", [JOBSTORE_FINALIZING] = "finalizing",
-    [JOBSTORE_COMPLETED] = "completed",     [JOBSTORE_EXPIRED] = "expired",
-    [JOBSTORE_CANCELLING] = "cancelling",   [JOBSTORE_CANCELLED] = "cancelled",
-};
+/* OpenAI's status strings, indexed by enum jobstore_status (jobstore.c). */
+extern const char *const jobstore_status_names[];
 
-/* The column stamped when a batch enters each state (validating: created_at). */
-__attribute__((unused)) static const char *const status_columns[] = {
-    [JOBSTORE_VALIDATING] = "created_at",      [JOBSTORE_FAILED] = "failed_at",
-    [JOBSTORE_IN_PROGRESS] = "in_progress_at", [JOBSTORE_FINALIZING] = "finalizing_at",
-    [JOBSTORE_COMPLETED] = "completed_at",     [JOBSTORE_EXPIRED] = "expired_at",
-    [JOBSTORE_CANCELLING] = "cancelling_at",   [JOBSTORE_CANCELLED] = "cancelled_at",
-};
+/* The store's clock: Unix seconds, or the time jobstore_set_time fixed. */
+int64_t jobstore_now(const struct jobstore *js);
 
-#define BATCH_COLS                                                                         \
-    "id, input_file_id, endpoint, completion_window, status, created_at,"                  \
-    " in_progress_at, expires_at, finalizing_at, completed_at, failed_at, expired_at,"     \
-    " cancelling_at, cancelled_at, total, completed, failed, prompt_tokens,"               \
-    " completion_tokens, output_file_id, error_file_id, metadata, errors"
-#define FILE_COLS "id, bytes, created_at, filename, purpose, status"
-#define UNFINISHED "('validating','in_progress','finalizing','cancelling')"
+/* Does the Batch state machine (jobstore.h) allow from -> to? Thread: any. */
+bool jobstore_transition_legal(enum jobstore_status from, enum jobstore_status to);
 
-/* ---- small helpers ---- */
+/*
+ * Read custom_id and the usage (response.body.usage) of one result line of `len`
+ * bytes; false when it is not a JSON object with a string custom_id. *custom_id
+ * is a heap string the caller frees (NULL on false). Thread: any.
+ */
+bool jobstore_result_parse(const char *s, size_t len, char **custom_id, int64_t *prompt,
+                           int64_t *completion);
 
-static inline int64_t jobstore_now(const struct jobstore *js)
-{
-    return js->fixed_time ? js->fixed_time : (int64_t)time(NULL);
-}
+/*
+ * Is `s` one of our ids: `prefix` + 24 lowercase hex digits? Only such names are
+ * ever deleted by a backend's garbage collection. Thread: any.
+ */
+bool jobstore_is_our_id(const char *s, const char *prefix);
 
-/* Is errno `e` "no room": the disk, the quota, or the process's file size limit
- * (RLIMIT_FSIZE; the server ignores SIGXFSZ so that it sees EFBIG instead of
- * dying)? All three mean the same to a user: free space, then try again. */
-static inline bool jobstore_errno_full(int e)
-{
-    return e == ENOSPC || e == EDQUOT || e == EFBIG;
-}
-
-/* The code for a failed file operation with errno `e`. */
-static inline int jobstore_errno_code(int e)
-{
-    return jobstore_errno_full(e) ? JOBSTORE_EFULL : ENG_EIO;
-}
-
-/* Does the data dir lack room for the database to grow: a probe write there fails
- * for want of space, or one of the database's files is at the process's file size
- * limit? For SQLite I/O errors whose errno SQLite did not keep (jobstore.c). */
-bool jobstore_db_no_room(const struct jobstore *js);
-
-/* SQLite's verdict as an engine code: a damaged file is a format error, a broken
- * constraint is the caller's argument, no room is JOBSTORE_EFULL, everything else
- * is the disk. SQLite reports ENOSPC as SQLITE_FULL, but EFBIG and EDQUOT (and
- * ENOSPC while growing the -shm file) as an I/O error, often without the errno
- * (sqlite3_system_errno is 0 once its rollback has run), so an I/O error on a
- * write is "full" when the errno says so or, lacking one, when the data dir has
- * no room (jobstore_db_no_room). */
-static inline int jobstore_db_code(const struct jobstore *js, int rc, int sys_errno)
-{
-    switch (rc & 0xff) {
-    case SQLITE_NOTADB:
-    case SQLITE_CORRUPT: return ENG_EFORMAT;
-    case SQLITE_CONSTRAINT: return ENG_EINVAL;
-    case SQLITE_FULL: return JOBSTORE_EFULL;
-    case SQLITE_IOERR:
-    case SQLITE_CANTOPEN:
-        if (jobstore_errno_full(sys_errno)) return JOBSTORE_EFULL;
-        if (sys_errno == 0 && (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_SHMSIZE ||
-                               rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR ||
-                               rc == SQLITE_IOERR_TRUNCATE) &&
-            jobstore_db_no_room(js))
-            return JOBSTORE_EFULL;
-        return ENG_EIO;
-    default: return ENG_EIO;
-    }
-}
-
-static inline int jobstore_db_fail(struct jobstore *js, int rc, const char *what)
-{
-    const int e = js->db ? sqlite3_system_errno(js->db) : 0;
-    /* sqlite3_exec's code is not the extended one that says which I/O failed. */
-    if (js->db && (sqlite3_extended_errcode(js->db) & 0xff) == (rc & 0xff))
-        rc = sqlite3_extended_errcode(js->db);
-    const int code = jobstore_db_code(js, rc, e);
-    return err_set(code, "%s: %s: %s%s", js->db_path, what,
-                   js->db ? sqlite3_errmsg(js->db) : sqlite3_errstr(rc),
-                   code == JOBSTORE_EFULL && (rc & 0xff) != SQLITE_FULL ? " (no space left)"
-                                                                         : "");
-}
-
-static inline int jobstore_db_exec(struct jobstore *js, const char *sql)
-{
-    int rc = sqlite3_exec(js->db, sql, NULL, NULL, NULL);
-    return rc == SQLITE_OK ? 0 : jobstore_db_fail(js, rc, sql);
-}
-
-static inline int jobstore_db_prepare(struct jobstore *js, const char *sql,
-                                      sqlite3_stmt **st)
-{
-    int rc = sqlite3_prepare_v2(js->db, sql, -1, st, NULL);
-    return rc == SQLITE_OK ? 0 : jobstore_db_fail(js, rc, "prepare");
-}
-
-/* IMMEDIATE takes the write lock up front: a transaction that reads, checks and
- * then writes must not find the data changed under it. */
-static inline int jobstore_db_begin(struct jobstore *js)
-{
-    return jobstore_db_exec(js, "BEGIN IMMEDIATE");
-}
-
-static inline int jobstore_db_commit(struct jobstore *js)
-{
-    return jobstore_db_exec(js, "COMMIT");
-}
-
-static inline void jobstore_db_rollback(struct jobstore *js)
-{
-    if (!sqlite3_get_autocommit(js->db)) sqlite3_exec(js->db, "ROLLBACK", NULL, NULL, NULL);
-}
-
-/* Run a statement that returns no rows; finalizes it. */
-static inline int jobstore_db_step_done(struct jobstore *js, sqlite3_stmt *st,
-                                        const char *what)
-{
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : jobstore_db_fail(js, rc, what);
-}
-
-static inline void jobstore_bind_text(sqlite3_stmt *st, int i, const char *s)
-{
-    if (s)
-        sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(st, i);
-}
-
-static inline void jobstore_col_copy(sqlite3_stmt *st, int i, char *buf, size_t size)
-{
-    const unsigned char *s = sqlite3_column_text(st, i);
-    snprintf(buf, size, "%s", s ? (const char *)s : "");
-}
-
-static inline char *jobstore_col_dup(sqlite3_stmt *st, int i)
-{
-    const unsigned char *s = sqlite3_column_text(st, i);
-    return s ? xstrdup((const char *)s) : NULL;
-}
-
-static inline int jobstore_fsync_path(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return err_set(ENG_EIO, "%s: %s", path, strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    return rc == 0 ? 0 : err_set(jobstore_errno_code(e), "%s: fsync: %s", path, strerror(e));
-}
-
-static inline int jobstore_write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return -1;
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* mkdir -p for one level, then fsync the parent so the new entry survives a crash. */
-static inline int jobstore_make_dir(const char *path)
-{
-    if (mkdir(path, 0755) == 0) {
-        char *parent = xstrdup(path);
-        char *slash = strrchr(parent, '/');
-        while (slash && slash > parent && slash[1] == '\0') { /* trailing '/' */
-            *slash = '\0';
-            slash = strrchr(parent, '/');
-        }
-        int err = 0;
-        if (slash == parent)
-            err = jobstore_fsync_path("/");
-        else if (slash) {
-            *slash = '\0';
-            err = jobstore_fsync_path(parent);
-        } else
-            err = jobstore_fsync_path(".");
-        free(parent);
-        return err;
-    }
-    struct stat sb;
-    if (errno == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return 0;
-    return err_set(ENG_EIO, "%s: cannot create directory: %s", path, strerror(errno));
-}
-
-/* An id we generated: prefix + 24 lowercase hex digits. Only such names in files/
- * are ever deleted by the garbage collection. */
-static inline bool jobstore_is_our_id(const char *s, const char *prefix)
-{
-    size_t p = strlen(prefix);
-    if (strncmp(s, prefix, p) != 0 || strlen(s) != p + 24) return false;
-    for (const char *c = s + p; *c; c++)
-        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return false;
-    return true;
-}
-
-/* files/<id> under the data dir (caller frees). Thread: the store's. */
-char *jobstore_body_path(const struct jobstore *js, const char *id);
-
-/* The seq of row `after` in `table` (0 when after is NULL), for pagination. */
-int jobstore_after_seq(struct jobstore *js, const char *table, const char *after, bool ascending,
-                       int64_t *out);
-
-/* Insert a file row (the body is already on disk). */
-int jobstore_file_insert(struct jobstore *js, const char *id, int64_t bytes, const char *filename,
-                         const char *purpose);
+/* The backends' open functions, which jobstore_open picks between. */
+int jobstore_sqlite_open(struct jobstore **out, const char *data_dir);
+int jobstore_pg_open(struct jobstore **out, const char *uri);
 
 #endif

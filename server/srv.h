@@ -28,6 +28,26 @@ struct jobstore;
 struct batchrun;
 struct chat_tmpl;
 
+/* Where the job store is: the job_store URI when set (PostgreSQL), else the data dir
+ * (SQLite). Thread: any. */
+static inline const char *srv_job_store(const struct cfg *cfg)
+{
+    return cfg->job_store ? cfg->job_store : cfg->data_dir;
+}
+
+/* The store as messages name it, in two parts for "%s %s": "data dir" and DIR, or
+ * "job store" and "(postgresql)", never the URI, which may carry a password.
+ * Thread: any. */
+static inline const char *srv_job_store_kind(const struct cfg *cfg)
+{
+    return cfg->job_store ? "job store" : "data dir";
+}
+
+static inline const char *srv_job_store_name(const struct cfg *cfg)
+{
+    return cfg->job_store ? "(postgresql)" : cfg->data_dir;
+}
+
 struct srv {
     uv_loop_t *loop;
     const struct cfg *cfg;

@@ -265,12 +265,12 @@ int srv_run(const struct cfg *cfg)
     /* The job store first: it recovers interrupted batches, and a data dir another
      * server holds is a reason not to start at all. A full one is not: completions
      * need no disk, and the batch runner opens the store once space is freed. */
-    int js_err = jobstore_open(&s->js, cfg->data_dir);
+    int js_err = jobstore_open(&s->js, srv_job_store(cfg));
     if (js_err == JOBSTORE_EFULL)
-        log_warn("data dir %s: %s; serving without Files and Batches until space is freed",
-                 cfg->data_dir, err_msg());
+        log_warn("%s %s: %s; serving without Files and Batches until space is freed",
+                 srv_job_store_kind(cfg), srv_job_store_name(cfg), err_msg());
     else if (js_err) {
-        log_error("data dir %s: %s", cfg->data_dir, err_msg());
+        log_error("%s %s: %s", srv_job_store_kind(cfg), srv_job_store_name(cfg), err_msg());
         s->exit_code = 1;
         goto out_early;
     }

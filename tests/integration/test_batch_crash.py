@@ -8,7 +8,10 @@ killed right after the batch is created (while it validates) and then at several
 points of its progress; counts the server reported before a kill must never go
 down after the restart (a counted result is on disk).
 
-TAP output. Usage: test_batch_crash.py H2OSERVE_BINARY
+With --pg the job store is a database on a private PostgreSQL server (pglib.py),
+the clean run and the crash run each in its own; the restarts reopen the same one.
+
+TAP output. Usage: test_batch_crash.py H2OSERVE_BINARY [--pg]
 """
 import json
 import os
@@ -20,6 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server import MODEL, Server, tap, results  # noqa: E402
 import batchlib as bl  # noqa: E402
 
+# The job store's flags: none (SQLite under each server's data dir), or with --pg
+# a --job-store URI per run (main sets them).
+STORE = {"clean": (), "crash": ()}
 N = 240
 KILL_AT = [0.0, 0.15, 0.35, 0.55, 0.75, 0.9]  # fractions of N completed
 FLAGS = ("--batch-max-in-flight", "3")
@@ -44,7 +50,7 @@ def result_of(line):
 
 
 def clean_run(data):
-    srv = Server()
+    srv = Server(*STORE["clean"])
     st, f = bl.upload(srv, data)
     b = bl.wait(srv, bl.create(srv, f["id"])[1]["id"], timeout=300)
     out = bl.content(srv, b["output_file_id"])
@@ -55,7 +61,7 @@ def clean_run(data):
 
 
 def crash_run(data):
-    srv = Server(*FLAGS)
+    srv = Server(*FLAGS, *STORE["crash"])
     data_dir = srv.data_dir
     srv.own_dir = False
     st, f = bl.upload(srv, data)
@@ -75,7 +81,7 @@ def crash_run(data):
             time.sleep(0.005)
         srv.proc.kill()  # SIGKILL: no drain, no cleanup
         srv.proc.wait()
-        srv = Server(*FLAGS, data_dir=data_dir)
+        srv = Server(*FLAGS, *STORE["crash"], data_dir=data_dir)
         c = bl.get(srv, bid)
         ok_counts &= c["request_counts"]["completed"] >= seen
         tap(c["status"] not in ("failed", "cancelled", "expired"),
@@ -95,7 +101,22 @@ def crash_run(data):
 
 
 def main():
-    data = input_lines()
+    pg = None
+    if "--pg" in sys.argv[2:]:
+        from pglib import PgServer
+        pg = PgServer()
+        STORE["clean"] = ("--job-store", pg.new_db()[0])
+        STORE["crash"] = ("--job-store", pg.new_db()[0])
+    try:
+        check(input_lines())
+    finally:
+        if pg:
+            pg.stop()
+    print(f"1..{len(results)}")
+    return 0 if all(results) else 1
+
+
+def check(data):
     clean = clean_run(data)
     out = crash_run(data)
     ids = [l["custom_id"] for l in out]
@@ -103,8 +124,6 @@ def main():
         "exactly one output line per custom_id", [i for i in set(ids) if ids.count(i) > 1][:5])
     diff = [l["custom_id"] for l in out if result_of(l) != clean.get(l["custom_id"])]
     tap(not diff, "every result equals the clean run's", diff[:5])
-    print(f"1..{len(results)}")
-    return 0 if all(results) else 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,26 @@ import time
 
 BIN = os.path.abspath(sys.argv[1])
 MODEL = "dummy:tiny"
+
+# A test run through tests/integration/on_pg.py keeps every server's job store in a
+# database of that private PostgreSQL server instead of its data dir: one database
+# per data dir, so a server restarted on the same data dir reopens the same one.
+_PG_DBS = {}
+
+
+def _job_store_args(data_dir):
+    host = os.environ.get("H2O_TEST_PG_HOST")
+    if not host:
+        return []
+    if data_dir not in _PG_DBS:
+        name = f"srv{os.getpid()}_{len(_PG_DBS)}"
+        psql = os.path.join(os.environ["H2O_TEST_PG_BINDIR"], "psql")
+        subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-c",
+                        f"CREATE DATABASE {name} ENCODING 'UTF8'",
+                        f"postgresql:///postgres?host={host}&user=postgres"],
+                       check=True, capture_output=True)
+        _PG_DBS[data_dir] = f"postgresql:///{name}?host={host}&user=postgres"
+    return ["--job-store", _PG_DBS[data_dir]]
 results = []
 
 
@@ -43,7 +63,8 @@ class Server:
         args = [*(["--model", model] if model else []), "--dtype", "fp32",
                 "--max-num-seqs", "32", "--max-batched-tokens", "256"] if defaults else []
         self.proc = subprocess.Popen(
-            [BIN, "serve", *args, *extra, "--port", "0", "--data-dir", self.data_dir],
+            [BIN, "serve", *args, *extra, "--port", "0", "--data-dir", self.data_dir,
+             *_job_store_args(self.data_dir)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=cwd,
             env=dict(os.environ, OMP_NUM_THREADS="1"))
         self.port = None

@@ -3,10 +3,75 @@
  */
 #include "jobstore_testlib.h"
 
+#include "pg_testlib.h"
+
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+bool test_pg;
+
+void store_test_init(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--pg") == 0) test_pg = true;
+    if (test_pg) {
+        pg_test_server();
+        printf("# backend: postgresql\n");
+    } else {
+        printf("# backend: sqlite\n");
+    }
+}
+
+char *store_new(void)
+{
+    return test_pg ? pg_test_db_new() : tmp_dir();
+}
+
+void store_drop(char *where)
+{
+    if (test_pg)
+        pg_test_db_drop(where);
+    else
+        rm_rf(where);
+}
+
+char *read_body(struct jobstore *js, const char *id, size_t piece, size_t *len)
+{
+    size_t n = 0, cap = piece + 1;
+    char *body = xmalloc(cap);
+    for (;;) {
+        if (n + piece + 1 > cap) {
+            cap = 2 * (n + piece + 1);
+            body = xrealloc(body, cap);
+        }
+        size_t got = 0;
+        if (jobstore_file_read(js, id, (int64_t)n, body + n, piece, &got) != 0) {
+            free(body);
+            return NULL;
+        }
+        if (got == 0) break;
+        n += got;
+    }
+    body[n] = '\0';
+    if (len) *len = n;
+    return body;
+}
+
+int64_t count_bodies(const char *where)
+{
+    if (test_pg)
+        return pg_test_scalar(where, "SELECT count(DISTINCT file_id) FROM h2o_file_chunks");
+    char *files = util_path_join(where, "files");
+    int64_t entries = 0;
+    DIR *d = opendir(files);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.') entries++;
+    if (d) closedir(d);
+    free(files);
+    return entries;
+}
 
 char *tmp_dir(void)
 {

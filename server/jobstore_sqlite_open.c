@@ -1,13 +1,14 @@
 /*
- * jobstore_open.c - opening and closing the job store: the data-dir lock, the
+ * jobstore_sqlite_open.c - opening and closing the SQLite job store: the data-dir lock, the
  * schema, the leftovers of a crash (uploads never committed, bodies no row names)
  * and the recovery of every unfinished batch, all before the store is handed out.
  *
  * Owns: the SQLite handle and the data-dir lock, from jobstore_open to
- * jobstore_close (struct jobstore, jobstore_impl.h).
+ * jobstore_close (struct jobstore_sqlite, jobstore_sqlite.h), and the backend's
+ * table of functions.
  * Thread: the store's owner only (jobstore.h).
  */
-#include "jobstore_impl.h"
+#include "jobstore_sqlite.h"
 
 static const char schema_sql[] =
     "CREATE TABLE files("
@@ -30,25 +31,31 @@ static const char schema_sql[] =
     "CREATE TABLE batch_requests("
     " batch_id TEXT NOT NULL, line INTEGER NOT NULL, custom_id TEXT NOT NULL,"
     " body TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'pending',"
+    " lease_owner TEXT, lease_until INTEGER,"
     " PRIMARY KEY(batch_id, line), UNIQUE(batch_id, custom_id));";
 
+/* From each version to the next, in one transaction with the new user_version. */
+static const char migrate_1_to_2[] =
+    "ALTER TABLE batch_requests ADD COLUMN lease_owner TEXT;"
+    "ALTER TABLE batch_requests ADD COLUMN lease_until INTEGER;"
+    "PRAGMA user_version=2";
 
-static int pragma_int(struct jobstore *js, const char *sql, int64_t *out)
+static int pragma_int(struct jobstore_sqlite *js, const char *sql, int64_t *out)
 {
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(js, sql, &st);
+    int err = jobstore_sqlite_db_prepare(js, sql, &st);
     if (err) return err;
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? 0 : jobstore_db_fail(js, rc, sql);
+    return rc == SQLITE_ROW ? 0 : jobstore_sqlite_db_fail(js, rc, sql);
 }
 
-static int db_open(struct jobstore *js)
+static int db_open(struct jobstore_sqlite *js)
 {
     int rc = sqlite3_open_v2(js->db_path, &js->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
-    if (rc != SQLITE_OK) return jobstore_db_fail(js, rc, "open");
+    if (rc != SQLITE_OK) return jobstore_sqlite_db_fail(js, rc, "open");
     sqlite3_extended_result_codes(js->db, 1);
     sqlite3_busy_timeout(js->db, 5000);
 
@@ -68,21 +75,27 @@ static int db_open(struct jobstore *js)
                        js->db_path, (long long)app_id);
 
     sqlite3_stmt *st;
-    err = jobstore_db_prepare(js, "PRAGMA journal_mode=WAL", &st);
+    err = jobstore_sqlite_db_prepare(js, "PRAGMA journal_mode=WAL", &st);
     if (err) return err;
     rc = sqlite3_step(st);
     bool wal =
         rc == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
     sqlite3_finalize(st);
-    if (rc != SQLITE_ROW) return jobstore_db_fail(js, rc, "journal_mode=WAL");
+    if (rc != SQLITE_ROW) return jobstore_sqlite_db_fail(js, rc, "journal_mode=WAL");
     if (!wal) return err_set(ENG_EIO, "%s: cannot switch to WAL mode", js->db_path);
-    err = jobstore_db_exec(js, "PRAGMA synchronous=FULL");
+    err = jobstore_sqlite_db_exec(js, "PRAGMA synchronous=FULL");
     if (err) return err;
 
-    if (version == SCHEMA_VERSION) {
-        if (app_id != APPLICATION_ID)
-            return err_set(ENG_EFORMAT, "%s: not an h2oserve database", js->db_path);
-        return 0;
+    if (version > 0 && app_id != APPLICATION_ID)
+        return err_set(ENG_EFORMAT, "%s: not an h2oserve database", js->db_path);
+    if (version == SCHEMA_VERSION) return 0;
+    if (version == 1) {
+        err = jobstore_sqlite_db_begin(js);
+        if (!err) err = jobstore_sqlite_db_exec(js, migrate_1_to_2);
+        if (!err) err = jobstore_sqlite_db_commit(js);
+        if (err) jobstore_sqlite_db_rollback(js);
+        if (!err) log_info("jobstore: %s: schema version 1 -> 2", js->db_path);
+        return err;
     }
     /* version 0: a new database, unless someone else's tables are in it. */
     err = pragma_int(js, "SELECT count(*) FROM sqlite_master", &n_tables);
@@ -90,19 +103,19 @@ static int db_open(struct jobstore *js)
     if (n_tables)
         return err_set(ENG_EFORMAT, "%s: not an h2oserve database (no schema version)",
                        js->db_path);
-    err = jobstore_db_begin(js);
+    err = jobstore_sqlite_db_begin(js);
     if (err) return err;
     char pragmas[128];
     snprintf(pragmas, sizeof pragmas, "PRAGMA application_id=%d; PRAGMA user_version=%d",
              APPLICATION_ID, SCHEMA_VERSION);
-    err = jobstore_db_exec(js, schema_sql);
-    if (!err) err = jobstore_db_exec(js, pragmas);
-    if (!err) err = jobstore_db_commit(js);
-    if (err) jobstore_db_rollback(js);
+    err = jobstore_sqlite_db_exec(js, schema_sql);
+    if (!err) err = jobstore_sqlite_db_exec(js, pragmas);
+    if (!err) err = jobstore_sqlite_db_commit(js);
+    if (err) jobstore_sqlite_db_rollback(js);
     return err;
 }
 
-static int take_lock(struct jobstore *js)
+static int take_lock(struct jobstore_sqlite *js)
 {
     char *path = util_path_join(js->dir, "lock");
     js->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -118,26 +131,26 @@ static int take_lock(struct jobstore *js)
 
 /* Is `name` a body the database still needs: a file row, or the output or error
  * file of a batch that has not published it yet? */
-static int body_referenced(struct jobstore *js, const char *name, bool *out)
+static int body_referenced(struct jobstore_sqlite *js, const char *name, bool *out)
 {
     sqlite3_stmt *st;
-    int err = jobstore_db_prepare(
+    int err = jobstore_sqlite_db_prepare(
         js,
         "SELECT 1 FROM files WHERE id=?1 UNION ALL SELECT 1 FROM batches"
         " WHERE status IN " UNFINISHED " AND (output_file_id=?1 OR error_file_id=?1)",
         &st);
     if (err) return err;
-    jobstore_bind_text(st, 1, name);
+    jobstore_sqlite_bind_text(st, 1, name);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return jobstore_db_fail(js, rc, "gc");
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return jobstore_sqlite_db_fail(js, rc, "gc");
     *out = rc == SQLITE_ROW;
     return 0;
 }
 
 /* Delete what interrupted uploads (.tmp) and deletes (a body whose row is gone)
  * left behind. Only names of our own id shape are touched. */
-static int collect_garbage(struct jobstore *js)
+static int collect_garbage(struct jobstore_sqlite *js)
 {
     DIR *d = opendir(js->files_dir);
     if (!d) return err_set(ENG_EIO, "%s: %s", js->files_dir, strerror(errno));
@@ -164,7 +177,7 @@ static int collect_garbage(struct jobstore *js)
 /* Make the reserve file (jobstore.h) unless it is there. Best effort: a disk with
  * no room for it opens anyway (the reserve is a margin, not a requirement), and a
  * half-written reserve is removed rather than kept as a promise it cannot keep. */
-static void make_reserve(struct jobstore *js)
+static void make_reserve(struct jobstore_sqlite *js)
 {
     char *path = util_path_join(js->dir, "reserve");
     struct stat sb;
@@ -177,7 +190,7 @@ static void make_reserve(struct jobstore *js)
     /* Written, not fallocated or truncated: a sparse file would reserve nothing. */
     static const char zeros[65536];
     for (int i = 0; ok && i < JOBSTORE_RESERVE_BYTES / (int)sizeof zeros; i++)
-        ok = jobstore_write_all(fd, zeros, sizeof zeros) == 0;
+        ok = jobstore_sqlite_write_all(fd, zeros, sizeof zeros) == 0;
     if (ok) ok = fsync(fd) == 0;
     if (fd >= 0) close(fd);
     if (!ok) {
@@ -188,8 +201,9 @@ static void make_reserve(struct jobstore *js)
     free(path);
 }
 
-bool jobstore_release_reserve(struct jobstore *js)
+static bool release_reserve(struct jobstore *base)
 {
+    struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     char *path = util_path_join(js->dir, "reserve");
     bool freed = unlink(path) == 0;
     if (freed) log_warn("jobstore: the disk is full; released the reserve %s", path);
@@ -197,41 +211,70 @@ bool jobstore_release_reserve(struct jobstore *js)
     return freed;
 }
 
-int jobstore_open(struct jobstore **out, const char *data_dir)
+static void sqlite_close(struct jobstore *base)
 {
-    *out = NULL;
-    struct jobstore *js = xcalloc(1, sizeof *js);
-    js->lock_fd = -1;
-    js->dir = xstrdup(data_dir);
-    js->files_dir = util_path_join(data_dir, "files");
-    js->db_path = util_path_join(data_dir, "h2oserve.db");
-    struct jobstore_batch *bs = NULL;
-    int n = 0;
-    int err = jobstore_make_dir(data_dir);
-    if (!err) err = jobstore_make_dir(js->files_dir);
-    if (!err) err = take_lock(js);
-    if (!err) err = db_open(js);
-    if (!err) err = collect_garbage(js);
-    if (!err) err = jobstore_unfinished_batches(js, &bs, &n);
-    for (int i = 0; !err && i < n; i++)
-        err = jobstore_batch_recover(js, bs[i].id);
-    jobstore_batches_free(bs, n);
-    if (err) {
-        jobstore_close(js);
-        return err;
-    }
-    make_reserve(js);
-    *out = js;
-    return 0;
-}
-
-void jobstore_close(struct jobstore *js)
-{
-    if (!js) return;
+    struct jobstore_sqlite *js = jobstore_sqlite_of(base);
     if (js->db) sqlite3_close_v2(js->db);     /* checkpoints the WAL when last */
     if (js->lock_fd >= 0) close(js->lock_fd); /* releases the flock */
     free(js->dir);
     free(js->files_dir);
     free(js->db_path);
     free(js);
+}
+
+static const struct jobstore_ops sqlite_ops = {
+    .name = "sqlite",
+    .close = sqlite_close,
+    .release_reserve = release_reserve,
+    .upload_begin = jobstore_sqlite_upload_begin,
+    .upload_write = jobstore_sqlite_upload_write,
+    .upload_commit = jobstore_sqlite_upload_commit,
+    .upload_abort = jobstore_sqlite_upload_abort,
+    .file_get = jobstore_sqlite_file_get,
+    .file_list = jobstore_sqlite_file_list,
+    .file_delete = jobstore_sqlite_file_delete,
+    .file_path = jobstore_sqlite_file_path,
+    .file_read = jobstore_sqlite_file_read,
+    .file_open = jobstore_sqlite_file_open,
+    .batch_create = jobstore_sqlite_batch_create,
+    .batch_get = jobstore_sqlite_batch_get,
+    .batch_list = jobstore_sqlite_batch_list,
+    .unfinished_batches = jobstore_sqlite_unfinished_batches,
+    .batch_set_status = jobstore_sqlite_batch_set_status,
+    .batch_add_requests = jobstore_sqlite_batch_add_requests,
+    .batch_pending = jobstore_sqlite_batch_pending,
+    .batch_append_results = jobstore_sqlite_batch_append_results,
+    .batch_recover = jobstore_sqlite_batch_recover,
+    .batch_claim = jobstore_sqlite_batch_claim,
+    .batch_renew = jobstore_sqlite_batch_renew,
+    .batch_release = jobstore_sqlite_batch_release,
+};
+
+int jobstore_sqlite_open(struct jobstore **out, const char *data_dir)
+{
+    *out = NULL;
+    struct jobstore_sqlite *js = xcalloc(1, sizeof *js);
+    js->base.ops = &sqlite_ops;
+    js->lock_fd = -1;
+    js->dir = xstrdup(data_dir);
+    js->files_dir = util_path_join(data_dir, "files");
+    js->db_path = util_path_join(data_dir, "h2oserve.db");
+    struct jobstore_batch *bs = NULL;
+    int n = 0;
+    int err = jobstore_sqlite_make_dir(data_dir);
+    if (!err) err = jobstore_sqlite_make_dir(js->files_dir);
+    if (!err) err = take_lock(js);
+    if (!err) err = db_open(js);
+    if (!err) err = collect_garbage(js);
+    if (!err) err = jobstore_sqlite_unfinished_batches(&js->base, &bs, &n);
+    for (int i = 0; !err && i < n; i++)
+        err = jobstore_sqlite_batch_recover(&js->base, bs[i].id);
+    jobstore_batches_free(bs, n);
+    if (err) {
+        sqlite_close(&js->base);
+        return err;
+    }
+    make_reserve(js);
+    *out = &js->base;
+    return 0;
 }
