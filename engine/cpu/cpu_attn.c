@@ -68,8 +68,8 @@ static void write_kv(const struct cpu_attn_args *a)
                 uint16_t *kt = (uint16_t *)a->kv.k + t * D * BS;
                 uint16_t *vt = (uint16_t *)a->kv.v + t * D * BS;
                 for (int32_t d = 0; d < D; d++) {
-                    kt[cpu_attn_k_at(DTYPE_BF16, BS, d, off)] = cpu_attn_bf16_ftz(k[d]);
-                    vt[cpu_attn_v_at(DTYPE_BF16, D, BS, off, d)] = cpu_attn_bf16_ftz(v[d]);
+                    kt[cpu_attn_k_at(DTYPE_BF16, BS, d, off)] = f32_to_bf16(k[d]);
+                    vt[cpu_attn_v_at(DTYPE_BF16, D, BS, off, d)] = f32_to_bf16(v[d]);
                 }
             }
             a->kv.pos[t * BS + off] = b->pos[r];

@@ -6,9 +6,9 @@
  * V [n_blocks, n_head, block_size, head_dim] in the KV dtype (fp32, bf16, or int8 with
  * an fp32 scale per slot and head, cpu_attn_int8.c), and the slot state pos / score
  * [n_blocks, n_head, block_size].
- * bf16 and int8 tiles interleave pairs for AVX512-BF16's vdpbf16ps and VNNI's
- * vpdpwssd, which multiply pairs of elements per 32-bit lane (cpu_attn_bf16.c,
- * cpu_attn_int8.c): K [head_dim / 2, block_size, 2]
+ * bf16 and int8 tiles interleave pairs, so that one load brings two elements per 32-bit
+ * lane: widened by a shift and a mask for bf16 (cpu_attn_bf16.c), the operands of
+ * VNNI's vpdpwssd for int8 (cpu_attn_int8.c): K [head_dim / 2, block_size, 2]
  * (dimensions 2i and 2i + 1 of a slot side by side, lane = slot) and V
  * [block_size / 2, head_dim, 2] (slots 2m and 2m + 1 of a dimension side by side, lane
  * = dimension; with an odd block size the last slot is a plain row). The element
@@ -133,8 +133,8 @@ const struct cpu_attn_kernels *cpu_attn_kernels_for(int32_t block_size);
 const char *cpu_attn_kernels_name(const struct cpu_attn_kernels *k);
 
 /* The bf16 KV cache's kernel sets (cpu_attn_bf16.c), as the fp32 ones: the portable
- * reference (any block size), the AVX512-BF16 set (block size 16; NULL where not
- * built), and the default. Thread: any. */
+ * reference (any block size), the AVX-512 set (block size 16; NULL where not built),
+ * and the default. Thread: any. */
 extern const struct cpu_attn_kernels cpu_attn_bf16_ref;
 const struct cpu_attn_kernels *cpu_attn_bf16_avx512(void);
 const struct cpu_attn_kernels *cpu_attn_bf16_kernels_for(int32_t block_size);

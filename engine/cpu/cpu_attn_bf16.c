@@ -1,15 +1,18 @@
 /*
  * cpu_attn_bf16.c - the attention's kernel sets for a bf16 KV cache (cpu_attn_impl.h):
- * the portable reference (any block size) and the AVX512-BF16 set (block size 16).
+ * the portable reference (any block size) and the AVX-512 set (block size 16).
  *
- * Both multiply bf16 pairs as vdpbf16ps does (cpu_attn_dp2). The K tiles pair
- * dimensions and the V tiles pair slots (cpu_attn.h), so one instruction does 32
- * multiply-adds from one 64-byte load, where widening every element to fp32 took two
- * loads, two conversions, two shifts and two FMAs per 32: decode attention was bound
- * by those instructions, not by memory (docs/benchmarks.md, "bf16 attention on
- * vdpbf16ps"). q and the probabilities are split into bf16 halves hi + lo
- * (cpu_attn_bf16_split), each multiplied into its own accumulator and the two summed
- * at the end of a block, so that, as before, only the cache is rounded to bf16.
+ * The K tiles pair dimensions and the V tiles pair slots (cpu_attn.h), so one 64-byte
+ * load brings two fp32 vectors' worth: a shift and a mask widen the pair's even and
+ * odd halves exactly, where the row layout took two loads, two conversions and two
+ * shifts. The arithmetic is the fp32 kernels' (cpu_attn.c): q and the probabilities
+ * stay fp32, and each logit and output element is one FMA chain in dimension (or
+ * slot) order, so a bf16 cache gives the bits the fp32 kernels give on the same
+ * values. vdpbf16ps, which the layout was first made for, multiplies the pairs
+ * directly but needs q and p in bf16 too; split into two halves to keep their
+ * precision it ran prompts 1.7x slower on Sapphire Rapids, whose FMA units issue two
+ * 512-bit FMAs a cycle against one vdpbf16ps, and decode no faster: it reads memory
+ * at the same rate (docs/benchmarks.md, "bf16 attention on vdpbf16ps").
  *
  * Per element the AVX-512 set does the same operations in the same order as the
  * portable one, so which one ran never shows in the results
@@ -19,21 +22,17 @@
  */
 #include "cpu_attn_walk.h"
 
-/* Element i of a prepared operand's bf16 array at p. */
-static inline float bf16_at(const unsigned char *p, int32_t i)
-{
-    uint16_t h;
-    memcpy(&h, p + 2 * i, sizeof h);
-    return bf16_to_f32(h);
-}
-
-/* A query prepared: its hi halves [head_dim], then its lo halves [head_dim]. */
+/* A query prepared: its fp32 elements, as they are. */
 static void prep_q(const float *qv, int32_t D, unsigned char *prep)
 {
-    uint16_t hi[ATTN_MAX_D], lo[ATTN_MAX_D];
-    cpu_attn_bf16_split(qv, D, hi, lo);
-    memcpy(prep, hi, (size_t)D * sizeof *hi);
-    memcpy(prep + 2 * D, lo, (size_t)D * sizeof *lo);
+    memcpy(prep, qv, (size_t)D * sizeof *qv);
+}
+
+static inline float f32_at(const unsigned char *p, int32_t i)
+{
+    float f;
+    memcpy(&f, p + 4 * i, sizeof f);
+    return f;
 }
 
 /*
@@ -48,10 +47,10 @@ block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid,
 {
     const int32_t D = a->head_dim;
     const uint16_t *kt = (const uint16_t *)a->kv.k + t * D * BS;
-    float ah[ATTN_QT][ATTN_MAX_BS], al[ATTN_QT][ATTN_MAX_BS]; // [NQ, BS] per half of q
+    float acc[ATTN_QT][ATTN_MAX_BS]; // [NQ, BS]
     for (int32_t q = 0; q < NQ; q++)
         for (int32_t j = 0; j < BS; j++)
-            ah[q][j] = al[q][j] = 0.0f;
+            acc[q][j] = 0.0f;
     for (int32_t i = 0; i < D / 2; i++) {
         float k0[ATTN_MAX_BS], k1[ATTN_MAX_BS]; // dimensions 2i and 2i + 1 of each slot
         for (int32_t j = 0; j < BS; j++) {
@@ -59,38 +58,24 @@ block_logits(const struct cpu_attn_args *a, int64_t t, int32_t n_valid,
             k1[j] = bf16_to_f32(kt[((int64_t)i * BS + j) * 2 + 1]);
         }
         for (int32_t q = 0; q < NQ; q++) {
-            const unsigned char *hi = prep + q * ATTN_PREP, *lo = hi + 2 * D;
-            const float h0 = bf16_at(hi, 2 * i), h1 = bf16_at(hi, 2 * i + 1);
-            const float l0 = bf16_at(lo, 2 * i), l1 = bf16_at(lo, 2 * i + 1);
-            for (int32_t j = 0; j < BS; j++) {
-                ah[q][j] = cpu_attn_dp2(ah[q][j], h0, h1, k0[j], k1[j]);
-                al[q][j] = cpu_attn_dp2(al[q][j], l0, l1, k0[j], k1[j]);
-            }
+            const float q0 = f32_at(prep + q * ATTN_PREP, 2 * i);
+            const float q1 = f32_at(prep + q * ATTN_PREP, 2 * i + 1);
+            for (int32_t j = 0; j < BS; j++)
+                acc[q][j] = fmaf(q1, k1[j], fmaf(q0, k0[j], acc[q][j]));
         }
     }
     const int32_t *pos = a->kv.pos + t * BS;
     for (int32_t q = 0; q < NQ; q++)
         for (int32_t j = 0; j < BS; j++) {
             bool vis = j < n_valid && pos[j] > cpu_attn_lo(a, qpos[q]) && pos[j] <= qpos[q];
-            s[q * stride + j] = vis ? ah[q][j] + al[q][j] : -INFINITY;
+            s[q * stride + j] = vis ? acc[q][j] : -INFINITY;
         }
 }
 
-/* Each of NQ queries' probabilities of one block (p[q * stride + j]) split into ph,
- * pl [NQ, BS]. */
-static inline void split_p(const float *p, int32_t stride, int32_t NQ, int32_t BS,
-                           uint16_t *ph, uint16_t *pl)
-{
-    for (int32_t q = 0; q < NQ; q++)
-        cpu_attn_bf16_split(p + (int64_t)q * stride, BS, ph + q * BS, pl + q * BS);
-}
-
 /*
- * out[q] += sum_j p[q][j] v_j over one block, for NQ queries, p split into halves
- * here. The V tile is [BS / 2, head_dim, 2]: per slot pair, each dimension's two
- * elements; with an odd BS the last slot is a plain row, added alone. Per chunk of 16
- * dimensions the hi half accumulates onto out, the lo half from zero, and their sum
- * is the new out.
+ * out[q] += sum_j p[q][j] v_j over one block, for NQ queries (p[q * stride + j]),
+ * as cpu_attn.c's block_values. The V tile is [BS / 2, head_dim, 2]: per slot pair,
+ * each dimension's two elements; with an odd BS the last slot is a plain row.
  */
 static inline __attribute__((always_inline)) void
 block_values(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t stride,
@@ -98,15 +83,11 @@ block_values(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t s
 {
     const int32_t D = a->head_dim; /* a multiple of 16, checked at load */
     const uint16_t *vt = (const uint16_t *)a->kv.v + t * D * BS;
-    uint16_t ph[ATTN_QT * ATTN_MAX_BS], pl[ATTN_QT * ATTN_MAX_BS];
-    split_p(p, stride, NQ, BS, ph, pl);
     for (int32_t d0 = 0; d0 < D; d0 += 16) {
-        float ah[ATTN_QT][16], al[ATTN_QT][16]; // [NQ, 16] outputs d0.., per half of p
+        float acc[ATTN_QT][16]; // [NQ, 16] outputs d0..
         for (int32_t q = 0; q < NQ; q++)
-            for (int32_t d = 0; d < 16; d++) {
-                ah[q][d] = out[q * D + d0 + d];
-                al[q][d] = 0.0f;
-            }
+            for (int32_t d = 0; d < 16; d++)
+                acc[q][d] = out[q * D + d0 + d];
         for (int32_t m = 0; m < BS / 2; m++) {
             const uint16_t *vp = vt + ((int64_t)m * D + d0) * 2;
             float v0[16], v1[16]; // slots 2m and 2m + 1, dimensions d0..
@@ -115,30 +96,20 @@ block_values(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t s
                 v1[d] = bf16_to_f32(vp[2 * d + 1]);
             }
             for (int32_t q = 0; q < NQ; q++) {
-                const float h0 = bf16_to_f32(ph[q * BS + 2 * m]);
-                const float h1 = bf16_to_f32(ph[q * BS + 2 * m + 1]);
-                const float l0 = bf16_to_f32(pl[q * BS + 2 * m]);
-                const float l1 = bf16_to_f32(pl[q * BS + 2 * m + 1]);
-                for (int32_t d = 0; d < 16; d++) {
-                    ah[q][d] = cpu_attn_dp2(ah[q][d], h0, h1, v0[d], v1[d]);
-                    al[q][d] = cpu_attn_dp2(al[q][d], l0, l1, v0[d], v1[d]);
-                }
+                const float p0 = p[q * stride + 2 * m], p1 = p[q * stride + 2 * m + 1];
+                for (int32_t d = 0; d < 16; d++)
+                    acc[q][d] = fmaf(p1, v1[d], fmaf(p0, v0[d], acc[q][d]));
             }
         }
-        if (BS & 1) { /* the last slot, a plain row: one product per half */
+        if (BS & 1) { /* the last slot, a plain row */
             const uint16_t *vr = vt + (int64_t)(BS - 1) * D + d0;
-            for (int32_t q = 0; q < NQ; q++) {
-                const float h = bf16_to_f32(ph[q * BS + BS - 1]);
-                const float l = bf16_to_f32(pl[q * BS + BS - 1]);
-                for (int32_t d = 0; d < 16; d++) {
-                    ah[q][d] = cpu_attn_ftz(fmaf(h, bf16_to_f32(vr[d]), ah[q][d]));
-                    al[q][d] = cpu_attn_ftz(fmaf(l, bf16_to_f32(vr[d]), al[q][d]));
-                }
-            }
+            for (int32_t q = 0; q < NQ; q++)
+                for (int32_t d = 0; d < 16; d++)
+                    acc[q][d] = fmaf(p[q * stride + BS - 1], bf16_to_f32(vr[d]), acc[q][d]);
         }
         for (int32_t q = 0; q < NQ; q++)
             for (int32_t d = 0; d < 16; d++)
-                out[q * D + d0 + d] = ah[q][d] + al[q][d];
+                out[q * D + d0 + d] = acc[q][d];
     }
 }
 
@@ -146,23 +117,20 @@ block_values(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t s
 CPU_ATTN_WALK_SET(cpu_attn_bf16_ref, portable, "portable-bf16", DTYPE_BF16, prep_q,
                   block_logits, block_values);
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#ifdef __AVX512F__
 
 #include <immintrin.h>
 
-/* Elements 2i and 2i + 1 of the bf16 array at x as one 32-bit pair, the operand
- * vdpbf16ps broadcasts. */
-static inline uint32_t pair_at(const void *x, int32_t i)
+/* The even and odd elements of 16 bf16 pairs, widened exactly to fp32. */
+static inline __m512 even16(__m512i x)
 {
-    uint32_t u;
-    memcpy(&u, (const unsigned char *)x + 4 * i, sizeof u);
-    return u;
+    return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
 }
 
-/* acc += the pairs of x times the broadcast pair: cpu_attn_dp2 in every lane. */
-static inline __m512 dp(__m512 acc, __m512i x, uint32_t pair)
+static inline __m512 odd16(__m512i x)
 {
-    return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)_mm512_set1_epi32((int32_t)pair));
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(x, _mm512_set1_epi32((int32_t)0xffff0000u)));
 }
 
 /* Which of a block's 16 slots a query at qpos sees. */
@@ -177,8 +145,8 @@ static inline __mmask16 visible16(const struct cpu_attn_args *a, int64_t t, int3
                    _mm512_cmpgt_epi32_mask(pos, _mm512_set1_epi32(cpu_attn_lo(a, qpos))));
 }
 
-/* block_logits with BS = 16: one 64-byte load of a dimension pair serves all NQ
- * queries, two vdpbf16ps (hi and lo) per query. */
+/* block_logits with BS = 16: each dimension pair's 64-byte load, widened once,
+ * serves all NQ queries. */
 static inline __attribute__((always_inline)) void
 block_logits16(const struct cpu_attn_args *a, int64_t t, int32_t n_valid,
                const unsigned char *prep, const int32_t *qpos, float *s, int32_t stride,
@@ -187,86 +155,86 @@ block_logits16(const struct cpu_attn_args *a, int64_t t, int32_t n_valid,
     (void)BS; /* 16 */
     const int32_t D = a->head_dim;
     const uint16_t *kt = (const uint16_t *)a->kv.k + t * D * 16;
-    __m512 ah[ATTN_QT], al[ATTN_QT];
+    __m512 acc[ATTN_QT];
     for (int32_t q = 0; q < NQ; q++)
-        ah[q] = al[q] = _mm512_setzero_ps();
+        acc[q] = _mm512_setzero_ps();
     for (int32_t i = 0; i < D / 2; i++) {
         const __m512i k = _mm512_loadu_si512(kt + i * 32);
+        const __m512 k0 = even16(k), k1 = odd16(k);
         for (int32_t q = 0; q < NQ; q++) {
-            const unsigned char *hi = prep + q * ATTN_PREP;
-            ah[q] = dp(ah[q], k, pair_at(hi, i));
-            al[q] = dp(al[q], k, pair_at(hi + 2 * D, i));
+            const unsigned char *qp = prep + q * ATTN_PREP;
+            acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(f32_at(qp, 2 * i)), k0, acc[q]);
+            acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(f32_at(qp, 2 * i + 1)), k1, acc[q]);
         }
     }
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int32_t q = 0; q < NQ; q++)
-        _mm512_storeu_ps(s + q * stride,
-                         _mm512_mask_blend_ps(visible16(a, t, n_valid, qpos[q]), ninf,
-                                              _mm512_add_ps(ah[q], al[q])));
+        _mm512_storeu_ps(
+            s + q * stride,
+            _mm512_mask_blend_ps(visible16(a, t, n_valid, qpos[q]), ninf, acc[q]));
 }
 
-/* One prepared query each against NT tiles, 2 * NT independent chains; per tile
- * exactly block_logits16 with NQ = 1. */
+/* One prepared query each against NT tiles, NT independent chains; per tile exactly
+ * block_logits16 with NQ = 1. */
 static inline __attribute__((always_inline)) void
 block_logits16_multi(const struct cpu_attn_args *a, const int64_t *t,
                      const int32_t *n_valid, const unsigned char *const *prep, int32_t qpos,
                      float *const *s, const int32_t NT)
 {
     const int32_t D = a->head_dim;
-    __m512 ah[4], al[4];
+    __m512 acc[4];
     for (int32_t b = 0; b < NT; b++)
-        ah[b] = al[b] = _mm512_setzero_ps();
+        acc[b] = _mm512_setzero_ps();
     for (int32_t i = 0; i < D / 2; i++)
         for (int32_t b = 0; b < NT; b++) {
             const __m512i k =
                 _mm512_loadu_si512((const uint16_t *)a->kv.k + t[b] * D * 16 + i * 32);
-            ah[b] = dp(ah[b], k, pair_at(prep[b], i));
-            al[b] = dp(al[b], k, pair_at(prep[b] + 2 * D, i));
+            acc[b] =
+                _mm512_fmadd_ps(_mm512_set1_ps(f32_at(prep[b], 2 * i)), even16(k), acc[b]);
+            acc[b] = _mm512_fmadd_ps(_mm512_set1_ps(f32_at(prep[b], 2 * i + 1)), odd16(k),
+                                     acc[b]);
         }
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     for (int32_t b = 0; b < NT; b++)
-        _mm512_storeu_ps(s[b], _mm512_mask_blend_ps(visible16(a, t[b], n_valid[b], qpos),
-                                                    ninf, _mm512_add_ps(ah[b], al[b])));
+        _mm512_storeu_ps(
+            s[b], _mm512_mask_blend_ps(visible16(a, t[b], n_valid[b], qpos), ninf, acc[b]));
 }
 
 /* NC chunks of 16 dimensions from chunk c0 on, of one query's values over a block,
- * every chunk in its own registers: 2 * NC independent chains. */
-static inline __attribute__((always_inline)) void
-values16_chunks(const uint16_t *vt, int32_t D, const uint16_t *ph, const uint16_t *pl,
-                float *out, int32_t c0, const int32_t NC)
+ * every chunk in its own register: NC independent chains. */
+static inline __attribute__((always_inline)) void values16_chunks(const uint16_t *vt,
+                                                                  int32_t D, const float *p,
+                                                                  float *out, int32_t c0,
+                                                                  const int32_t NC)
 {
-    __m512 ah[8], al[8];
-    for (int32_t c = 0; c < NC; c++) {
-        ah[c] = _mm512_loadu_ps(out + (c0 + c) * 16);
-        al[c] = _mm512_setzero_ps();
-    }
+    __m512 acc[8];
+    for (int32_t c = 0; c < NC; c++)
+        acc[c] = _mm512_loadu_ps(out + (c0 + c) * 16);
     for (int32_t m = 0; m < 8; m++) {
-        const uint32_t hp = pair_at(ph, m), lp = pair_at(pl, m);
+        const __m512 p0 = _mm512_set1_ps(p[2 * m]), p1 = _mm512_set1_ps(p[2 * m + 1]);
         for (int32_t c = 0; c < NC; c++) {
             const __m512i v = _mm512_loadu_si512(vt + ((int64_t)m * D + (c0 + c) * 16) * 2);
-            ah[c] = dp(ah[c], v, hp);
-            al[c] = dp(al[c], v, lp);
+            acc[c] = _mm512_fmadd_ps(p1, odd16(v), _mm512_fmadd_ps(p0, even16(v), acc[c]));
         }
     }
     for (int32_t c = 0; c < NC; c++)
-        _mm512_storeu_ps(out + (c0 + c) * 16, _mm512_add_ps(ah[c], al[c]));
+        _mm512_storeu_ps(out + (c0 + c) * 16, acc[c]);
 }
 
 /* One query's values over one block: per element block_values16's arithmetic, up to
  * 8 chunks (128 dimensions) at a time with every chunk in registers. */
-static inline void values16_1(const uint16_t *vt, int32_t D, const uint16_t *ph,
-                              const uint16_t *pl, float *out)
+static inline void values16_1(const uint16_t *vt, int32_t D, const float *p, float *out)
 {
     for (int32_t c0 = 0; c0 < D / 16; c0 += 8) {
         switch (MIN(8, D / 16 - c0)) {
-        case 1: values16_chunks(vt, D, ph, pl, out, c0, 1); break;
-        case 2: values16_chunks(vt, D, ph, pl, out, c0, 2); break;
-        case 3: values16_chunks(vt, D, ph, pl, out, c0, 3); break;
-        case 4: values16_chunks(vt, D, ph, pl, out, c0, 4); break;
-        case 5: values16_chunks(vt, D, ph, pl, out, c0, 5); break;
-        case 6: values16_chunks(vt, D, ph, pl, out, c0, 6); break;
-        case 7: values16_chunks(vt, D, ph, pl, out, c0, 7); break;
-        default: values16_chunks(vt, D, ph, pl, out, c0, 8); break;
+        case 1: values16_chunks(vt, D, p, out, c0, 1); break;
+        case 2: values16_chunks(vt, D, p, out, c0, 2); break;
+        case 3: values16_chunks(vt, D, p, out, c0, 3); break;
+        case 4: values16_chunks(vt, D, p, out, c0, 4); break;
+        case 5: values16_chunks(vt, D, p, out, c0, 5); break;
+        case 6: values16_chunks(vt, D, p, out, c0, 6); break;
+        case 7: values16_chunks(vt, D, p, out, c0, 7); break;
+        default: values16_chunks(vt, D, p, out, c0, 8); break;
         }
     }
 }
@@ -280,31 +248,29 @@ block_values16(const struct cpu_attn_args *a, int64_t t, const float *p, int32_t
     (void)BS; /* 16 */
     const int32_t D = a->head_dim;
     const uint16_t *vt = (const uint16_t *)a->kv.v + t * D * 16;
-    uint16_t ph[ATTN_QT * 16], pl[ATTN_QT * 16];
-    split_p(p, stride, NQ, 16, ph, pl);
     if (NQ == 1) {
-        values16_1(vt, D, ph, pl, out);
+        values16_1(vt, D, p, out);
         return;
     }
     for (int32_t d0 = 0; d0 < D; d0 += 16) {
-        __m512 ah[ATTN_QT], al[ATTN_QT];
-        for (int32_t q = 0; q < NQ; q++) {
-            ah[q] = _mm512_loadu_ps(out + q * D + d0);
-            al[q] = _mm512_setzero_ps();
-        }
+        __m512 acc[ATTN_QT];
+        for (int32_t q = 0; q < NQ; q++)
+            acc[q] = _mm512_loadu_ps(out + q * D + d0);
         for (int32_t m = 0; m < 8; m++) {
             const __m512i v = _mm512_loadu_si512(vt + ((int64_t)m * D + d0) * 2);
+            const __m512 v0 = even16(v), v1 = odd16(v);
             for (int32_t q = 0; q < NQ; q++) {
-                ah[q] = dp(ah[q], v, pair_at(ph + q * 16, m));
-                al[q] = dp(al[q], v, pair_at(pl + q * 16, m));
+                acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(p[q * stride + 2 * m]), v0, acc[q]);
+                acc[q] =
+                    _mm512_fmadd_ps(_mm512_set1_ps(p[q * stride + 2 * m + 1]), v1, acc[q]);
             }
         }
         for (int32_t q = 0; q < NQ; q++)
-            _mm512_storeu_ps(out + q * D + d0, _mm512_add_ps(ah[q], al[q]));
+            _mm512_storeu_ps(out + q * D + d0, acc[q]);
     }
 }
 
-/* The AVX512-BF16 set: block size 16, with the whole-sequence decode task. */
+/* The AVX-512 bf16 set: block size 16, with the whole-sequence decode task. */
 CPU_ATTN_WALK_SET16(avx512_bf16_kernels, fast, "avx512-bf16", DTYPE_BF16, prep_q,
                     block_logits16, block_logits16_multi, block_values16);
 
@@ -313,7 +279,7 @@ const struct cpu_attn_kernels *cpu_attn_bf16_avx512(void)
     return &avx512_bf16_kernels;
 }
 
-#else /* no AVX512-BF16 in this build */
+#else /* no AVX-512 in this build */
 
 const struct cpu_attn_kernels *cpu_attn_bf16_avx512(void)
 {

@@ -170,51 +170,6 @@ static inline void cpu_attn_store(const struct cpu_attn_args *a, int32_t r, int3
     }
 }
 
-/*
- * What the bf16 sets compute with (cpu_attn_bf16.c). vdpbf16ps adds, per fp32 lane,
- * the products of a pair of bf16 elements: acc = ftz(fma(a1, b1, acc)), then acc =
- * ftz(fma(a0, b0, acc)), each product exact, flushing subnormal results to zero and
- * reading subnormal inputs as zero (checked bit for bit against the instruction on
- * Sapphire Rapids over millions of random and underflowing operands, and by
- * tests/unit/test_cpu_attn_kernels.c). The portable set does exactly
- * this with cpu_attn_dp2, so both sets give the same bits. The cache holds no
- * subnormal bf16 (cpu_attn_bf16_ftz at the write) and neither do the split
- * operands, so only the results need flushing.
- */
-static inline float cpu_attn_ftz(float x)
-{
-    return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x;
-}
-
-static inline float cpu_attn_dp2(float acc, float a0, float a1, float b0, float b1)
-{
-    acc = cpu_attn_ftz(fmaf(a1, b1, acc));
-    return cpu_attn_ftz(fmaf(a0, b0, acc));
-}
-
-/* x rounded to bf16 (nearest even), a subnormal result flushed to a signed zero. */
-static inline uint16_t cpu_attn_bf16_ftz(float x)
-{
-    const uint16_t h = f32_to_bf16(x);
-    return (h & 0x7f80u) ? h : (uint16_t)(h & 0x8000u);
-}
-
-/*
- * x[0..n) as hi + lo, both bf16: hi = x rounded, lo = the remainder rounded, 16
- * significant bits in all (x - hi is exact in fp32). The bf16 sets multiply the
- * cache by both halves of q and of the probabilities, so that only the cache is
- * rounded to bf16, as with the widening kernels before them: rounding q itself put
- * tiny-opt-350m's bf16 logits past the golden test's tolerance (docs/benchmarks.md).
- */
-static inline void cpu_attn_bf16_split(const float *x, int32_t n, uint16_t *hi,
-                                       uint16_t *lo)
-{
-    for (int32_t i = 0; i < n; i++) {
-        hi[i] = cpu_attn_bf16_ftz(x[i]);
-        lo[i] = cpu_attn_bf16_ftz(x[i] - bf16_to_f32(hi[i]));
-    }
-}
-
 /* The two block kernels a whole-sequence decode walk runs (cpu_attn_decode_walk):
  * the logits of one query per head for NH (1 or 4) consecutive heads of a block, and
  * one head's values (and nothing else) over a block. */
