@@ -2,9 +2,9 @@
  * cpu_attn_walk.h - the block walks the bf16 and int8 kernel sets share
  * (cpu_attn_bf16.c, cpu_attn_int8.c). Not for use outside engine/cpu.
  *
- * Both sets multiply the cache by operands of their own kind (vdpbf16ps, vpdpwssd):
- * each query is first prepared once (split into bf16 halves, or quantized to int16)
- * and each block's probabilities are prepared by the values kernel. Around that, the
+ * Both read the paired layout, and the int8 set multiplies by operands of its own
+ * kind (vpdpwssd): each query is first prepared once (kept fp32, or quantized to
+ * int16), and each block's probabilities are prepared by the values kernel. Around that, the
  * walks over a sequence's blocks are the same: which blocks a tile can see, the
  * shapes the block kernels are instantiated for, the four-at-a-time queue of a lone
  * decode query, prefetching, the H2O scores, and the whole-sequence decode task with
