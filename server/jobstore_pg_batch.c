@@ -66,7 +66,8 @@ static int batch_query(struct jobstore_pg *js, const char *sql, int n_args,
     int err = jobstore_pg_query(js->conn, sql, n_args, args, &r, "list batches");
     if (err) return err;
     const int rows = PQntuples(r), k = MIN(rows, limit);
-    struct jobstore_batch *bs = xcalloc((size_t)MAX(k, 1), sizeof *bs);
+    struct jobstore_batch *bs =
+        k ? xcalloc((size_t)k, sizeof *bs) : NULL; /* NULL for none, as SQLite */
     int i = 0;
     for (; i < k && !err; i++)
         err = batch_from_row(r, i, &bs[i]);
@@ -389,7 +390,9 @@ int jobstore_pg_batch_pending(struct jobstore *base, const char *batch_id,
                             3, vals, &r, "pending");
     if (err) return err;
     const int k = PQntuples(r);
-    struct jobstore_request *rs = xcalloc((size_t)MAX(k, 1), sizeof *rs);
+    /* None pending: NULL, as the SQLite store returns, so a caller that stops at
+     * n == 0 has nothing to free. */
+    struct jobstore_request *rs = k ? xcalloc((size_t)k, sizeof *rs) : NULL;
     for (int i = 0; i < k; i++) {
         rs[i].line = jobstore_pg_get_i64(r, i, 0);
         rs[i].custom_id = jobstore_pg_get_dup(r, i, 1);

@@ -71,7 +71,8 @@ int jobstore_pg_batch_claim(struct jobstore *base, const char *batch_id, const c
                           5, vals, &r, "claim");
     if (err) return err;
     const int k = PQntuples(r);
-    struct jobstore_request *rs = xcalloc((size_t)MAX(k, 1), sizeof *rs);
+    struct jobstore_request *rs =
+        k ? xcalloc((size_t)k, sizeof *rs) : NULL; /* NULL for none, as SQLite */
     for (int i = 0; i < k; i++) {
         rs[i].line = jobstore_pg_get_i64(r, i, 0);
         rs[i].custom_id = jobstore_pg_get_dup(r, i, 1);

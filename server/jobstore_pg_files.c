@@ -167,7 +167,8 @@ int jobstore_pg_file_list(struct jobstore *base, const char *purpose, const char
     if (err) return err;
     const int rows = PQntuples(r);
     const int k = MIN(rows, limit);
-    struct jobstore_file *fs = xcalloc((size_t)MAX(k, 1), sizeof *fs);
+    struct jobstore_file *fs =
+        k ? xcalloc((size_t)k, sizeof *fs) : NULL; /* NULL for none, as SQLite */
     for (int i = 0; i < k; i++)
         file_from_row(r, i, &fs[i]);
     PQclear(r);
