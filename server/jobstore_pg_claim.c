@@ -80,7 +80,7 @@ int jobstore_pg_batch_claim(struct jobstore *base, const char *batch_id, const c
     }
     PQclear(r);
     /* RETURNING keeps no order; the caller runs them in line order. */
-    qsort(rs, (size_t)k, sizeof *rs, by_line);
+    if (k > 1) qsort(rs, (size_t)k, sizeof *rs, by_line);
     *out = rs;
     *n = k;
     return 0;
