@@ -18,7 +18,7 @@
 
 #include "cpu_attn_impl.h"
 
-/* Bytes of one prepared query: two bf16 halves, or int16 elements and a scale. */
+/* Bytes of one prepared query: fp32 elements (bf16 set), or int16 elements and a scale. */
 #define ATTN_PREP 1040
 _Static_assert(ATTN_PREP >= 4 * ATTN_MAX_D + 16, "a prepared query fits");
 
