@@ -4,14 +4,13 @@
  *
  * Both read the paired layout, and the int8 set multiplies by operands of its own
  * kind (vpdpwssd): each query is first prepared once (kept fp32, or quantized to
- * int16), and each block's probabilities are prepared by the values kernel. Around that, the
- * walks over a sequence's blocks are the same: which blocks a tile can see, the
- * shapes the block kernels are instantiated for, the four-at-a-time queue of a lone
- * decode query, prefetching, the H2O scores, and the whole-sequence decode task with
- * every head of a block at once. They live here once, as always-inline functions
- * that the sets call with their own (constant) kernels, so each set still gets its
- * kernels inlined with constant sizes.
- * Thread: the OpenMP threads of cpu_attn_forward.
+ * int16), and each block's probabilities are prepared by the values kernel. Around that,
+ * the walks over a sequence's blocks are the same: which blocks a tile can see, the shapes
+ * the block kernels are instantiated for, the four-at-a-time queue of a lone decode query,
+ * prefetching, the H2O scores, and the whole-sequence decode task with every head of a
+ * block at once. They live here once, as always-inline functions that the sets call with
+ * their own (constant) kernels, so each set still gets its kernels inlined with constant
+ * sizes. Thread: the OpenMP threads of cpu_attn_forward.
  */
 #ifndef H2O_CPU_ATTN_WALK_H
 #define H2O_CPU_ATTN_WALK_H
