@@ -352,6 +352,7 @@ void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, enum dtype kv_dtype
 {
     const int32_t H = n_head, D = head_dim, BS = block_size;
     const size_t es = (size_t)dtype_size(kv_dtype);
+    const bool v_row = kv_dtype == DTYPE_F32; /* V slots are plain rows */
     const int32_t *k = keep;
     for (int32_t i = 0; i < n_slots; i++) {
         /* (block, head) tile and offset of the destination slot i. */
@@ -368,7 +369,6 @@ void cpu_attn_kv_compact_head(const struct cpu_kv_layer *kv, enum dtype kv_dtype
         /* A slot's key is one element per dimension (K tiles are transposed); its
          * value is a contiguous row except in the paired layouts of bf16 and int8. */
         char *kb = (char *)kv->k, *vb = (char *)kv->v;
-        const bool v_row = kv_dtype == DTYPE_F32;
         for (int32_t d = 0; d < D; d++) {
             memcpy(kb + (td * D * BS + cpu_attn_k_at(kv_dtype, BS, d, od)) * es,
                    kb + (ts * D * BS + cpu_attn_k_at(kv_dtype, BS, d, os)) * es, es);

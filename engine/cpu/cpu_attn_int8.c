@@ -200,6 +200,17 @@ static inline __m512i load32_i8(const int8_t *p)
 }
 
 /* quantize16 of 16 elements, in one vector: the same bits. */
+/* 16 elements x times inv, rounded as lrintf and clamped to +-32767: quantize16's
+ * elements, 16 at a time. */
+static inline void round16_x16(__m512 x, __m512 inv, int16_t *e)
+{
+    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv));
+    v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(32767)),
+                         _mm512_set1_epi32(-32767));
+    _mm256_storeu_si256((__m256i *)e, _mm512_cvtepi32_epi16(v));
+}
+
+/* quantize16 of 16 elements, in one vector: the same bits. */
 static inline float quantize16_x16(__m512 x, int16_t *e)
 {
     const float amax = _mm512_reduce_max_ps(_mm512_abs_ps(x));
@@ -207,11 +218,7 @@ static inline float quantize16_x16(__m512 x, int16_t *e)
         memset(e, 0, 16 * sizeof *e);
         return 0.0f;
     }
-    const float inv = 32767.0f / amax;
-    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(x, _mm512_set1_ps(inv)));
-    v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(32767)),
-                         _mm512_set1_epi32(-32767));
-    _mm256_storeu_si256((__m256i *)e, _mm512_cvtepi32_epi16(v));
+    round16_x16(x, _mm512_set1_ps(32767.0f / amax), e);
     return amax / 32767.0f;
 }
 
@@ -228,12 +235,8 @@ static void prep_q16(const float *qv, int32_t D, unsigned char *prep)
         memset(e, 0, (size_t)D * sizeof *e);
     } else {
         const __m512 inv = _mm512_set1_ps(32767.0f / amax);
-        for (int32_t d = 0; d < D; d += 16) {
-            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(qv + d), inv));
-            v = _mm512_max_epi32(_mm512_min_epi32(v, _mm512_set1_epi32(32767)),
-                                 _mm512_set1_epi32(-32767));
-            _mm256_storeu_si256((__m256i *)(e + d), _mm512_cvtepi32_epi16(v));
-        }
+        for (int32_t d = 0; d < D; d += 16)
+            round16_x16(_mm512_loadu_ps(qv + d), inv, e + d);
         scale = amax / 32767.0f;
     }
     memcpy(prep, e, (size_t)D * sizeof *e);

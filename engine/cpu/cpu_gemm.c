@@ -137,8 +137,8 @@ static dnnl_status_t append_relu(dnnl_post_ops_t po)
  * bf16 matmul of a few rows on AVX512-BF16 kernels and of more rows on AMX tiles,
  * which sum in another order: a row's result would then depend on how many rows
  * share its step, and a sequence's output on the rest of the batch
- * (tests/backend/test_cpu_gemm.c caught it). AMX for the GEMMs is follow-up work
- * (docs/benchmarks.md, "AMX").
+ * (tests/backend/test_cpu_gemm.c caught it). bf16 layers run on AMX through our own
+ * kernel instead (cpu_amx.c), whose rows do not depend on the batch.
  */
 static void cap_isa_below_amx(void)
 {
