@@ -9,6 +9,7 @@
 #include "jobstore_pg.h"
 
 #include <inttypes.h>
+#include <poll.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,9 +254,24 @@ static int64_t monotonic_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Whether the server sent anything on an idle connection. We never LISTEN, so
+ * what comes unasked is, in practice, its goodbye: it restarted, or an admin ended
+ * the session, and the socket holds the error and the end of the stream. (A stray
+ * notice costs a reconnect, nothing more.) */
+static bool server_spoke(PGconn *c)
+{
+    struct pollfd p = {.fd = PQsocket(c), .events = POLLIN};
+    return p.fd >= 0 && poll(&p, 1, 0) > 0;
+}
+
 int jobstore_pg_ready(struct jobstore_pg *js)
 {
-    if (PQstatus(js->conn) == CONNECTION_OK) return 0;
+    /* A connection the server closed while we sat idle is found here, before a
+     * query is sent on it, so the call reconnects instead of failing. */
+    bool ok = PQstatus(js->conn) == CONNECTION_OK;
+    if (ok && PQtransactionStatus(js->conn) == PQTRANS_IDLE && server_spoke(js->conn))
+        ok = false;
+    if (ok) return 0;
     /* The owner's thread serves everything else too (interactive requests): while
      * the database is away, a call fails at once rather than waiting out a connect
      * timeout every time. */
