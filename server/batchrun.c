@@ -18,8 +18,9 @@
  *          flight are cancelled, the results already answered are still committed,
  *          then one job gives back our leases (and, for a cancel made here, moves
  *          the batch to cancelled), and the batch is forgotten.
- *  EXPIRE  past its window: like END, but the last job writes batch_expired for
- *          every request not answered, and moves the batch to expired.
+ *  EXPIRE  past its window: like END, but the last job answers batch_expired for
+ *          the requests nobody else holds, and moves the batch to expired once
+ *          every request is answered (each replica expires what it holds).
  *  FULL    (SQLite) a result did not fit on the disk: the batch goes to failed
  *          with insufficient_storage, now or at a later tick (docs/batch.md).
  *
@@ -396,6 +397,12 @@ static void close_done(struct batchrun *br, struct br_job *j)
         }
         return;
     }
+    if (j->kind == BRJ_EXPIRE && j->status == JOBSTORE_IN_PROGRESS) {
+        /* Others still hold some of it: they expire those, or their leases run
+         * out; look again in a second. */
+        b->close_at = now_ms(br) + BR_RETRY_MS;
+        return;
+    }
     if (j->released > 0)
         log_info("batch %s: gave back %lld leases", b->id, (long long)j->released);
     if (j->kind == BRJ_FAIL_FULL)
@@ -638,7 +645,8 @@ static void claim_done(struct batchrun *br, struct br_job *j)
     } else if (j->have_status && j->status == JOBSTORE_IN_PROGRESS) {
         b->claim_at = now + BR_RETRY_MS; /* all held: a dead holder's leases run out */
     } else if (j->have_status) {
-        if (j->status == JOBSTORE_COMPLETED) log_info("batch %s: completed", b->id);
+        if (j->status == JOBSTORE_COMPLETED || j->status == JOBSTORE_EXPIRED)
+            log_info("batch %s: %s", b->id, jobstore_status_name(j->status));
         batch_ended(br, b, j->status);
     }
     batchrun_feed(br);

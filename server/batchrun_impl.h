@@ -45,8 +45,9 @@ enum br_job_kind {
     BRJ_COMMIT,    /* record `results` (one store call, then one by one if refused) */
     BRJ_RENEW,     /* renew our leases; the batch's status */
     BRJ_STOP,      /* release our leases; then move to `to` when set_to */
-    BRJ_EXPIRE,    /* release our leases, every pending request -> batch_expired,
-                      then expired */
+    BRJ_EXPIRE,    /* release our leases, what nobody holds -> batch_expired, and
+                      expired once every request is answered (else in_progress:
+                      another replica expires what it holds, or its leases run out) */
     BRJ_FAIL_FULL, /* settle what the store holds, then failed: insufficient_storage */
     BRJ_SCAN,      /* the unfinished batches, moving on those nobody needs to run */
     BRJ_INPUT,     /* a validation's start: the batch, and its input file opened */

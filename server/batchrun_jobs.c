@@ -24,6 +24,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Requests turned into batch_expired lines per store call. */
 #define EXPIRE_PAGE 1024
@@ -78,8 +79,17 @@ static void claim(struct jobstore *js, struct br_job *j)
     j->status = b.status;
     j->have_status = true;
     const bool answered = b.completed + b.failed >= b.total;
+    const bool late = b.expires_at && (int64_t)time(NULL) >= b.expires_at;
     jobstore_batch_deinit(&b);
     if (j->status != JOBSTORE_IN_PROGRESS || !answered) return;
+    /* Past its window, the last answers may be another replica's batch_expired
+     * lines: the batch is expired, not completed (so is one whose last result came
+     * just before the window closed and was seen just after). */
+    if (late) {
+        err = settle(js, j, JOBSTORE_EXPIRED, NULL);
+        if (err) fail(j, err);
+        return;
+    }
     /* The last result is in, whoever wrote it: finish the batch (the two steps
      * OpenAI shows; a replica that died between them left it finalizing, which
      * the scan completes). */
@@ -154,17 +164,20 @@ static void commit(struct jobstore *js, struct br_job *j)
     free(rs);
 }
 
-/* Past its window: what did not run goes to the error file as batch_expired, a
- * page of requests per store call, then the batch is expired. A request another
- * replica answers meanwhile keeps its answer (the store refuses the expiry line). */
+/* Past its window: what did not run goes to the error file as batch_expired, then
+ * the batch is expired. Every replica that runs the batch does this at the same
+ * time, so each takes its part as it would take work: it gives back its own
+ * leases, then claims what nobody holds (a page at a time) and answers it
+ * batch_expired. Requests another replica still holds are that replica's to
+ * expire; once every request is answered, whoever sees it first moves the batch
+ * to expired. Until then the job reports in_progress and the loop tries again. */
 static void expire(struct jobstore *js, struct br_job *j)
 {
     int err = release(js, j);
-    int64_t after = 0;
     while (!err) {
         struct jobstore_request *rs;
         int n;
-        err = jobstore_batch_pending(js, j->batch_id, after, EXPIRE_PAGE, &rs, &n);
+        err = jobstore_batch_claim(js, j->batch_id, j->owner, j->lease_s, EXPIRE_PAGE, &rs, &n);
         if (err || n == 0) break;
         struct jobstore_result *lines = xcalloc((size_t)n, sizeof *lines);
         for (int i = 0; i < n; i++) {
@@ -178,13 +191,23 @@ static void expire(struct jobstore *js, struct br_job *j)
         }
         enum br_outcome *out = xcalloc((size_t)n, sizeof *out);
         err = commit_results(js, j, lines, n, out);
-        after = rs[n - 1].line;
         for (int i = 0; i < n; i++) free((char *)lines[i].line);
         free(lines);
         free(out);
         jobstore_requests_free(rs, n);
     }
-    if (!err) err = settle(js, j, JOBSTORE_EXPIRED, NULL);
+    struct jobstore_batch b;
+    if (!err) err = jobstore_batch_get(js, j->batch_id, &b);
+    if (err) {
+        fail(j, err);
+        return;
+    }
+    j->status = b.status;
+    j->have_status = true;
+    const bool answered = b.completed + b.failed >= b.total;
+    jobstore_batch_deinit(&b);
+    if (answered && j->status == JOBSTORE_IN_PROGRESS)
+        err = settle(js, j, JOBSTORE_EXPIRED, NULL);
     if (err) fail(j, err);
 }
 

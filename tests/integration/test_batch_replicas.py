@@ -15,7 +15,9 @@ same seeds: a request's answer must not depend on which replica ran it):
    once it exits, so the others need not wait a lease;
  - the database stops for a few seconds mid-batch: completions keep being served,
    the Batches API answers 503 with Retry-After meanwhile, and the batch resumes and
-   completes when the database is back, each custom_id once.
+   completes when the database is back, each custom_id once;
+ - a batch that outlives its window on two replicas expires once: every custom_id
+   is answered once, in the output or as batch_expired in the error file.
 
 TAP output. Usage: test_batch_replicas.py H2OSERVE_BINARY
 """
@@ -203,6 +205,25 @@ def outage(pg, reps, data, ref, n):
     tap(any("retrying" in l for l in a.log + b_.log), "the store failures were logged")
 
 
+def expiry(uri):
+    reps = [Server("--job-store", uri, *FLAGS, "--batch-window-s", "3") for _ in range(2)]
+    n = 400
+    bid = run_batch(reps[0], batch_file(n, "e", max_tokens=128))
+    b = bl.wait(reps[1], bid, timeout=60)
+    out, errs = outputs(reps[1], b)
+    ids = [l["custom_id"] for l in out + errs]
+    rc = b["request_counts"]
+    expired = [l for l in errs if l["error"] and l["error"]["code"] == "batch_expired"]
+    tap(b["status"] == "expired" and 0 < rc["completed"] < n and rc["failed"] == len(expired)
+        and rc["completed"] + rc["failed"] == n and len(out) == rc["completed"],
+        f"expired on two replicas: {rc['completed']} answered, {len(expired)} batch_expired",
+        (b, len(out)))
+    tap(len(ids) == n and len(set(ids)) == n, "every custom_id once across the output and "
+        "error files", len(ids))
+    for r in reps:
+        tap(r.stop() == 0, "expiry replica exits 0", "".join(r.log[-20:]))
+
+
 def main():
     pg = PgServer()
     reps = []
@@ -220,6 +241,7 @@ def main():
         for r in reps:
             tap(r.stop() == 0, "replica exits 0", "".join(r.log[-20:]))
         reps = []
+        expiry(uri)
     finally:
         for r in reps:
             r.proc.kill()
