@@ -8,7 +8,11 @@ interactive requests again. Prints the TTFT of both phases (median, p90, max),
 their ratio, and the batch's throughput while it was sharing the server.
 
   python3 bench/batch_ttft.py build/server/h2oserve [--model dummy:opt-125m]
-      [--batch-size 1000] [--prompt-len 256] [--n 20] [-- extra serve flags]
+      [--batch-size 1000] [--prompt-len 256] [--n 20] [--pg] [-- extra serve flags]
+
+--pg keeps the job store in a private PostgreSQL server (tests/integration/pglib.py,
+fsync on), as replicas share it (docs/deploy.md): its batch runner then works on
+the thread pool, and the interactive requests show what that leaves them.
 
 The interactive prompt and the batch requests are token-id prompts, so their
 lengths are exact whatever the tokenizer.
@@ -112,10 +116,21 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=256, help="interactive prompt tokens")
     ap.add_argument("--max-tokens", type=int, default=8, help="interactive max_tokens")
     ap.add_argument("--n", type=int, default=20, help="interactive requests per phase")
+    ap.add_argument("--pg", action="store_true", help="the job store in PostgreSQL")
     ap.add_argument("extra", nargs="*", help="more serve flags (after --)")
     a = ap.parse_args()
     rng = random.Random(0)
-    srv = Server(a.binary, a.model, a.extra)
+    pg = None
+    if a.pg:
+        from pglib import PgServer
+        pg = PgServer(fsync=True)
+        a.extra = ["--job-store", pg.new_db()[0], *a.extra]
+    try:
+        srv = Server(a.binary, a.model, a.extra)
+    except BaseException:
+        if pg:
+            pg.stop()
+        raise
     try:
         prompts = [[rng.randrange(10, 250) for _ in range(a.prompt_len)] for _ in range(a.n)]
         ttft(srv, a.model, prompts[0], a.max_tokens)  # warm-up
@@ -147,12 +162,14 @@ def main():
         total_s = (final["completed_at"] or time.time()) - (final["in_progress_at"] or t0)
     finally:
         srv.stop()
+        if pg:
+            pg.stop()
 
     si, sb = summary(idle), summary(busy)
     print(f"model {a.model}; interactive prompt {a.prompt_len} tokens, max_tokens "
           f"{a.max_tokens}, {a.n} requests per phase; batch {a.batch_size} x "
           f"({a.batch_prompt_len} + {a.batch_max_tokens}) tokens; serve flags: "
-          f"{' '.join(a.extra) or '(defaults)'}")
+          f"{' '.join(x if not x.startswith('postgresql:') else 'postgresql://(private)' for x in a.extra) or '(defaults)'}")
     print(f"{'phase':<16}{'median ms':>12}{'p90 ms':>10}{'max ms':>10}")
     for name, s in (("idle", si), ("during batch", sb)):
         print(f"{name:<16}{s['median'] * 1e3:>12.1f}{s['p90'] * 1e3:>10.1f}{s['max'] * 1e3:>10.1f}")

@@ -227,7 +227,7 @@ static void job_done(struct storeq_job *q);
 static struct br_job *job_new(struct batchrun *br, enum br_job_kind kind, const char *batch_id)
 {
     struct br_job *j = xcalloc(1, sizeof *j);
-    j->q.work = br_job_work;
+    j->q.work = batchrun_job_work;
     j->q.done = job_done;
     j->br = br;
     j->kind = kind;
@@ -242,7 +242,7 @@ static struct br_job *job_new(struct batchrun *br, enum br_job_kind kind, const 
 static bool submit(struct batchrun *br, struct br_job *j)
 {
     if (br->closed || !br->q) {
-        br_job_free(j);
+        batchrun_job_free(j);
         return false;
     }
     br->st.store_jobs++;
@@ -854,7 +854,7 @@ static void job_done(struct storeq_job *q)
     case BRJ_INPUT: input_done(br, j); break;
     case BRJ_CHECKED: checked_done(br, j); break;
     }
-    br_job_free(j);
+    batchrun_job_free(j);
 }
 
 /* ---- the API's calls, the tick, life ---- */

@@ -99,10 +99,10 @@ struct br_check {
 
 /* Run job j's store work (storeq's work callback for every kind). Thread: the
  * store's (pool or loop). */
-void br_job_work(struct jobstore *js, struct storeq_job *q);
+void batchrun_job_work(struct jobstore *js, struct storeq_job *q);
 
 /* Free what a job owns (results, claimed requests, batches, message) and the job.
  * Thread: loop. */
-void br_job_free(struct br_job *j);
+void batchrun_job_free(struct br_job *j);
 
 #endif

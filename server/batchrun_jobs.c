@@ -349,7 +349,7 @@ static void checked(struct jobstore *js, struct br_job *j)
     if (err) fail(j, err);
 }
 
-void br_job_work(struct jobstore *js, struct storeq_job *q)
+void batchrun_job_work(struct jobstore *js, struct storeq_job *q)
 {
     struct br_job *j = (struct br_job *)q;
     switch (j->kind) {
@@ -365,7 +365,7 @@ void br_job_work(struct jobstore *js, struct storeq_job *q)
     }
 }
 
-void br_job_free(struct br_job *j)
+void batchrun_job_free(struct br_job *j)
 {
     for (int i = 0; i < j->n_results; i++) {
         free(j->results[i].custom_id);

@@ -22,6 +22,7 @@ struct storeq {
     struct jobstore *js;
     bool pooled;
     bool closed;                    /* storeq_close: no more deferring */
+    bool draining;                  /* inline and closed: drain_now is running */
     bool timer_closed;              /* inline: the timer's close callback ran */
     struct storeq_job *head, *tail; /* head: running (once started) */
     bool running;                   /* head's work is under way */
@@ -46,9 +47,8 @@ static void run_work(struct storeq *q, struct storeq_job *j)
 
 static void start(struct storeq *q);
 
-/* The head's work is done: unlink it, start the next, then hand it back (done may
- * submit more, which queue behind the one just started). */
-static void finish_head(struct storeq *q)
+/* Unlink the head (its work is done) and return it. */
+static struct storeq_job *pop(struct storeq *q)
 {
     struct storeq_job *j = q->head;
     q->head = j->next;
@@ -56,6 +56,14 @@ static void finish_head(struct storeq *q)
     q->running = false;
     q->n--;
     j->next = NULL;
+    return j;
+}
+
+/* The head's work is done: start the next, then hand it back (done may submit
+ * more, which queue behind the one just started). */
+static void finish_head(struct storeq *q)
+{
+    struct storeq_job *j = pop(q);
     start(q);
     j->done(j);
 }
@@ -79,20 +87,36 @@ static void timer_cb(uv_timer_t *t)
     finish_head(q);
 }
 
+/* A closed inline queue: run everything queued now, in order, work then done;
+ * jobs submitted by those done callbacks join the end (no recursion). */
+static void drain_now(struct storeq *q)
+{
+    if (q->draining) return;
+    q->draining = true;
+    while (q->head) {
+        q->running = true;
+        run_work(q, q->head);
+        struct storeq_job *j = pop(q);
+        j->done(j);
+    }
+    q->draining = false;
+}
+
 /* Start the head if it is not running yet. */
 static void start(struct storeq *q)
 {
     if (!q->head || q->running) return;
+    if (!q->pooled && q->closed) {
+        drain_now(q);
+        return;
+    }
     q->running = true;
     if (q->pooled) {
         q->work.data = q;
         int err = uv_queue_work(q->loop, &q->work, pool_work, pool_done);
         CHECK(err == 0); /* only fails for a NULL callback */
-    } else if (!q->closed) {
-        uv_timer_start(&q->timer, timer_cb, 0, 0);
     } else {
-        /* Closed: the loop may not run again, so the rest runs now. */
-        timer_cb(&q->timer);
+        uv_timer_start(&q->timer, timer_cb, 0, 0);
     }
 }
 
@@ -139,8 +163,9 @@ void storeq_close(struct storeq *q)
     if (!q || q->closed) return;
     q->closed = true;
     if (q->pooled) return; /* a running job completes through the loop */
-    uv_timer_stop(&q->timer);
-    if (q->running) timer_cb(&q->timer); /* its timer will not fire now */
+    uv_timer_stop(&q->timer); /* the head, if armed, runs in drain_now instead */
+    q->running = false;
+    drain_now(q);
     uv_close((uv_handle_t *)&q->timer, timer_close_cb);
 }
 

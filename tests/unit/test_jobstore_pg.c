@@ -292,19 +292,20 @@ TEST(a_result_cut_mid_commit_leaves_nothing)
 
 TEST(a_database_that_went_away_fails_fast)
 {
-    /* Dropped under an open store: the next calls fail (ENG_EUNAVAILABLE), and after one
-     * failed reconnect the store does not try again for a second, so the thread it
-     * shares with interactive traffic is not held by connect after connect. */
+    /* Dropped under an open store: the next calls fail (ENG_EUNAVAILABLE), and after
+     * one failed reconnect the store does not try again for a second, so the thread
+     * it shares with interactive traffic is not held by connect after connect. */
     char *uri = pg_test_db_new();
     struct jobstore *js = open_ok(uri);
     pg_test_db_drop(uri); /* FORCE: closes the store's connection */
     struct jobstore_file g;
-    int err = jobstore_file_get(js, "file-x", &g); /* finds the connection gone */
-    EXPECT_EQ(err, ENG_EUNAVAILABLE);
-    if (!strstr(err_msg(),
-                "retrying")) { /* it learnt of it from the query: now reconnect */
+    /* The server's goodbye is usually in the socket already: the store sees it
+     * before sending the query and reconnects at once, which fails. Otherwise the
+     * query finds the connection gone, and the next call reconnects. */
+    EXPECT_EQ(jobstore_file_get(js, "file-x", &g), ENG_EUNAVAILABLE);
+    if (!strstr(err_msg(), "postgresql: connect:")) {
         EXPECT_EQ(jobstore_file_get(js, "file-x", &g), ENG_EUNAVAILABLE);
-        EXPECT(strstr(err_msg(), "connect") != NULL);
+        EXPECT(strstr(err_msg(), "postgresql: connect:") != NULL);
     }
     EXPECT_EQ(jobstore_file_get(js, "file-x", &g), ENG_EUNAVAILABLE);
     EXPECT(strstr(err_msg(), "unreachable (retrying each second)") != NULL);
