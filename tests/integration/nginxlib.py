@@ -5,7 +5,8 @@ committed configuration (deploy/nginx/h2oserve.conf) filled in.
 nginx runs unprivileged in a temporary folder that holds everything it writes (pid,
 logs, the *_temp_path folders), on 127.0.0.1 and a free port; as `nobody` when the
 tests run as root, as pglib.py runs PostgreSQL. stop() stops it and removes the
-folder. Without nginx, Nginx() raises: a test that needs it fails rather than skips
+folder. nginx is the one on PATH, else /usr/sbin/nginx (Debian's), or $H2O_NGINX.
+Without it, Nginx() raises: a test that needs it fails rather than skips
 (bootstrap.sh installs it).
 """
 import os
@@ -69,9 +70,10 @@ def render(template, listen, replicas, log_dir):
 class Nginx(Endpoint):
     def __init__(self, replicas):
         """nginx in front of `replicas` ("127.0.0.1:PORT" each), once it accepts."""
-        self.bin = shutil.which("nginx") or "/usr/sbin/nginx"
+        self.bin = (os.environ.get("H2O_NGINX") or shutil.which("nginx")
+                    or "/usr/sbin/nginx")
         if not os.access(self.bin, os.X_OK):
-            raise RuntimeError("nginx is not installed (not on PATH nor /usr/sbin/nginx); "
+            raise RuntimeError(f"nginx is not installed ({self.bin}: not found); "
                                "./bootstrap.sh installs it")
         self.dir = tempfile.mkdtemp(prefix="h2o_nginx.")
         as_user = []
@@ -100,7 +102,7 @@ class Nginx(Endpoint):
                 return
             except OSError:
                 time.sleep(0.05)
-        err = self.proc.stderr.read() if self.proc.poll() is not None else "(still starting)"
+        err = self.proc.stderr.read() if self.proc.poll() is not None else "(no answer)"
         log = self.error_log()
         self.stop()
         raise RuntimeError(f"nginx did not start: {err}{log}")
