@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import time
 
-from test_server import BIN, Endpoint, Server
+from test_server import BIN, Endpoint, Server, tap
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
                         "nginx", "h2oserve.conf")
@@ -162,8 +162,9 @@ class Replicas:
         self.srv[i] = Server(*self.args, port=self.ports[i])
 
     def stop(self):
-        """SIGTERM to each that runs; their exit statuses (None: it had been killed)."""
-        return [s.stop() if s.proc.poll() is None else None for s in self.srv]
+        """SIGTERM to each; their exit statuses (one that had ended already, killed and
+        not started again or crashed, gives the status it ended with)."""
+        return [s.stop() if s.proc.poll() is None else s.proc.returncode for s in self.srv]
 
 
 class Deployment:
@@ -178,8 +179,10 @@ class Deployment:
             raise
 
     def stop(self):
-        """(nginx's exit status, the replicas' as Replicas.stop gives them)."""
-        return self.nginx.stop(), self.replicas.stop()
+        """Stop nginx, then the replicas, as a TAP check that all exit 0."""
+        rc_nginx, rcs = self.nginx.stop(), self.replicas.stop()
+        tap(rc_nginx == 0 and all(rc == 0 for rc in rcs), "nginx and the replicas stop cleanly",
+            (rc_nginx, rcs))
 
 
 def lease_flags(seconds):
