@@ -1,6 +1,7 @@
 """nginxlib.py - the deployment of docs/deploy.md for the integration tests: h2oserve
 replicas on one job store, each on a fixed port, and nginx in front of them with the
-committed configuration (deploy/nginx/h2oserve.conf) filled in.
+committed configuration (deploy/nginx/h2oserve.conf) filled in; Deployment puts the
+three together on a private PostgreSQL (pglib.py).
 
 nginx runs unprivileged in a temporary folder that holds everything it writes (pid,
 logs, the *_temp_path folders), on 127.0.0.1 and a free port; as `nobody` when the
@@ -18,6 +19,7 @@ import subprocess
 import tempfile
 import time
 
+from pglib import PgServer
 from test_server import BIN, Endpoint, Server, tap
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
@@ -168,21 +170,31 @@ class Replicas:
 
 
 class Deployment:
-    """n replicas on job_store (Replicas), nginx in front of them (Nginx)."""
+    """A private PostgreSQL (pglib.PgServer), n replicas on one database of it
+    (Replicas), nginx in front of them (Nginx)."""
 
-    def __init__(self, n, job_store, *extra):
-        self.replicas = Replicas(n, job_store, *extra)
+    def __init__(self, n, *extra):
+        self.pg = PgServer()
+        self.replicas = self.nginx = None
         try:
+            self.replicas = Replicas(n, self.pg.new_db()[0], *extra)
             self.nginx = Nginx(self.replicas.addrs())
         except Exception:
-            self.replicas.stop()
+            self._stop()
             raise
 
+    def _stop(self):
+        rc_nginx = self.nginx.stop() if self.nginx else None
+        rcs = self.replicas.stop() if self.replicas else []
+        self.pg.stop()
+        return rc_nginx, rcs
+
     def stop(self):
-        """Stop nginx, then the replicas, as a TAP check that all exit 0."""
-        rc_nginx, rcs = self.nginx.stop(), self.replicas.stop()
-        tap(rc_nginx == 0 and all(rc == 0 for rc in rcs), "nginx and the replicas stop cleanly",
-            (rc_nginx, rcs))
+        """Stop nginx, the replicas and PostgreSQL, as a TAP check that nginx and the
+        replicas exit 0."""
+        rc_nginx, rcs = self._stop()
+        tap(rc_nginx == 0 and all(rc == 0 for rc in rcs),
+            "nginx and the replicas stop cleanly", (rc_nginx, rcs))
 
 
 def lease_flags(seconds):

@@ -26,7 +26,6 @@ from test_server import MODEL, Server, tap, results  # noqa: E402
 from test_batch_crash import result_of  # noqa: E402
 import batchlib as bl  # noqa: E402
 from nginxlib import Deployment, lease_flags  # noqa: E402
-from pglib import PgServer  # noqa: E402
 
 N = 2000
 LEASE_S = 5
@@ -113,19 +112,16 @@ def main():
     print(f"# seed {seed} (H2O_CHAOS_SEED={seed} repeats the kills' choices)")
     rng = random.Random(seed)
     data = input_lines()
-    pg = PgServer()
-    dep = None
+    lease = lease_flags(LEASE_S)
+    print("# replicas: " + (" ".join(lease) or "without --batch-lease-s"))
+    dep = Deployment(3, *FLAGS, *lease)
     try:
-        ref = reference(pg.new_db()[0], data)
-        lease = lease_flags(LEASE_S)
-        print("# replicas: " + (" ".join(lease) or "without --batch-lease-s"))
-        dep = Deployment(3, pg.new_db()[0], *FLAGS, *lease)
+        # The reference first, on a database of its own; the three replicas wait idle.
+        ref = reference(dep.pg.new_db()[0], data)
         b, kills, took = chaos(dep, data, rng)
         check(dep.nginx, b, kills, took, ref)
     finally:
-        if dep:
-            dep.stop()
-        pg.stop()
+        dep.stop()
     print(f"1..{len(results)}")
     return 0 if all(results) else 1
 
