@@ -12,6 +12,7 @@ Without it, Nginx() raises: a test that needs it fails rather than skips
 """
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -44,14 +45,31 @@ http {{
 
 
 def free_ports(n):
-    """n distinct ports free on 127.0.0.1 now (held together while chosen, so none
-    repeats; another process may still take one before it is used)."""
+    """n distinct ports free on 127.0.0.1 now, below the kernel's ephemeral range
+    where it has one: a killed replica's port is then not handed out as the source
+    port of some connection while the replica is down, so it can come back on it.
+    (Held together while chosen, so none repeats; another process that binds fixed
+    ports may still take one before it is used.)"""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    rng = random.Random()
     socks = []
     try:
-        for _ in range(n):
+        for _ in range(200):
+            if len(socks) == n:
+                break
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
+            try:
+                s.bind(("127.0.0.1", rng.randrange(10000, low) if low > 11000 else 0))
+                socks.append(s)
+            except OSError:
+                s.close()
+        while len(socks) < n:  # no luck below the range: let the kernel choose
+            socks.append(socket.socket())
+            socks[-1].bind(("127.0.0.1", 0))
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
