@@ -195,7 +195,8 @@ class Deployment:
         self.pg = PgServer()
         self.replicas = self.nginx = None
         try:
-            self.replicas = Replicas(n, self.pg.new_db()[0], *extra)
+            self.uri, self.db = self.pg.new_db()
+            self.replicas = Replicas(n, self.uri, *extra)
             self.nginx = Nginx(self.replicas.addrs())
         except Exception:
             self._stop()
@@ -213,11 +214,3 @@ class Deployment:
         rc_nginx, rcs = self._stop()
         tap(rc_nginx == 0 and all(rc == 0 for rc in rcs),
             "nginx and the replicas stop cleanly", (rc_nginx, rcs))
-
-
-def lease_flags(seconds):
-    """("--batch-lease-s", seconds) where `h2oserve serve --help` lists the flag (the
-    batch runner that shares batches between replicas under leases), else ()."""
-    r = subprocess.run([BIN, "serve", "--help"], capture_output=True, text=True)
-    return ("--batch-lease-s", str(seconds)) if "--batch-lease-s" in r.stdout + r.stderr \
-        else ()

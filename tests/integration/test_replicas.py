@@ -30,10 +30,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server import MODEL, metric, sse_events, tap, results  # noqa: E402
 import batchlib as bl  # noqa: E402
-from nginxlib import Deployment, lease_flags  # noqa: E402
+from nginxlib import Deployment  # noqa: E402
 
 LEASE_S = 5
-LEASE = lease_flags(LEASE_S)  # --batch-lease-s LEASE_S, where the server has it
+LEASE = ("--batch-lease-s", str(LEASE_S))
 
 
 def main():
@@ -286,14 +286,11 @@ def cancel(ng, reps):
     c = json.loads(raw)
     tap(st == 200 and c["status"] == "cancelling" and c["cancelling_at"],
         "cancel through nginx while it runs: cancelling", c)
-    # Before the leased runner (no --batch-lease-s), a batch runs on the replica that
-    # created it, and a cancel that nginx gives to another replica does not reach it
-    # (docs/deploy.md): the batch stays cancelling. A known gap, not a fault, there.
-    todo = None if LEASE else "no --batch-lease-s: a cancel does not reach another replica"
-    # (Without leases the cancel is done in a quarter second where it arrives, or never.)
-    c = bl.wait(ng, bid, timeout=2 * LEASE_S + 10 if LEASE else 5)
+    # Whichever replica nginx gave the cancel to, every replica running the batch
+    # sees it (docs/deploy.md, how replicas share a batch).
+    c = bl.wait(ng, bid, timeout=2 * LEASE_S + 10)
     tap(c["status"] == "cancelled" and c["cancelled_at"],
-        f"then cancelled, within two leases ({LEASE_S} s each)", c, todo=todo)
+        f"then cancelled, within two leases ({LEASE_S} s each)", c)
     if c["status"] != "cancelled":
         return
     rc = c["request_counts"]
@@ -311,7 +308,7 @@ def cancel(ng, reps):
         time.sleep(0.1)
     busy = [metric(s, "batch_requests_in_flight") for s in reps.srv]
     tap(not any(busy), f"every replica has stopped its requests within a lease {busy}",
-        busy, todo=todo)
+        busy)
     time.sleep(0.5)
     tap(bl.get(ng, bid)["request_counts"] == rc, "nothing is recorded after the cancel")
 

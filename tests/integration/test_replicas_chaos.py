@@ -7,11 +7,10 @@ exactly once in its output, request_counts say 2000 of 2000 and no failure, and
 every result equals that of one replica running the same file alone on a database
 of its own (greedy, the same seeds).
 
-The kills and the batch's wall time go to the log (TAP comments). Before the leased
-batch runner (no --batch-lease-s in `h2oserve serve --help`) a batch runs on the
-replica that created it and every replica that starts resumes it too: the output is
-still right, the work is done more than once. With the runner the replicas share it,
-and a killed replica's requests go to the others once its leases run out.
+The kills and the batch's wall time go to the log (TAP comments). The replicas share
+the batch (leased claims), and a killed replica's requests go to the others once
+its leases run out; the database shows how many processes (replicas and their
+restarts) claimed the requests that were answered.
 
 TAP output. Usage: test_replicas_chaos.py H2OSERVE_BINARY
 """
@@ -25,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server import MODEL, Server, tap, results  # noqa: E402
 from test_batch_crash import result_of  # noqa: E402
 import batchlib as bl  # noqa: E402
-from nginxlib import Deployment, lease_flags  # noqa: E402
+from nginxlib import Deployment  # noqa: E402
 
 N = 2000
 LEASE_S = 5
@@ -112,14 +111,16 @@ def main():
     print(f"# seed {seed} (H2O_CHAOS_SEED={seed} repeats the kills' choices)")
     rng = random.Random(seed)
     data = input_lines()
-    lease = lease_flags(LEASE_S)
-    print("# replicas: " + (" ".join(lease) or "without --batch-lease-s"))
+    lease = ("--batch-lease-s", str(LEASE_S))
+    print("# replicas: " + " ".join(lease))
     dep = Deployment(3, *FLAGS, *lease)
     try:
         # The reference first, on a database of its own; the three replicas wait idle.
         ref = reference(dep.pg.new_db()[0], data)
         b, kills, took = chaos(dep, data, rng)
         check(dep.nginx, b, kills, took, ref)
+        if b:
+            shared(dep, b["id"])
     finally:
         dep.stop()
     print(f"1..{len(results)}")
@@ -142,6 +143,15 @@ def check(ng, b, kills, took, ref):
         [i for i in set(ids) if ids.count(i) > 1][:5] or len(ids))
     diff = [l["custom_id"] for l in out if result_of(l) != ref.get(l["custom_id"])]
     tap(not diff, "every result equals the single replica's", diff[:5])
+
+
+def shared(dep, bid):
+    """A request keeps the lease of the last replica that claimed it (owner
+    host:pid:random), answered or not: the processes that ran the batch."""
+    pids = dep.pg.psql("SELECT count(DISTINCT split_part(lease_owner, ':', 2)) FROM"
+                       f" h2o_batch_requests WHERE batch_id='{bid}'", dep.db)
+    tap(int(pids) >= 3, f"the requests were claimed by {pids} processes (three replicas "
+        "and their restarts)", pids)
 
 
 if __name__ == "__main__":
