@@ -22,65 +22,14 @@ import http.client
 import json
 import os
 import random
-import re
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
 import batchlib as bl  # noqa: E402
-
-
-class Server:
-    """The same small client the integration tests use, standing alone."""
-
-    def __init__(self, binary, model, extra):
-        self.data_dir = tempfile.mkdtemp(prefix="h2oserve-bench-")
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--model", model, "--port", "0", "--data-dir", self.data_dir,
-             *extra], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        for line in self.proc.stderr:
-            m = re.search(r"listening on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        else:
-            raise RuntimeError("server did not start")
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
-        while True:
-            try:
-                if self.request("GET", "/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-
-    def request(self, method, path, body=None, headers=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-        h = {"Content-Type": "application/json", **(headers or {})}
-        if body is not None and not isinstance(body, (bytes, str)):
-            body = json.dumps(body)
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, data, r
-
-    def get(self, path):
-        return self.request("GET", path)
-
-    def post(self, path, body):
-        return self.request("POST", path, body)
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+from serverlib import Server  # noqa: E402
 
 
 def ttft(srv, model, prompt, max_tokens):

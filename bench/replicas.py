@@ -21,77 +21,17 @@ Usage: bench/replicas.py [--build build] [--requests 2000] [--max-tokens 16]
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
+sys.path.insert(0, HERE)
 import batchlib as bl  # noqa: E402
 from pglib import PgServer  # noqa: E402
-
-
-class Replica:
-    """One `h2oserve serve` on a free port; its stderr is kept in self.log."""
-
-    def __init__(self, exe, store_args, threads, max_in_flight):
-        self.data_dir = tempfile.mkdtemp(prefix="h2o-bench-")
-        self.proc = subprocess.Popen(
-            [exe, "serve", "--model", "dummy:tiny", "--dtype", "fp32", "--port", "0",
-             "--data-dir", self.data_dir, "--batch-max-in-flight", str(max_in_flight),
-             *store_args],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-            env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
-        self.log = []
-        self.port = None
-        for line in self.proc.stderr:
-            self.log.append(line)
-            m = re.search(r"listening on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        if self.port is None:
-            raise RuntimeError("replica did not start: " + "".join(self.log))
-        threading.Thread(target=lambda: [self.log.append(x) for x in self.proc.stderr],
-                         daemon=True).start()
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                if self.get("/health")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("replica never became healthy: " + "".join(self.log))
-
-    def request(self, method, path, body=None, headers=None):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=body,
-                                     method=method, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, r.read(), r
-        except urllib.error.HTTPError as e:
-            return e.code, e.read(), e
-
-    def get(self, path):
-        return self.request("GET", path)
-
-    def post(self, path, obj):
-        return self.request("POST", path, json.dumps(obj).encode(),
-                            {"Content-Type": "application/json"})
-
-    def metrics(self):
-        text = self.get("/metrics")[1].decode()
-        return {m.group(1): float(m.group(2)) for m in
-                re.finditer(r"^h2oserve:(\w+)\{[^}]*\} ([0-9.e+-]+)$", text, re.M)}
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
-        subprocess.run(["rm", "-rf", self.data_dir])
+from serverlib import Server  # noqa: E402
 
 
 def batch_file(n, max_tokens):
@@ -101,7 +41,9 @@ def batch_file(n, max_tokens):
 
 
 def one_run(exe, store_args, n_replicas, data, n, args):
-    reps = [Replica(exe, store_args, args.threads_per_replica, args.max_in_flight)
+    reps = [Server(exe, "dummy:tiny", ["--dtype", "fp32", "--batch-max-in-flight",
+                                       str(args.max_in_flight), *store_args],
+                   env={"OMP_NUM_THREADS": str(args.threads_per_replica)})
             for _ in range(n_replicas)]
     try:
         st, f = bl.upload(reps[0], data)

@@ -58,6 +58,20 @@ static int settle(struct jobstore *js, struct br_job *j, enum jobstore_status to
     return 0;
 }
 
+/* Read the batch into *b (caller deinits) and note its status in j; false, with j
+ * failed, when it cannot be read. */
+static bool read_batch(struct jobstore *js, struct br_job *j, struct jobstore_batch *b)
+{
+    int err = jobstore_batch_get(js, j->batch_id, b);
+    if (err) {
+        fail(j, err);
+        return false;
+    }
+    j->status = b->status;
+    j->have_status = true;
+    return true;
+}
+
 /* ---- claims ---- */
 
 static void claim(struct jobstore *js, struct br_job *j)
@@ -71,13 +85,7 @@ static void claim(struct jobstore *js, struct br_job *j)
     /* Nothing to claim: the rest is leased to others (or to us), or every request
      * is answered, or the batch is not in_progress any more. */
     struct jobstore_batch b;
-    err = jobstore_batch_get(js, j->batch_id, &b);
-    if (err) {
-        fail(j, err);
-        return;
-    }
-    j->status = b.status;
-    j->have_status = true;
+    if (!read_batch(js, j, &b)) return;
     const bool answered = b.completed + b.failed >= b.total;
     const bool late = b.expires_at && (int64_t)time(NULL) >= b.expires_at;
     jobstore_batch_deinit(&b);
@@ -197,13 +205,11 @@ static void expire(struct jobstore *js, struct br_job *j)
         jobstore_requests_free(rs, n);
     }
     struct jobstore_batch b;
-    if (!err) err = jobstore_batch_get(js, j->batch_id, &b);
     if (err) {
         fail(j, err);
         return;
     }
-    j->status = b.status;
-    j->have_status = true;
+    if (!read_batch(js, j, &b)) return;
     const bool answered = b.completed + b.failed >= b.total;
     jobstore_batch_deinit(&b);
     if (answered && j->status == JOBSTORE_IN_PROGRESS)
@@ -285,13 +291,7 @@ static void scan(struct jobstore *js, struct br_job *j)
 static void input(struct jobstore *js, struct br_job *j)
 {
     struct jobstore_batch b;
-    int err = jobstore_batch_get(js, j->batch_id, &b);
-    if (err) {
-        fail(j, err);
-        return;
-    }
-    j->status = b.status;
-    j->have_status = true;
+    if (!read_batch(js, j, &b)) return;
     if (b.status == JOBSTORE_VALIDATING) {
         struct batch_check *c = &j->check->chk;
         c->endpoint = xstrdup(b.endpoint);
@@ -299,7 +299,7 @@ static void input(struct jobstore *js, struct br_job *j)
          * file that cannot be opened is checked as missing (c->in NULL), unless the
          * database was out of reach: then the batch waits for a later try. */
         int64_t bytes;
-        err = jobstore_file_open(js, b.input_file_id, &c->in, &bytes);
+        int err = jobstore_file_open(js, b.input_file_id, &c->in, &bytes);
         if (err == ENG_EUNAVAILABLE) {
             fail(j, err);
         } else if (err) {
@@ -314,14 +314,9 @@ static void checked(struct jobstore *js, struct br_job *j)
 {
     struct batch_check *c = &j->check->chk;
     struct jobstore_batch b;
-    int err = jobstore_batch_get(js, j->batch_id, &b);
-    if (err) {
-        fail(j, err);
-        return;
-    }
-    j->status = b.status;
-    j->have_status = true;
+    if (!read_batch(js, j, &b)) return;
     j->expires_at = b.expires_at;
+    int err = 0;
     if (b.status == JOBSTORE_CANCELLING) {
         err = settle(js, j, JOBSTORE_CANCELLED, NULL);
     } else if (b.status == JOBSTORE_VALIDATING && c->read_failed && jobstore_shared(js)) {
