@@ -633,7 +633,7 @@ static void claim_done(struct batchrun *br, struct br_job *j)
         br->st.lines_claimed += j->n_reqs;
         const int left = b->n_queue - b->i_queue;
         struct jobstore_request *q = xcalloc((size_t)(left + j->n_reqs), sizeof *q);
-        memcpy(q, b->queue + b->i_queue, (size_t)left * sizeof *q);
+        if (left) memcpy(q, b->queue + b->i_queue, (size_t)left * sizeof *q);
         memcpy(q + left, j->reqs, (size_t)j->n_reqs * sizeof *q);
         free(b->queue); /* the started ones' strings are freed; the rest moved to q */
         free(j->reqs);

@@ -186,7 +186,11 @@ static void expire(struct jobstore *js, struct br_job *j)
         struct jobstore_request *rs;
         int n;
         err = jobstore_batch_claim(js, j->batch_id, j->owner, j->lease_s, EXPIRE_PAGE, &rs, &n);
-        if (err || n == 0) break;
+        if (err) break;
+        if (n == 0) {
+            jobstore_requests_free(rs, n); /* an empty array on some stores */
+            break;
+        }
         struct jobstore_result *lines = xcalloc((size_t)n, sizeof *lines);
         for (int i = 0; i < n; i++) {
             char id[JOBSTORE_ID_MAX];
