@@ -119,9 +119,14 @@ def share(pg, uri, data, ref, n):
 def kill_one(reps, uri, data, ref, n):
     a, b_, c = reps
     bid = run_batch(b_, data)
-    wait_for(lambda: bl.get(b_, bid)["request_counts"]["completed"] >= n // 4
-             and metric(a, "batch_requests_in_flight"), 120)
-    held_before = metric(a, "batch_requests_in_flight")
+    seen = [0]
+
+    def a_runs_a_quarter_in():
+        seen[0] = metric(a, "batch_requests_in_flight") or 0
+        return seen[0] and bl.get(b_, bid)["request_counts"]["completed"] >= n // 4
+
+    wait_for(a_runs_a_quarter_in, 120)
+    held_before = seen[0]
     a.proc.kill()  # SIGKILL: its leases stay until they run out
     a.proc.wait()
     b = bl.wait(b_, bid, timeout=300)
