@@ -21,6 +21,11 @@
  * Nothing here calls up into the routes: each request goes to the handler that
  * conn_accept was given, and what a handler hangs on an exchange is released
  * through the exchange's dispose callback.
+ * Why one file of about 720 lines: reading, the exchange queue and writing share
+ * one struct conn whose limits (CONN_MAX_EXCH, write_queue_max_bytes) tie them
+ * together: a write decides when reading resumes, and a streamed body's answer
+ * decides whether the connection reads on; split, each half would need the other's
+ * statics through a header.
  * Thread: loop.
  */
 #include "conn.h"

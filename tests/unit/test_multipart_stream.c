@@ -25,7 +25,7 @@
 struct got_part {
     char *name, *filename, *content_type;
     char *data;
-    size_t len;
+    size_t len, cap;
     bool ended;
 };
 
@@ -67,7 +67,10 @@ static void got_add(struct got *g, const struct multipart_part *p)
 
 static void got_data(struct got_part *q, const char *data, size_t len)
 {
-    q->data = xrealloc(q->data, q->len + len + 1);
+    if (q->len + len + 1 > q->cap) {
+        q->cap = MAX(2 * q->cap, q->len + len + 1);
+        q->data = xrealloc(q->data, q->cap);
+    }
     memcpy(q->data + q->len, data, len);
     q->len += len;
 }
@@ -202,11 +205,12 @@ static uint64_t rng(void)
 
 /*
  * The stream agrees with the whole parse however the body is cut: whole, at every
- * split point, at every pair of them (bodies up to `pairs_upto` bytes), one byte at a
- * time, and in `random_trials` random cuttings. Returns the whole parse's rc.
+ * split point (bodies up to `splits_upto` bytes), at every pair of them (up to
+ * `pairs_upto` bytes), one byte at a time, and in `random_trials` random cuttings.
+ * Returns the whole parse's rc.
  */
-static int agree_cut(const char *ct, const char *body, size_t len, size_t pairs_upto,
-                     int random_trials)
+static int agree_cut(const char *ct, const char *body, size_t len, size_t splits_upto,
+                     size_t pairs_upto, int random_trials)
 {
     struct got w = whole(ct, body, len), s;
     char how[96];
@@ -214,7 +218,7 @@ static int agree_cut(const char *ct, const char *body, size_t len, size_t pairs_
     s = streamed(ct, body, len, NULL, 0);
     ok = same(&w, &s, "whole");
     got_free(&s);
-    for (size_t a = 1; ok && a < len; a++) {
+    for (size_t a = 1; ok && len <= splits_upto && a < len; a++) {
         s = streamed(ct, body, len, &a, 1);
         snprintf(how, sizeof how, "cut at %zu", a);
         ok = same(&w, &s, how);
@@ -250,9 +254,11 @@ static int agree_cut(const char *ct, const char *body, size_t len, size_t pairs_
     return rc;
 }
 
+/* Every pair of split points for the short bodies only: the pairs grow with the
+ * square of the length, and this runs under ASan in CI. */
 static int agree(const char *ct, const char *body)
 {
-    return agree_cut(ct, body, strlen(body), 400, 50);
+    return agree_cut(ct, body, strlen(body), SIZE_MAX, 128, 20);
 }
 
 /* ---- bodies ---- */
@@ -272,7 +278,7 @@ static const char openai_body[] = "--" B "\r\n"
 
 TEST(valid_bodies_agree)
 {
-    EXPECT_EQ(agree(CT, openai_body), 0);
+    EXPECT_EQ(agree_cut(CT, openai_body, sizeof openai_body - 1, SIZE_MAX, 400, 50), 0);
     /* The file first, then the purpose (fields may come in any order). */
     EXPECT_EQ(agree(CT,
                     "--" B "\r\nContent-Disposition: form-data; name=file; "
@@ -331,7 +337,7 @@ TEST(binary_data_agrees)
     const char *tail = "\r\n--" B "--";
     memcpy(body + len, tail, strlen(tail));
     len += strlen(tail);
-    EXPECT_EQ(agree_cut(CT, body, len, 0, 200), 0);
+    EXPECT_EQ(agree_cut(CT, body, len, SIZE_MAX, 0, 200), 0);
 }
 
 TEST(padding_cap_agrees)
@@ -399,7 +405,7 @@ TEST(errors_agree)
     /* A NUL inside a header value. */
     static const char nul[] = "--" B "\r\nContent-Disposition: form-data; name=a\r\nX: a\0b"
                               "\r\n\r\nv\r\n--" B "--";
-    EXPECT_EQ(agree_cut(CT, nul, sizeof nul - 1, 400, 50), -1);
+    EXPECT_EQ(agree_cut(CT, nul, sizeof nul - 1, SIZE_MAX, 400, 50), -1);
     /* Content-Types the stream refuses at once, as multipart_parse does. */
     static const char *const cts[] = {
         NULL,
@@ -437,34 +443,41 @@ TEST(limits_agree)
 {
     size_t len;
     char *body = many_parts(MULTIPART_MAX_PARTS, &len);
-    EXPECT_EQ(agree_cut(CT, body, len, 0, 20), 0);
+    EXPECT_EQ(agree_cut(CT, body, len, SIZE_MAX, 0, 20), 0);
     free(body);
     body = many_parts(MULTIPART_MAX_PARTS + 1, &len);
-    EXPECT_EQ(agree_cut(CT, body, len, 0, 20), -1);
+    EXPECT_EQ(agree_cut(CT, body, len, SIZE_MAX, 0, 20), -1);
     free(body);
 
-    /* Header sections of exactly the limit, one byte over, and with no end. */
+    /* Header sections of exactly the limit, one byte over, and with no end; fed
+     * whole, one byte at a time and cut at random (every split of 8 KiB bodies
+     * would take minutes under ASan). */
     const char *cd = "--" B "\r\nContent-Disposition: form-data; name=a\r\nX-Pad: ";
     const size_t fixed = strlen(cd) - strlen("--" B "\r\n") + 4;
     for (size_t size = MULTIPART_MAX_HEADER_BYTES - 1;
          size <= MULTIPART_MAX_HEADER_BYTES + 1; size++) {
-        size_t pad = size - fixed;
-        body = xmalloc(strlen(cd) + pad + 64);
-        size_t l = (size_t)sprintf(body, "%s", cd);
-        memset(body + l, 'x', pad);
-        l += pad;
-        l += (size_t)sprintf(body + l, "\r\n\r\nv\r\n--" B "--");
-        EXPECT_EQ(agree_cut(CT, body, l, 0, 5),
+        /* Built from parts of known length (GCC's -Warray-bounds under ASan does not
+         * follow sprintf's return into a memset). */
+        const char *tail = "\r\n\r\nv\r\n--" B "--";
+        const size_t pad = size - fixed, nc = strlen(cd), nt = strlen(tail);
+        const size_t l = nc + pad + nt;
+        body = xmalloc(l + 1);
+        memcpy(body, cd, nc);
+        for (size_t i = 0; i < pad; i++)
+            body[nc + i] = 'x';
+        memcpy(body + nc + pad, tail, nt + 1);
+        EXPECT_EQ(agree_cut(CT, body, l, 0, 0, 40),
                   size <= MULTIPART_MAX_HEADER_BYTES ? 0 : -1);
         /* Cut inside the header section: the end of the body, or the limit. */
-        EXPECT_EQ(agree_cut(CT, body, strlen(cd) + pad - 1, 0, 5), -1);
+        EXPECT_EQ(agree_cut(CT, body, strlen(cd) + pad - 1, 0, 0, 40), -1);
         free(body);
     }
 }
 
 TEST(mutations_agree)
 {
-    /* The robustness mutations of test_multipart.c, each body then cut at random. */
+    /* The robustness mutations of test_multipart.c, each body then fed whole, one
+     * byte at a time and cut at random. */
     static const char *pieces[] = {"\r\n",
                                    "\r",
                                    "\n",
@@ -514,7 +527,7 @@ TEST(mutations_agree)
             case 3: len = at; break;
             }
         }
-        ok += agree_cut(CT, buf, len, 0, 3) == 0;
+        ok += agree_cut(CT, buf, len, 0, 0, 10) == 0;
     }
     EXPECT(ok > 0 && ok < 4000);
     printf("# %d of 4000 mutated bodies parsed\n", ok);
