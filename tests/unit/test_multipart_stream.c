@@ -11,14 +11,15 @@
  */
 #include "multipart.h"
 #include "multipart_stream.h"
+#include "multipart_testlib.h"
 #include "test.h"
 #include "util.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#define B "a3f1c0de9b8e4d7f8a6b5c4d3e2f1a0b"
-#define CT "multipart/form-data; boundary=" B
+#define B MP_B
+#define CT MP_CT
 
 /* ---- a parse, in a form both parsers fill ---- */
 
@@ -194,15 +195,6 @@ static bool same(const struct got *w, const struct got *s, const char *how)
     return !why;
 }
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static uint64_t rng(void)
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
 /*
  * The stream agrees with the whole parse however the body is cut: whole, at every
  * split point (bodies up to `splits_upto` bytes), at every pair of them (up to
@@ -241,7 +233,7 @@ static int agree_cut(const char *ct, const char *body, size_t len, size_t splits
     }
     for (int t = 0; ok && t < random_trials; t++) {
         int n = 0;
-        for (size_t off = 1 + rng() % 97; off < len; off += 1 + rng() % 97)
+        for (size_t off = 1 + mp_rng() % 97; off < len; off += 1 + mp_rng() % 97)
             cuts[n++] = off;
         s = streamed(ct, body, len, cuts, n);
         snprintf(how, sizeof how, "random cutting %d", t);
@@ -425,27 +417,13 @@ TEST(errors_agree)
     }
 }
 
-/* A body of n parts named p0, p1, ... (caller frees). */
-static char *many_parts(int n, size_t *len)
-{
-    size_t cap = (size_t)n * 128 + 64, l = 0;
-    char *body = xmalloc(cap);
-    for (int i = 0; i < n; i++)
-        l += (size_t)snprintf(
-            body + l, cap - l,
-            "--" B "\r\nContent-Disposition: form-data; name=p%d\r\n\r\n%d\r\n", i, i);
-    l += (size_t)snprintf(body + l, cap - l, "--" B "--\r\n");
-    *len = l;
-    return body;
-}
-
 TEST(limits_agree)
 {
     size_t len;
-    char *body = many_parts(MULTIPART_MAX_PARTS, &len);
+    char *body = mp_many_parts(MULTIPART_MAX_PARTS, &len);
     EXPECT_EQ(agree_cut(CT, body, len, SIZE_MAX, 0, 20), 0);
     free(body);
-    body = many_parts(MULTIPART_MAX_PARTS + 1, &len);
+    body = mp_many_parts(MULTIPART_MAX_PARTS + 1, &len);
     EXPECT_EQ(agree_cut(CT, body, len, SIZE_MAX, 0, 20), -1);
     free(body);
 
@@ -478,55 +456,12 @@ TEST(mutations_agree)
 {
     /* The robustness mutations of test_multipart.c, each body then fed whole, one
      * byte at a time and cut at random. */
-    static const char *pieces[] = {"\r\n",
-                                   "\r",
-                                   "\n",
-                                   "--",
-                                   "--" B,
-                                   "\r\n--" B,
-                                   "\"",
-                                   "\\",
-                                   ";",
-                                   "=",
-                                   ":",
-                                   "\r\n\r\n",
-                                   " ",
-                                   "\t",
-                                   "name=",
-                                   "filename=\"",
-                                   "Content-Disposition: form-data"};
     char buf[2048];
     int ok = 0;
     for (int iter = 0; iter < 4000; iter++) {
         size_t len = sizeof openai_body - 1;
         memcpy(buf, openai_body, len);
-        for (int k = 1 + (int)(rng() % 6); k > 0; k--) {
-            size_t at = (size_t)(rng() % (len + 1));
-            switch (rng() % 4) {
-            case 0:
-                if (at < len) buf[at] = (char)rng();
-                break;
-            case 1:
-                if (at < len) {
-                    size_t d = 1 + (size_t)(rng() % 16);
-                    if (d > len - at) d = len - at;
-                    memmove(buf + at, buf + at + d, len - at - d);
-                    len -= d;
-                }
-                break;
-            case 2: {
-                const char *p = pieces[rng() % ARRAY_LEN(pieces)];
-                size_t pl = strlen(p);
-                if (len + pl < sizeof buf) {
-                    memmove(buf + at + pl, buf + at, len - at);
-                    memcpy(buf + at, p, pl);
-                    len += pl;
-                }
-                break;
-            }
-            case 3: len = at; break;
-            }
-        }
+        mp_mutate(buf, &len, sizeof buf);
         ok += agree_cut(CT, buf, len, 0, 0, 10) == 0;
     }
     EXPECT(ok > 0 && ok < 4000);
