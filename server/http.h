@@ -37,7 +37,8 @@ struct http_header {
 };
 
 /*
- * One complete request. Every string is NUL-terminated and lives in one block with
+ * One complete request, or a streamed one's head (body_streamed: its body follows
+ * through the body sink). Every string is NUL-terminated and lives in one block with
  * the struct itself (the header array too); the body is a second allocation.
  * http_request_free releases both.
  */

@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_server  # noqa: E402
-from test_server import Server, healthy, read_until, results, tap  # noqa: E402
+from test_server import healthy, read_until, results, tap  # noqa: E402
 
 ON_PG = bool(os.environ.get("H2O_TEST_PG_HOST"))
 B = "h2oserveStream0123456789"
@@ -292,7 +292,30 @@ def cut_short(srv, name, leave):
         f"{name}: nothing of the upload stays", (mid, stored(srv)))
 
 
+SERVERS = []
+
+
+def Server(*args, **kw):
+    """test_server.Server, remembered so that a test that fails midway leaves no
+    server running (main's finally kills what is left)."""
+    srv = test_server.Server(*args, **kw)
+    SERVERS.append(srv)
+    return srv
+
+
 def main():
+    try:
+        return run()
+    finally:
+        for srv in SERVERS:
+            if srv.proc.poll() is None:
+                srv.proc.kill()
+                srv.proc.wait()
+                if srv.own_dir:
+                    shutil.rmtree(srv.data_dir, ignore_errors=True)
+
+
+def run():
     mb = int(os.environ.get("H2O_TEST_UPLOAD_MB", "300"))
     srv = Server("--max-file-bytes", f"{mb + 16}M", "--max-body-bytes", "1M")
     big_upload(srv, mb)
