@@ -14,7 +14,9 @@ pkgs=(build-essential pkg-config meson ninja-build
       libuv1-dev libcjson-dev node-llhttp libdnnl-dev libpcre2-dev libutf8proc-dev libsqlite3-dev
       libpq-dev python3 python3-venv curl
       # the PostgreSQL job store's tests start a private server (tests/lib/pg_testlib.c)
-      postgresql)
+      postgresql
+      # the replica tests put nginx in front of three servers (tests/integration/nginxlib.py)
+      nginx)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -25,8 +27,25 @@ if [ ${#missing[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -ne 0 ] && sudo="sudo -n"
     export DEBIAN_FRONTEND=noninteractive
+    # Debian's packages start their services as they install (nginx a web server on
+    # port 80, postgresql a cluster on 5432); the tests start private ones instead.
+    # invoke-rc.d and deb-systemd-invoke, with systemd or without, ask
+    # /usr/sbin/policy-rc.d first, and its exit status 101 forbids the start. A policy
+    # already there (a container's) is left alone; ours goes once apt-get is done (or
+    # fails: the trap).
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\n# bootstrap.sh: no service starts while it installs\nexit 101\n' |
+            $sudo tee "$policy" >/dev/null
+        $sudo chmod 755 "$policy"
+        trap "$sudo rm -f $policy" EXIT
+    fi
     $sudo apt-get update -qq
     $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if [ -n "$(trap -p EXIT)" ]; then
+        $sudo rm -f "$policy"
+        trap - EXIT
+    fi
 fi
 
 # nvcc lives outside PATH in the usual CUDA toolkit install.

@@ -8,7 +8,11 @@ interactive requests again. Prints the TTFT of both phases (median, p90, max),
 their ratio, and the batch's throughput while it was sharing the server.
 
   python3 bench/batch_ttft.py build/server/h2oserve [--model dummy:opt-125m]
-      [--batch-size 1000] [--prompt-len 256] [--n 20] [-- extra serve flags]
+      [--batch-size 1000] [--prompt-len 256] [--n 20] [--pg] [-- extra serve flags]
+
+--pg keeps the job store in a private PostgreSQL server (tests/integration/pglib.py,
+fsync on), as replicas share it (docs/deploy.md): its batch runner then works on
+the thread pool, and the interactive requests show what that leaves them.
 
 The interactive prompt and the batch requests are token-id prompts, so their
 lengths are exact whatever the tokenizer.
@@ -18,65 +22,14 @@ import http.client
 import json
 import os
 import random
-import re
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
 import batchlib as bl  # noqa: E402
-
-
-class Server:
-    """The same small client the integration tests use, standing alone."""
-
-    def __init__(self, binary, model, extra):
-        self.data_dir = tempfile.mkdtemp(prefix="h2oserve-bench-")
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--model", model, "--port", "0", "--data-dir", self.data_dir,
-             *extra], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        for line in self.proc.stderr:
-            m = re.search(r"listening on http://[^:]+:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
-        else:
-            raise RuntimeError("server did not start")
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
-        while True:
-            try:
-                if self.request("GET", "/health")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-
-    def request(self, method, path, body=None, headers=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-        h = {"Content-Type": "application/json", **(headers or {})}
-        if body is not None and not isinstance(body, (bytes, str)):
-            body = json.dumps(body)
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, data, r
-
-    def get(self, path):
-        return self.request("GET", path)
-
-    def post(self, path, body):
-        return self.request("POST", path, body)
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+from serverlib import Server  # noqa: E402
 
 
 def ttft(srv, model, prompt, max_tokens):
@@ -112,10 +65,21 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=256, help="interactive prompt tokens")
     ap.add_argument("--max-tokens", type=int, default=8, help="interactive max_tokens")
     ap.add_argument("--n", type=int, default=20, help="interactive requests per phase")
+    ap.add_argument("--pg", action="store_true", help="the job store in PostgreSQL")
     ap.add_argument("extra", nargs="*", help="more serve flags (after --)")
     a = ap.parse_args()
     rng = random.Random(0)
-    srv = Server(a.binary, a.model, a.extra)
+    pg = None
+    if a.pg:
+        from pglib import PgServer
+        pg = PgServer(fsync=True)
+        a.extra = ["--job-store", pg.new_db()[0], *a.extra]
+    try:
+        srv = Server(a.binary, a.model, a.extra)
+    except BaseException:
+        if pg:
+            pg.stop()
+        raise
     try:
         prompts = [[rng.randrange(10, 250) for _ in range(a.prompt_len)] for _ in range(a.n)]
         ttft(srv, a.model, prompts[0], a.max_tokens)  # warm-up
@@ -147,12 +111,14 @@ def main():
         total_s = (final["completed_at"] or time.time()) - (final["in_progress_at"] or t0)
     finally:
         srv.stop()
+        if pg:
+            pg.stop()
 
     si, sb = summary(idle), summary(busy)
     print(f"model {a.model}; interactive prompt {a.prompt_len} tokens, max_tokens "
           f"{a.max_tokens}, {a.n} requests per phase; batch {a.batch_size} x "
           f"({a.batch_prompt_len} + {a.batch_max_tokens}) tokens; serve flags: "
-          f"{' '.join(a.extra) or '(defaults)'}")
+          f"{' '.join(x if not x.startswith('postgresql:') else 'postgresql://(private)' for x in a.extra) or '(defaults)'}")
     print(f"{'phase':<16}{'median ms':>12}{'p90 ms':>10}{'max ms':>10}")
     for name, s in (("idle", si), ("during batch", sb)):
         print(f"{name:<16}{s['median'] * 1e3:>12.1f}{s['p90'] * 1e3:>10.1f}{s['max'] * 1e3:>10.1f}")

@@ -144,6 +144,7 @@ struct cfg {
     char *data_dir;              /* Files + Batches store; default "./h2oserve-data" */
     char *job_store;             /* postgresql:// URI instead of data_dir; NULL = SQLite */
     int32_t batch_max_in_flight; /* batch requests handed to the engine at once; 64 */
+    int32_t batch_lease_s;       /* lease on claimed batch requests; default 30 */
     int64_t max_file_bytes;      /* POST /v1/files body; default 200 MiB */
     int32_t batch_max_requests;  /* lines in one batch input file; default 50,000 */
     int32_t batch_window_s;      /* run time before a batch expires; default 86400 */

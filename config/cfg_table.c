@@ -679,6 +679,16 @@ static const struct cfg_opt opt_table[] = {
      .max = 65536,
      .help = "batch-job requests handed to the engine at once (they run after "
              "interactive requests)"},
+    {.key = "batch_lease_s",
+     .scopes = SRV,
+     .group = "batch",
+     .type = CFG_T_INT,
+     FIELD(batch_lease_s),
+     .min = 1,
+     .max = 86400,
+     .help = "seconds a replica holds the batch requests it claims without renewing "
+             "them: a replica that dies loses its requests to the others this long "
+             "after (docs/deploy.md, sizing the lease)"},
     {.key = "max_file_bytes",
      .scopes = SRV,
      .group = "batch",
@@ -749,6 +759,7 @@ void cfg_defaults(struct cfg *c)
     c->data_dir = xstrdup("./h2oserve-data");
     c->job_store = NULL;
     c->batch_max_in_flight = 64;
+    c->batch_lease_s = 30;
     c->max_file_bytes = 200 * (int64_t)MIB;
     c->batch_max_requests = 50000;
     c->batch_window_s = 86400;

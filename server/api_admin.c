@@ -164,10 +164,28 @@ void api_admin_metrics(struct exch *x)
                 "h2oserve:request_success_total{finished_reason=\"%s\",%s} %lld\n", reasons[i],
                 label, (long long)(s->m.finished[i] + s->bridge.orphan_finished[i]));
     COUNTER("http_requests_total", "HTTP requests received.", s->m.requests_total);
-    int32_t batches, batch_reqs;
-    batchrun_stats(s->br, &batches, &batch_reqs);
-    GAUGE("batches_running", "Batches in progress (Batches API).", batches);
-    GAUGE("batch_requests_in_flight", "Batch-job engine requests in flight.", batch_reqs);
+    struct batchrun_stats bs;
+    batchrun_stats(s->br, &bs);
+    GAUGE("batches_running", "Batches in progress run here (Batches API).", bs.batches);
+    GAUGE("batch_requests_in_flight", "Batch-job engine requests in flight.", bs.requests);
+    COUNTER("batch_claims_total", "Claims of batch requests that got some.", bs.claims);
+    COUNTER("batch_requests_claimed_total", "Batch requests claimed (leased) here.",
+            bs.lines_claimed);
+    COUNTER("batch_commits_total", "Job store calls that recorded batch results.", bs.commits);
+    COUNTER("batch_results_total", "Batch results recorded here (output and error lines).",
+            bs.results);
+    COUNTER("batch_results_refused_total",
+            "Batch results another replica had recorded first (or that came after the "
+            "batch ended).",
+            bs.refused);
+    COUNTER("batch_store_jobs_total", "Job store jobs the batch runner ran.", bs.store_jobs);
+    COUNTER("batch_store_errors_total", "Batch runner store jobs that failed (retried).",
+            bs.store_errors);
+    appendf(&out, &len, &cap,
+            "# HELP h2oserve:batch_store_seconds_total Time the batch runner's store jobs "
+            "took.\n# TYPE h2oserve:batch_store_seconds_total counter\n"
+            "h2oserve:batch_store_seconds_total{%s} %.6f\n",
+            label, bs.store_seconds);
 #undef GAUGE
 #undef COUNTER
     put_hist(&out, &len, &cap, label, "time_to_first_token_seconds", "Time to the first token.",

@@ -176,7 +176,7 @@ static void cancel(struct exch *x, const char *id)
         return;
     }
     log_info("batch %s: cancelling", id);
-    batchrun_cancel(s->br, id); /* it becomes cancelled at the runner's next tick */
+    batchrun_cancel(s->br, id); /* it becomes cancelled once the runner let go of it */
     retrieve(x, id);
 }
 

@@ -72,8 +72,10 @@ void batch_check_file(struct batch_check *c)
         cJSON_Delete(body);
         free(cid);
     }
-    if (ferror(f))
+    if (ferror(f)) {
+        c->read_failed = true;
         check_error(c, 0, "file_unreadable", "input_file_id", "the input file cannot be read");
+    }
     fclose(f);
     free(text);
     batch_line_idset_free(&ids);

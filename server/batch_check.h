@@ -38,6 +38,9 @@ struct batch_check {
     cJSON *errors;                 /* array of {code, message, param, line} */
     int64_t n_errors;
     bool abandoned;                /* stopped early: the batch stays validating */
+    bool read_failed;              /* a read failed (file_unreadable is listed); on a
+                                      shared store that is a connection that may come
+                                      back, and the runner tries again later */
 };
 
 /* Read and check every line of c->in (closed when done). Thread: any (a pool

@@ -1,40 +1,56 @@
 /*
- * batchrun.c - the runner behind the Batches API (see batchrun.h): validation, feeding
- * the engine, recording results, and the end states of a batch.
+ * batchrun.c - the batch runner's loop side (see batchrun.h): which batches run
+ * here, the requests claimed and in flight, the results waiting to be committed,
+ * and when to ask the store for what. The store work itself is batchrun_jobs.c,
+ * reached only through jobs on the runner's storeq.
  *
- * Validation reads and checks the whole input file on libuv's thread pool
- * (batch_check.c; a 200 MB file must not stall the loop), then, back on the loop,
- * stores every request in one transaction and moves the batch to in_progress, or to
- * failed with the errors of every bad line. All or nothing: a batch never runs part
- * of a bad file.
+ * A batch's life here (br_batch.phase):
+ *  RUN     claim requests a chunk at a time (jobstore_batch_claim, under a lease of
+ *          cfg->batch_lease_s), hand them to the engine, renew the leases every
+ *          third of a lease while any are held, commit results as they come (each
+ *          commit takes every result waiting, so commits group themselves when the
+ *          store is slower than the engine). When a claim finds nothing, either
+ *          other replicas hold the rest (try again in a second: a dead one's leases
+ *          run out) or every request is answered (the claim job completes the
+ *          batch). A status other than in_progress, seen by a claim, a renew or a
+ *          scan, ends the batch here.
+ *  END     cancelled, finished elsewhere, or the server is draining: the lines in
+ *          flight are cancelled, the results already answered are still committed,
+ *          then one job gives back our leases (and, for a cancel made here, moves
+ *          the batch to cancelled), and the batch is forgotten.
+ *  EXPIRE  past its window: like END, but the last job answers batch_expired for
+ *          the requests nobody else holds, and moves the batch to expired once
+ *          every request is answered (each replica expires what it holds).
+ *  FULL    (SQLite) a result did not fit on the disk: the batch goes to failed
+ *          with insufficient_storage, now or at a later tick (docs/batch.md).
  *
- * Feeding: in_progress batches, oldest first, hand their pending requests (a page
- * at a time from the store) to the engine at batch priority until
- * cfg->batch_max_in_flight engine requests are in flight. A result counts once the
- * store has appended and synced its line (jobstore_batch_append_result); nothing is
- * remembered here that the store does not know, so after a crash the store's
- * pending requests are exactly the ones to run again.
+ * Nothing is remembered here that the store does not know: a request is pending in
+ * the store until its result is committed, so whatever happens to this process,
+ * the store's pending requests are exactly the ones to run again (here after a
+ * restart, or by any replica once our leases run out).
  *
- * A full disk: a result (or a validated batch's requests) that does not fit
- * (JOBSTORE_EFULL) stops only its batch, which goes to failed with an
- * insufficient_storage error once the store can record that (it gives back its
- * reserve for it; else a tick tries again each second). The store is intact, so
- * nothing else stops. A store too full to open at start-up is opened at a tick.
+ * Finding work: at start, and on a shared store every few seconds, a scan lists
+ * the unfinished batches: in_progress ones are run here too, validating ones
+ * nobody has stored yet are validated (at once when this replica is alone;
+ * otherwise when their validator seems dead, two leases after they were made).
+ *
+ * Store errors: on a shared store (PostgreSQL) a failed job changed nothing (one
+ * transaction) and is tried again a second later, results included, so a database
+ * that goes away for a while only pauses the batches. On SQLite a failed result
+ * write poisons the store (jobstore.h): everything stops until a restart.
  *
  * Seeds: a request without one gets a seed derived from its batch and custom_id,
- * so a request that runs again after a restart samples the same tokens.
+ * so it samples the same tokens whichever replica runs it, however often.
  *
- * Engine ids come from the server's bridge and are registered there, with the line
- * as context, from submit until the line is dropped; events reach the line through
- * that registry alone.
- *
- * Owns: the batches it tracks, the lines in flight (with their parsed request and
- * response assembly) and the validation jobs. Thread: loop.
+ * Owns: the batches, their claimed requests and waiting results, the lines in
+ * flight (with their parsed request and response assembly), the validations, the
+ * store queue and, for a shared store, the runner's own store handle.
+ * Thread: loop.
  */
 #include "batchrun.h"
 
-#include "batch_check.h"
 #include "batch_line.h"
+#include "batchrun_impl.h"
 #include "chat.h"
 #include "cmpl_resp.h"
 #include "jobstore.h"
@@ -48,16 +64,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-/* Requests fetched from the store at once. */
-#define BR_PAGE 64
-/* Requests one feed call looks at (started or refused), so that a batch of lines
- * the API refuses one by one cannot hold the loop; the next event or tick goes on. */
+/* Requests one feed call starts (or refuses) at most, so that a batch of lines the
+ * API refuses one by one cannot hold the loop; the next event or tick goes on. */
 #define BR_FEED_MAX 256
-/* Requests expired per store call (one append and one fsync per file each). */
-#define BR_EXPIRE_PAGE 1024
-
-struct br_batch;
+/* After a failed store job, and between claims of a batch whose requests are all
+ * held: wait this long (ms). */
+#define BR_RETRY_MS 1000
+/* A shared store is scanned for batches other replicas made this often (ms): one
+ * indexed query, cheap next to how soon replicas should join a new batch. */
+#define BR_SCAN_MS 1000
+/* Store failures are logged at most this often (ms), with a count of the rest. */
+#define BR_LOG_MS 10000
 
 /* A request line in flight: engine ids base_id .. base_id + n_prompts - 1, each
  * registered with the bridge (context: the line) until the line is dropped. */
@@ -72,60 +91,76 @@ struct br_line {
     char request_id[JOBSTORE_ID_MAX];
 };
 
-/* A batch in in_progress (or cancelling, until the next tick). */
+enum br_phase { BR_RUN, BR_END, BR_EXPIRE, BR_FULL };
+
 struct br_batch {
     struct br_batch *next;
     char id[JOBSTORE_ID_MAX];
     int64_t expires_at;
-    int64_t cursor;                /* the last line handed out */
-    struct jobstore_request *page; /* fetched and not yet handed out: [i_page, n_page) */
-    int n_page, i_page;
-    bool exhausted;                /* the store has no pending request past cursor */
-    bool cancelling;
-    bool full;                     /* a result did not fit on the disk: to be failed */
-    int64_t full_retry_at;         /* when to try recording that failure again */
-    char *full_cause;              /* err_msg() of that write, for the log */
-    int32_t n_lines;               /* lines in flight */
+    enum br_phase phase;
+    bool end_cancel;                /* END: move it to cancelled after the release */
+    struct jobstore_request *queue; /* claimed, not started: [i_queue, n_queue) */
+    int n_queue, i_queue;
+    struct br_result *results;      /* answered, waiting for a commit job */
+    int n_results, cap_results;
+    int32_t n_lines;                /* lines in flight */
+    int32_t n_committing;           /* results in the commit job in flight */
+    bool claiming, committing, renewing, closing; /* a job of that kind in flight */
+    uint64_t claim_at, commit_at, renew_at, close_at; /* uv_now(): not before */
 };
 
 struct batchrun {
     struct srv *s;
-    struct br_batch *head;  /* oldest first */
-    struct br_line **lines; /* in flight, by ascending base_id */
+    struct jobstore *js;     /* the runner's store: its own when shared, else s->js */
+    bool own_js;
+    struct storeq *q;        /* NULL until the store is open */
+    char owner[JOBSTORE_OWNER_MAX];
+    int64_t lease_s;
+    uint64_t renew_ms, scan_ms;
+    struct br_batch *head;   /* oldest first */
+    struct br_line **lines;  /* in flight, by ascending base_id */
     int32_t n_lines, cap_lines;
-    int32_t n_reqs;         /* engine requests in flight */
-    int32_t n_checks;       /* validations on the thread pool */
-    bool stopped;           /* draining: nothing more goes to the engine */
-    atomic_bool checks_stop; /* draining: validations give up (read on the thread pool) */
-    bool store_failed;      /* a result could not be recorded: stop until a restart */
-    bool resumed;           /* the store was open and its batches resumed */
-    uint64_t retry_at;      /* uv_now() of the next try to open a store that was full */
+    int32_t n_reqs;          /* engine requests in flight */
+    struct br_check *checks; /* validations in flight */
+    int32_t n_checks;
+    bool claiming;           /* one claim job at a time */
+    bool scanning, scanned;  /* a scan in flight; the first one done */
+    uint64_t scan_at;
+    bool stopped;            /* draining: nothing more goes to the engine */
+    bool closed;             /* batchrun_close: no more store jobs */
+    atomic_bool checks_stop; /* draining: validations give up (read on the pool) */
+    bool store_failed;       /* SQLite: a result could not be recorded: stop until a
+                                restart */
+    uint64_t retry_at;       /* uv_now() of the next try to open a store that was full */
+    uint64_t log_at;         /* store failures: the next one logged, and how many */
+    int64_t log_skipped;     /*   were not since */
+    struct batchrun_stats st;
 };
 
+static uint64_t now_ms(const struct batchrun *br)
+{
+    return uv_now(br->s->loop);
+}
+
+/* A store job failed: logged, at most every BR_LOG_MS (a database that is away
+ * fails every job each second). */
+static void log_store_error(struct batchrun *br, const struct br_job *j)
+{
+    br->st.store_errors++;
+    const uint64_t now = now_ms(br);
+    if (now < br->log_at) {
+        br->log_skipped++;
+        return;
+    }
+    br->log_at = now + BR_LOG_MS;
+    log_error("batches%s%s: %s (retrying; %lld more store failures not logged since the "
+              "last)",
+              j->batch_id[0] ? ": batch " : "", j->batch_id, j->msg ? j->msg : err_name(j->err),
+              (long long)br->log_skipped);
+    br->log_skipped = 0;
+}
+
 /* ---- tracking ---- */
-
-static struct br_batch *track(struct batchrun *br, const struct jobstore_batch *jb)
-{
-    struct br_batch *b = xcalloc(1, sizeof *b);
-    snprintf(b->id, sizeof b->id, "%s", jb->id);
-    b->expires_at = jb->expires_at;
-    struct br_batch **p = &br->head;
-    while (*p) p = &(*p)->next;
-    *p = b;
-    return b;
-}
-
-static void untrack(struct batchrun *br, struct br_batch *b)
-{
-    for (struct br_batch **p = &br->head; *p; p = &(*p)->next)
-        if (*p == b) {
-            *p = b->next;
-            break;
-        }
-    jobstore_requests_free(b->page, b->n_page);
-    free(b->full_cause);
-    free(b);
-}
 
 static struct br_batch *find_batch(struct batchrun *br, const char *id)
 {
@@ -134,15 +169,85 @@ static struct br_batch *find_batch(struct batchrun *br, const char *id)
     return NULL;
 }
 
-/* Returns 0, or the store's error (logged): the batch then stays as it was, and
- * the caller keeps it tracked so the next tick (or a restart) tries again. */
-static int set_status(struct batchrun *br, const char *id, enum jobstore_status to,
-                      const char *errors)
+static struct br_batch *track(struct batchrun *br, const char *id, int64_t expires_at)
 {
-    int err = jobstore_batch_set_status(br->s->js, id, to, errors);
-    if (err) log_error("batch %s: %s", id, err_msg());
-    else log_info("batch %s: %s", id, jobstore_status_name(to));
-    return err;
+    struct br_batch *b = find_batch(br, id);
+    if (b) return b;
+    b = xcalloc(1, sizeof *b);
+    snprintf(b->id, sizeof b->id, "%s", id);
+    b->expires_at = expires_at;
+    struct br_batch **p = &br->head;
+    while (*p) p = &(*p)->next;
+    *p = b;
+    return b;
+}
+
+static void queue_clear(struct br_batch *b)
+{
+    jobstore_requests_free(b->queue, b->n_queue);
+    b->queue = NULL;
+    b->n_queue = b->i_queue = 0;
+}
+
+static void results_clear(struct br_batch *b)
+{
+    for (int i = 0; i < b->n_results; i++) {
+        free(b->results[i].custom_id);
+        free(b->results[i].line);
+    }
+    free(b->results);
+    b->results = NULL;
+    b->n_results = b->cap_results = 0;
+}
+
+static void untrack(struct batchrun *br, struct br_batch *b)
+{
+    CHECK(b->n_lines == 0);
+    for (struct br_batch **p = &br->head; *p; p = &(*p)->next)
+        if (*p == b) {
+            *p = b->next;
+            break;
+        }
+    queue_clear(b);
+    results_clear(b);
+    free(b);
+}
+
+/* Requests of b the store has leased to us: claimed, running, or answered and
+ * not yet committed. */
+static int64_t held(const struct br_batch *b)
+{
+    return (b->n_queue - b->i_queue) + b->n_lines + b->n_results + b->n_committing;
+}
+
+/* ---- store jobs ---- */
+
+static void job_done(struct storeq_job *q);
+
+static struct br_job *job_new(struct batchrun *br, enum br_job_kind kind, const char *batch_id)
+{
+    struct br_job *j = xcalloc(1, sizeof *j);
+    j->q.work = batchrun_job_work;
+    j->q.done = job_done;
+    j->br = br;
+    j->kind = kind;
+    snprintf(j->batch_id, sizeof j->batch_id, "%s", batch_id ? batch_id : "");
+    j->owner = br->owner;
+    j->lease_s = br->lease_s;
+    return j;
+}
+
+/* Queue j; false (j freed) once the runner is closed: nothing is deferred to a loop
+ * that is ending, and the store keeps whatever was not done as pending. */
+static bool submit(struct batchrun *br, struct br_job *j)
+{
+    if (br->closed || !br->q) {
+        batchrun_job_free(j);
+        return false;
+    }
+    br->st.store_jobs++;
+    storeq_submit(br->q, &j->q);
+    return true;
 }
 
 /* ---- lines in flight ---- */
@@ -183,142 +288,194 @@ static void drop_batch_lines(struct batchrun *br, struct br_batch *b)
         if (br->lines[k]->b == b) drop_line(br, k, true);
 }
 
-/* The store could not record a result: from here on nothing it was told can be
+/* SQLite could not record a result: from here on nothing it was told can be
  * trusted until a restart re-reads the files, so everything stops. */
 static void store_failed(struct batchrun *br)
 {
     log_error("batch results can no longer be recorded; batches resume after a restart");
     br->store_failed = true;
     while (br->n_lines) drop_line(br, br->n_lines - 1, true);
+    for (struct br_batch *b = br->head; b; b = b->next) queue_clear(b);
 }
 
-/* The `errors` of a batch that failed for want of space (OpenAI's list of
- * {code, message, param, line}). Caller frees. */
-static char *full_errors_json(void)
-{
-    cJSON *list = cJSON_CreateObject();
-    cJSON_AddStringToObject(list, "object", "list");
-    cJSON *data = cJSON_AddArrayToObject(list, "data");
-    cJSON *e = cJSON_CreateObject();
-    cJSON_AddStringToObject(e, "code", "insufficient_storage");
-    cJSON_AddStringToObject(e, "message",
-                            "The batch's results could not be written: the server has no "
-                            "space left on device in its data directory. Results written "
-                            "before that are in the output and error files; the requests "
-                            "not answered did not run.");
-    cJSON_AddNullToObject(e, "param");
-    cJSON_AddNullToObject(e, "line");
-    cJSON_AddItemToArray(data, e);
-    char *text = json_print(list, NULL);
-    cJSON_Delete(list);
-    return text;
-}
+/* ---- results ---- */
 
-/* Move batch `id` to failed with the insufficient_storage error, after settling the
- * results the store wrote but could not count (jobstore_batch_recover; a no-op when
- * there are none). The disk is full, so these writes may fail too: then the reserve
- * is given back and they are tried once more. Returns 0 or the store's error (the
- * caller tries again at a later tick; nothing is lost meanwhile). */
-static int fail_full_batch(struct batchrun *br, const char *id, bool validating)
+static void commit_soon(struct batchrun *br, struct br_batch *b);
+
+/* Keep a result line of b (taken) for the next commit. */
+static void add_result(struct br_batch *b, const char *custom_id, bool ok, char *line)
 {
-    struct jobstore *js = br->s->js;
-    char *errors = full_errors_json();
-    int err = 0;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        err = validating ? 0 : jobstore_batch_recover(js, id);
-        if (!err) err = jobstore_batch_set_status(js, id, JOBSTORE_FAILED, errors);
-        if (err != JOBSTORE_EFULL || !jobstore_release_reserve(js)) break;
+    if (b->n_results == b->cap_results) {
+        b->cap_results = MAX(16, 2 * b->cap_results);
+        b->results = xrealloc(b->results, (size_t)b->cap_results * sizeof *b->results);
     }
-    free(errors);
-    if (err)
-        log_error("batch %s: cannot record its failure yet: %s", id, err_msg());
-    else
-        log_error("batch %s: failed: no space left for its results", id);
-    return err;
+    b->results[b->n_results++] =
+        (struct br_result){.custom_id = xstrdup(custom_id), .line = line, .ok = ok};
 }
 
-/* A result of b did not fit (JOBSTORE_EFULL): the store is intact and nothing was
- * counted twice, but b cannot go on, so it stops at once (its lines in flight are
- * cancelled; the caller must not touch them) and goes to failed, now or at a later
- * tick when even that did not fit. Other batches go on: each fails by itself when
- * its own writes do not fit, and runs to its end when they do. */
-static void batch_full(struct batchrun *br, struct br_batch *b)
-{
-    if (!b->full) {
-        b->full = true;
-        b->full_cause = xstrdup(err_msg());
-        log_error("batch %s: %s", b->id, b->full_cause);
-    }
-    drop_batch_lines(br, b);
-    b->full_retry_at = (int64_t)time(NULL) + 1;
-    if (!fail_full_batch(br, b->id, false)) untrack(br, b);
-}
-
-/* Record one result line of batch b (ok: output file, else error file). Returns
- * false when b is gone or stopped (the disk was full): its lines are then dropped. */
-static bool record(struct batchrun *br, struct br_batch *b, const char *custom_id, bool ok,
-                   const char *line)
-{
-    int err = jobstore_batch_append_result(br->s->js, b->id, custom_id, ok, line);
-    if (!err) return true;
-    if (err == JOBSTORE_EFULL) {
-        batch_full(br, b);
-        return false;
-    }
-    log_error("batch %s: %s", b->id, err_msg());
-    if (err != ENG_EINVAL) store_failed(br); /* EINVAL: already answered, nothing lost */
-    return true;
-}
-
-/* Error lines gathered to be recorded in one store call (one fsync, not one each). */
-struct br_results {
-    struct jobstore_result *r;
-    int n, cap;
-};
-
-static void results_add_error(struct br_results *rs, const char *custom_id, int status,
-                              cJSON *body, const char *code, const char *message)
+/* An error line for request custom_id: `body` (taken) is the response's body with
+ * `status`, or NULL for an error {code, message} with no response. */
+static void add_error(struct br_batch *b, const char *custom_id, int status, cJSON *body,
+                      const char *code, const char *message)
 {
     char id[JOBSTORE_ID_MAX];
     jobstore_new_id("batch_req_", id, sizeof id);
-    if (rs->n == rs->cap) {
-        rs->cap = MAX(16, 2 * rs->cap);
-        rs->r = xrealloc(rs->r, (size_t)rs->cap * sizeof *rs->r);
-    }
-    rs->r[rs->n++] = (struct jobstore_result){
-        .custom_id = xstrdup(custom_id),
-        .ok = false,
-        .line = batch_line_output(id, custom_id, status, NULL, body, code, message)};
+    add_result(b, custom_id, false,
+               batch_line_output(id, custom_id, status, NULL, body, code, message));
 }
 
-/* Record the gathered lines of batch b and empty the buffer. Returns false when b
- * is gone or stopped (its results did not fit; see batch_full). */
-static bool results_flush(struct batchrun *br, struct br_batch *b, struct br_results *rs)
+/* ---- the end of a batch here ---- */
+
+static void try_close(struct batchrun *br, struct br_batch *b);
+
+/* b's status is `status`, not in_progress: stop running it here. A cancel is
+ * finished (moved to cancelled) by whoever sees it first. */
+static void batch_ended(struct batchrun *br, struct br_batch *b, enum jobstore_status status)
 {
-    bool alive = true;
-    if (rs->n && !br->store_failed) {
-        int err = jobstore_batch_append_results(br->s->js, b->id, rs->r, rs->n);
-        if (err == JOBSTORE_EFULL) {
-            batch_full(br, b);
-            alive = false;
-        } else if (err) {
-            log_error("batch %s: %s", b->id, err_msg());
+    if (b->phase != BR_RUN) return;
+    b->phase = BR_END;
+    b->end_cancel = status == JOBSTORE_CANCELLING;
+    drop_batch_lines(br, b);
+    queue_clear(b); /* the stop job gives their leases back */
+    try_close(br, b);
+}
+
+static void begin_expire(struct batchrun *br, struct br_batch *b)
+{
+    b->phase = BR_EXPIRE;
+    drop_batch_lines(br, b);
+    queue_clear(b);
+    try_close(br, b);
+}
+
+/* A result of b did not fit (JOBSTORE_EFULL): the store is intact and nothing was
+ * counted twice, but b cannot go on, so it stops at once and goes to failed, now
+ * or at a later tick when even that did not fit. Other batches go on: each fails
+ * by itself when its own writes do not fit. */
+static void batch_full(struct batchrun *br, struct br_batch *b, const char *cause)
+{
+    if (b->phase == BR_FULL) return;
+    log_error("batch %s: %s", b->id, cause ? cause : "no space left");
+    b->phase = BR_FULL;
+    drop_batch_lines(br, b);
+    queue_clear(b);
+    results_clear(b);
+    b->close_at = 0;
+    try_close(br, b);
+}
+
+/* The last job of an ending batch, once nothing of it is running or waiting. */
+static void try_close(struct batchrun *br, struct br_batch *b)
+{
+    if (b->phase == BR_RUN || b->closing || br->store_failed || now_ms(br) < b->close_at)
+        return;
+    if (b->phase != BR_FULL && (b->n_lines || b->n_results || b->committing)) return;
+    static const enum br_job_kind kinds[] = {[BR_END] = BRJ_STOP, [BR_EXPIRE] = BRJ_EXPIRE,
+                                             [BR_FULL] = BRJ_FAIL_FULL};
+    struct br_job *j = job_new(br, kinds[b->phase], b->id);
+    j->set_to = b->phase == BR_END && b->end_cancel;
+    j->to = JOBSTORE_CANCELLED;
+    b->closing = submit(br, j);
+}
+
+static void close_done(struct batchrun *br, struct br_job *j)
+{
+    struct br_batch *b = find_batch(br, j->batch_id);
+    if (!b) return;
+    b->closing = false;
+    if (j->err) {
+        if (j->err == JOBSTORE_EFULL && j->kind == BRJ_EXPIRE) {
+            batch_full(br, b, j->msg);
+        } else if (j->kind == BRJ_FAIL_FULL) {
+            log_error("batch %s: cannot record its failure yet: %s", b->id, j->msg);
+            b->close_at = now_ms(br) + BR_RETRY_MS;
+        } else if (j->kind == BRJ_EXPIRE && !jobstore_shared(br->js)) {
+            log_error("batch %s: %s", b->id, j->msg);
             store_failed(br);
+        } else {
+            log_store_error(br, j);
+            b->close_at = now_ms(br) + BR_RETRY_MS;
         }
+        return;
     }
-    for (int i = 0; i < rs->n; i++) {
-        free((char *)rs->r[i].custom_id);
-        free((char *)rs->r[i].line);
+    if (j->kind == BRJ_EXPIRE && j->status == JOBSTORE_IN_PROGRESS) {
+        /* Others still hold some of it: they expire those, or their leases run
+         * out; look again in a second. */
+        b->close_at = now_ms(br) + BR_RETRY_MS;
+        return;
     }
-    rs->n = 0;
-    return alive;
+    if (j->released > 0)
+        log_info("batch %s: gave back %lld leases", b->id, (long long)j->released);
+    if (j->kind == BRJ_FAIL_FULL)
+        log_error("batch %s: failed: no space left for its results", b->id);
+    else if (j->have_status && (j->kind == BRJ_EXPIRE || j->set_to))
+        log_info("batch %s: %s", b->id, jobstore_status_name(j->status));
+    untrack(br, b);
 }
 
-static void results_free(struct br_results *rs)
+/* ---- commits ---- */
+
+/* Hand every waiting result of b to one commit job, unless one is in flight (its
+ * done calls this again) or a retry is not due yet (the tick calls this again). */
+static void commit_soon(struct batchrun *br, struct br_batch *b)
 {
-    CHECK(rs->n == 0); /* flushed */
-    free(rs->r);
+    if (b->committing || b->n_results == 0 || br->store_failed || br->closed ||
+        now_ms(br) < b->commit_at)
+        return;
+    struct br_job *j = job_new(br, BRJ_COMMIT, b->id);
+    j->results = b->results;
+    j->n_results = b->n_results;
+    b->results = NULL;
+    b->n_results = b->cap_results = 0;
+    b->n_committing = j->n_results;
+    b->committing = submit(br, j);
+    if (!b->committing) b->n_committing = 0;
 }
+
+static void commit_done(struct batchrun *br, struct br_job *j)
+{
+    int64_t committed = 0;
+    for (int i = 0; j->outcome && i < j->n_results; i++)
+        committed += j->outcome[i] == BR_COMMITTED;
+    br->st.commits += committed > 0;
+    br->st.results += committed;
+    br->st.refused += j->n_refused;
+    struct br_batch *b = find_batch(br, j->batch_id);
+    if (!b) return;
+    b->committing = false;
+    b->n_committing = 0;
+    /* What was not written waits for the next commit. */
+    for (int i = 0; i < j->n_results; i++) {
+        if (j->outcome && j->outcome[i] != BR_KEPT) continue;
+        add_result(b, j->results[i].custom_id, j->results[i].ok, j->results[i].line);
+        j->results[i].line = NULL;
+    }
+    if (j->n_refused)
+        log_info("batch %s: %d results were recorded first by another replica (or the "
+                 "batch ended)",
+                 b->id, j->n_refused);
+    if (j->err == JOBSTORE_EFULL) {
+        batch_full(br, b, j->msg);
+        return;
+    }
+    if (j->err && !jobstore_shared(br->js)) {
+        log_error("batch %s: %s", b->id, j->msg);
+        store_failed(br);
+        return;
+    }
+    if (j->err) {
+        log_store_error(br, j);
+        b->commit_at = now_ms(br) + BR_RETRY_MS;
+    }
+    commit_soon(br, b); /* results that came while this one ran */
+    /* Nothing of b is held here any more: ask at once whether there is more, or
+     * whether that was its last result (the claim finishes the batch then). */
+    if (held(b) == 0) b->claim_at = 0;
+    try_close(br, b);
+    batchrun_feed(br);
+}
+
+/* ---- starting and finishing lines ---- */
 
 static uint64_t seed_of(const char *batch_id, const char *custom_id)
 {
@@ -331,9 +488,9 @@ static uint64_t seed_of(const char *batch_id, const char *custom_id)
 
 static void line_event(void *ctx, struct req_event *ev);
 
-/* Parse request r of batch b and hand it to the engine, or add why not to `refused`. */
-static void start_line(struct batchrun *br, struct br_batch *b, const struct jobstore_request *r,
-                       struct br_results *refused)
+/* Parse request r of batch b and hand it to the engine, or keep why not as its
+ * error result. */
+static void start_line(struct batchrun *br, struct br_batch *b, const struct jobstore_request *r)
 {
     struct srv *s = br->s;
     struct batch_line_error le;
@@ -341,12 +498,11 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     bool chat = false;
     /* Stored lines were checked against the batch's endpoint when it was created. */
     cJSON *body = batch_line_parse(r->body, strlen(r->body), NULL, NULL, &cid, &chat, &le);
+    free(cid);
     if (!body) { /* validated before it was stored: only a damaged store gets here */
-        results_add_error(refused, r->custom_id, 0, NULL, le.code, le.message);
-        free(cid);
+        add_error(b, r->custom_id, 0, NULL, le.code, le.message);
         return;
     }
-    free(cid);
     struct br_line *l = xcalloc(1, sizeof *l);
     l->br = br;
     l->b = b;
@@ -355,7 +511,7 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     int err = chat_parse_batch_body(body, chat, &s->chat, &l->params, &e);
     cJSON_Delete(body);
     if (err) { /* a request the API refuses: its error body is the response */
-        results_add_error(refused, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
+        add_error(b, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
         api_error_clear(&e);
         cmpl_params_free(&l->params);
         free(l->custom_id);
@@ -384,21 +540,19 @@ static void start_line(struct batchrun *br, struct br_batch *b, const struct job
     }
 }
 
-/* Line k is answered (every prompt finished, or one failed): record it. */
+/* Line k is answered (every prompt finished, or one failed): its result waits for
+ * the next commit, and the engine has room again. */
 static void finish_line(struct batchrun *br, int32_t k)
 {
     struct br_line *l = br->lines[k];
+    struct br_batch *b = l->b;
     const struct api_error *err = cmpl_resp_error(l->resp);
     const bool failed = err != NULL;
-    bool alive;
     if (err) {
         struct api_error e = {0};
         api_error_set(&e, err->status, err->type, err->param, err->code, "%s", err->message);
-        struct br_results one = {0};
-        results_add_error(&one, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
+        add_error(b, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
         api_error_clear(&e);
-        alive = results_flush(br, l->b, &one);
-        results_free(&one);
     } else {
         size_t len;
         char *text = cmpl_resp_body(l->resp, &len);
@@ -406,13 +560,11 @@ static void finish_line(struct batchrun *br, int32_t k)
         free(text);
         char id[JOBSTORE_ID_MAX];
         jobstore_new_id("batch_req_", id, sizeof id);
-        char *line = batch_line_output(id, l->custom_id, 200, l->request_id, body, NULL, NULL);
-        alive = record(br, l->b, l->custom_id, true, line);
-        free(line);
+        add_result(b, l->custom_id, true,
+                   batch_line_output(id, l->custom_id, 200, l->request_id, body, NULL, NULL));
     }
-    /* Not alive: the batch stopped for want of space and dropped this line too. */
-    if (alive && !br->store_failed)
-        drop_line(br, k, failed); /* an error stops its other prompts */
+    drop_line(br, k, failed); /* an error stops its other prompts */
+    commit_soon(br, b);
 }
 
 /* An engine event for one of line l's ids (the bridge's callback: l is alive). */
@@ -428,33 +580,77 @@ static void line_event(void *ctx, struct req_event *ev)
     if (cmpl_resp_done(l->resp) || cmpl_resp_error(l->resp)) finish_line(br, k);
 }
 
-/* ---- feeding and the end of a batch ---- */
-
-/* The next request of b to start, or NULL when none is left to hand out now. */
-static const struct jobstore_request *next_request(struct batchrun *br, struct br_batch *b)
-{
-    if (b->i_page < b->n_page) return &b->page[b->i_page++];
-    jobstore_requests_free(b->page, b->n_page);
-    b->page = NULL;
-    b->n_page = b->i_page = 0;
-    if (b->exhausted) return NULL;
-    if (jobstore_batch_pending(br->s->js, b->id, b->cursor, BR_PAGE, &b->page, &b->n_page)) {
-        log_error("batch %s: %s", b->id, err_msg());
-        return NULL;
-    }
-    if (b->n_page == 0) {
-        b->exhausted = true;
-        return NULL;
-    }
-    b->cursor = b->page[b->n_page - 1].line;
-    return &b->page[b->i_page++];
-}
+/* ---- claims and feeding ---- */
 
 static bool engine_ready(const struct batchrun *br)
 {
     const struct srv *s = br->s;
-    return !br->stopped && !br->store_failed && !s->draining && s->js && s->bridge.eng &&
-           engine_state(s->bridge.eng) == ENGINE_READY;
+    return br->q && !br->stopped && !br->closed && !br->store_failed && !s->draining &&
+           s->bridge.eng && engine_state(s->bridge.eng) == ENGINE_READY;
+}
+
+/* Claim more when what is claimed and not started runs low: enough to keep about
+ * one and a half times batch_max_in_flight leased (at least one more than runs), so
+ * the engine never waits for a claim, and no more, so that a replica that dies strands little (its leases must
+ * run out first) and replicas share a batch evenly. One claim at a time, for the
+ * oldest batch that may have something to claim. */
+static void claim_more(struct batchrun *br)
+{
+    if (br->claiming || !engine_ready(br)) return;
+    const int32_t max = br->s->cfg->batch_max_in_flight;
+    int64_t queued = 0;
+    for (struct br_batch *b = br->head; b; b = b->next) queued += b->n_queue - b->i_queue;
+    if (queued > max / 2) return;
+    const int64_t want = (int64_t)max + MAX(max / 2, 1) - br->n_reqs - queued;
+    if (want < 1) return;
+    const uint64_t now = now_ms(br);
+    for (struct br_batch *b = br->head; b; b = b->next) {
+        if (b->phase != BR_RUN || b->claiming || now < b->claim_at) continue;
+        struct br_job *j = job_new(br, BRJ_CLAIM, b->id);
+        j->max = (int)MIN(want, 1 << 20);
+        b->claiming = br->claiming = submit(br, j);
+        return;
+    }
+}
+
+static void claim_done(struct batchrun *br, struct br_job *j)
+{
+    br->claiming = false;
+    struct br_batch *b = find_batch(br, j->batch_id);
+    if (!b || b->phase != BR_RUN) {
+        /* It ended meanwhile: its stop job (queued after this one) releases what
+         * this claim took. */
+        if (b) b->claiming = false;
+        return;
+    }
+    b->claiming = false;
+    const uint64_t now = now_ms(br);
+    if (j->err) {
+        log_store_error(br, j);
+        b->claim_at = now + BR_RETRY_MS;
+    } else if (j->n_reqs > 0) {
+        br->st.claims++;
+        br->st.lines_claimed += j->n_reqs;
+        const int left = b->n_queue - b->i_queue;
+        struct jobstore_request *q = xcalloc((size_t)(left + j->n_reqs), sizeof *q);
+        if (left) memcpy(q, b->queue + b->i_queue, (size_t)left * sizeof *q);
+        memcpy(q + left, j->reqs, (size_t)j->n_reqs * sizeof *q);
+        free(b->queue); /* the started ones' strings are freed; the rest moved to q */
+        free(j->reqs);
+        j->reqs = NULL;
+        b->queue = q;
+        b->n_queue = left + j->n_reqs;
+        b->i_queue = 0;
+        j->n_reqs = 0;
+        if (!b->renew_at) b->renew_at = now + br->renew_ms;
+    } else if (j->have_status && j->status == JOBSTORE_IN_PROGRESS) {
+        b->claim_at = now + BR_RETRY_MS; /* all held: a dead holder's leases run out */
+    } else if (j->have_status) {
+        if (j->status == JOBSTORE_COMPLETED || j->status == JOBSTORE_EXPIRED)
+            log_info("batch %s: %s", b->id, jobstore_status_name(j->status));
+        batch_ended(br, b, j->status);
+    }
+    batchrun_feed(br);
 }
 
 void batchrun_feed(struct batchrun *br)
@@ -462,115 +658,117 @@ void batchrun_feed(struct batchrun *br)
     if (!br || !engine_ready(br)) return;
     const int32_t max = br->s->cfg->batch_max_in_flight;
     int looked = 0;
-    struct br_results refused = {0};
-    for (struct br_batch *b = br->head, *next; b; b = next) {
-        next = b->next;
-        if (b->cancelling || b->full) continue;
-        const struct jobstore_request *r;
+    for (struct br_batch *b = br->head; b; b = b->next) {
+        if (b->phase != BR_RUN) continue;
         while (br->n_reqs < max && looked < BR_FEED_MAX && !br->store_failed &&
-               (r = next_request(br, b))) {
-            start_line(br, b, r, &refused);
+               b->i_queue < b->n_queue) {
+            struct jobstore_request *r = &b->queue[b->i_queue++];
+            start_line(br, b, r);
+            free(r->custom_id); /* started: the line has its own copies */
+            free(r->body);
+            r->custom_id = r->body = NULL;
             looked++;
         }
-        if (!results_flush(br, b, &refused)) continue; /* b stopped: the disk is full */
-        if (b->exhausted && b->n_lines == 0 && b->i_page == b->n_page && !br->store_failed) {
-            /* A failed step leaves the batch tracked: the next feed tries again. */
-            if (!set_status(br, b->id, JOBSTORE_FINALIZING, NULL) &&
-                !set_status(br, b->id, JOBSTORE_COMPLETED, NULL))
-                untrack(br, b);
-        }
+        if (b->n_queue && b->i_queue == b->n_queue) queue_clear(b);
+        commit_soon(br, b); /* lines the API refused */
     }
-    results_free(&refused);
+    claim_more(br);
 }
 
-/* Past its window: what did not run goes to the error file as batch_expired, a
- * page of lines per store call. */
-static void expire(struct batchrun *br, struct br_batch *b)
+/* ---- leases and scans ---- */
+
+static void renew_due(struct batchrun *br, struct br_batch *b)
 {
-    drop_batch_lines(br, b);
-    int64_t after = 0;
-    struct br_results lines = {0};
-    while (!br->store_failed) {
-        struct jobstore_request *rs;
-        int n;
-        if (jobstore_batch_pending(br->s->js, b->id, after, BR_EXPIRE_PAGE, &rs, &n) || n == 0)
-            break;
-        for (int i = 0; i < n; i++)
-            results_add_error(&lines, rs[i].custom_id, 0, NULL, "batch_expired",
-                              "This request could not be executed before the completion "
-                              "window expired.");
-        after = rs[n - 1].line;
-        jobstore_requests_free(rs, n);
-        if (!results_flush(br, b, &lines)) { /* b stopped (and maybe freed): no room */
-            results_free(&lines);
-            return;
-        }
-    }
-    results_free(&lines);
-    if (!br->store_failed && !set_status(br, b->id, JOBSTORE_EXPIRED, NULL)) untrack(br, b);
+    if (b->renewing || b->closing || held(b) == 0 || now_ms(br) < b->renew_at) return;
+    b->renewing = submit(br, job_new(br, BRJ_RENEW, b->id));
 }
 
-static bool open_store(struct batchrun *br);
-
-void batchrun_tick(struct batchrun *br)
+static void renew_done(struct batchrun *br, struct br_job *j)
 {
-    if (!br) return;
-    if (!br->resumed && !open_store(br)) return;
-    const int64_t now = (int64_t)time(NULL);
+    struct br_batch *b = find_batch(br, j->batch_id);
+    if (!b) return;
+    b->renewing = false;
+    if (j->err) {
+        log_store_error(br, j);
+        b->renew_at = now_ms(br) + BR_RETRY_MS;
+        return;
+    }
+    b->renew_at = now_ms(br) + br->renew_ms;
+    if (j->status != JOBSTORE_IN_PROGRESS) batch_ended(br, b, j->status);
+}
+
+static bool checking(const struct batchrun *br, const char *id)
+{
+    for (const struct br_check *c = br->checks; c; c = c->next)
+        if (strcmp(c->batch_id, id) == 0) return true;
+    return false;
+}
+
+static void scan_due(struct batchrun *br)
+{
+    if (br->scanning || now_ms(br) < br->scan_at || (br->scanned && !jobstore_shared(br->js)))
+        return;
+    br->scanning = submit(br, job_new(br, BRJ_SCAN, NULL));
+}
+
+static void scan_done(struct batchrun *br, struct br_job *j)
+{
+    br->scanning = false;
+    const uint64_t now = now_ms(br);
+    if (j->err) {
+        log_store_error(br, j);
+        br->scan_at = now + BR_RETRY_MS;
+        return;
+    }
+    br->scan_at = now + br->scan_ms;
+    const bool alone = !jobstore_shared(br->js);
+    const int64_t now_s = (int64_t)time(NULL);
+    int resumed = 0;
+    for (int i = 0; i < j->n_batches; i++) {
+        const struct jobstore_batch *jb = &j->batches[i];
+        if (jb->status == JOBSTORE_IN_PROGRESS && !find_batch(br, jb->id) && !br->stopped) {
+            track(br, jb->id, jb->expires_at);
+            resumed++;
+        } else if (jb->status == JOBSTORE_VALIDATING && !checking(br, jb->id) &&
+                   (alone || jb->created_at + 2 * br->lease_s <= now_s)) {
+            /* Alone, nobody else is validating it; shared, its validator has had
+             * two leases and is most likely dead. Twice is harmless: the requests
+             * are stored once. */
+            batchrun_validate(br, jb->id);
+            resumed++;
+        }
+    }
+    if (resumed && !br->scanned)
+        log_info("resuming %d unfinished batch%s", resumed, resumed == 1 ? "" : "es");
+    br->scanned = true;
+    /* What runs here and is no longer in_progress (finished, cancelled elsewhere). */
     for (struct br_batch *b = br->head, *next; b; b = next) {
         next = b->next;
-        if (b->full) {
-            /* Its failure did not fit either: try again once a second. */
-            if (now >= b->full_retry_at) {
-                b->full_retry_at = now + 1;
-                if (!fail_full_batch(br, b->id, false)) untrack(br, b);
-            }
-        } else if (b->cancelling) {
-            /* Not while the store is failed: publishing its files now could publish
-             * a tail the restart's recovery has not checked yet. */
-            if (!br->store_failed && !set_status(br, b->id, JOBSTORE_CANCELLED, NULL))
-                untrack(br, b);
-        } else if (b->expires_at && now >= b->expires_at && !br->store_failed) {
-            expire(br, b);
-        }
+        if (b->phase != BR_RUN) continue;
+        const struct jobstore_batch *found = NULL;
+        for (int i = 0; i < j->n_batches && !found; i++)
+            if (strcmp(j->batches[i].id, b->id) == 0) found = &j->batches[i];
+        if (!found)
+            batch_ended(br, b, JOBSTORE_COMPLETED); /* final: not listed */
+        else if (found->status != JOBSTORE_IN_PROGRESS)
+            batch_ended(br, b, found->status);
     }
-    batchrun_feed(br); /* the engine may have become ready since the last event */
-}
-
-void batchrun_cancel(struct batchrun *br, const char *batch_id)
-{
-    if (!br) return;
-    struct br_batch *b = find_batch(br, batch_id);
-    if (!b) return; /* still validating: check_done sees the status */
-    drop_batch_lines(br, b);
-    b->cancelling = true;
-}
-
-void batchrun_stats(const struct batchrun *br, int32_t *batches, int32_t *requests)
-{
-    *batches = *requests = 0;
-    if (!br) return;
-    for (const struct br_batch *b = br->head; b; b = b->next) ++*batches;
-    *requests = br->n_reqs;
-}
-
-void batchrun_stop(struct batchrun *br)
-{
-    if (!br || br->stopped) return;
-    br->stopped = true;
-    atomic_store(&br->checks_stop, true);
-    while (br->n_lines) drop_line(br, br->n_lines - 1, true);
+    batchrun_feed(br);
 }
 
 /* ---- validation ---- */
 
-/* A validation on the thread pool. */
-struct br_check {
-    uv_work_t work;
-    struct batchrun *br;
-    char batch_id[JOBSTORE_ID_MAX];
-    struct batch_check chk;
-};
+static void check_free(struct batchrun *br, struct br_check *c)
+{
+    for (struct br_check **p = &br->checks; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    br->n_checks--;
+    batch_check_deinit(&c->chk);
+    free(c);
+}
 
 static void check_work(uv_work_t *w)
 {
@@ -578,102 +776,121 @@ static void check_work(uv_work_t *w)
     batch_check_file(&c->chk);
 }
 
-/* Loop: store the outcome, unless the batch was cancelled meanwhile. */
+/* Loop: the file is read; store the outcome (a job), unless the server stops. */
 static void check_done(uv_work_t *w, int status)
 {
     struct br_check *c = w->data;
     struct batchrun *br = c->br;
-    br->n_checks--;
-    struct jobstore *js = br->s->js;
-    struct jobstore_batch b;
-    if (status == 0 && !c->chk.abandoned && jobstore_batch_get(js, c->batch_id, &b) == 0) {
-        if (b.status == JOBSTORE_CANCELLING) {
-            set_status(br, b.id, JOBSTORE_CANCELLED, NULL);
-        } else if (b.status == JOBSTORE_VALIDATING && c->chk.n_errors > 0) {
-            char *text = batch_check_errors_json(&c->chk);
-            set_status(br, b.id, JOBSTORE_FAILED, text);
-            free(text);
-        } else if (b.status == JOBSTORE_VALIDATING) {
-            int err = jobstore_batch_add_requests(js, b.id, c->chk.reqs, c->chk.n_reqs);
-            if (!err) err = set_status(br, b.id, JOBSTORE_IN_PROGRESS, NULL);
-            if (!err) {
-                track(br, &b);
-                batchrun_feed(br);
-            } else if (err == JOBSTORE_EFULL) {
-                /* No room for its requests: it fails with the cause (or, if even that
-                 * does not fit, stays validating and is validated again at a restart). */
-                fail_full_batch(br, b.id, true);
-            } else {
-                /* The disk: leave it validating, so a restart validates it again. */
-                log_error("batch %s: %s", b.id, err_msg());
-            }
-        }
-        jobstore_batch_deinit(&b);
+    if (status != 0 || c->chk.abandoned || br->stopped) {
+        check_free(br, c);
+        return;
     }
-    batch_check_deinit(&c->chk);
-    free(c);
+    struct br_job *j = job_new(br, BRJ_CHECKED, c->batch_id);
+    j->check = c;
+    if (!submit(br, j)) check_free(br, c);
+}
+
+static void input_done(struct batchrun *br, struct br_job *j)
+{
+    struct br_check *c = j->check;
+    if (j->err || !j->have_status || j->status != JOBSTORE_VALIDATING || br->stopped) {
+        if (j->err) log_store_error(br, j);
+        check_free(br, c);
+        return;
+    }
+    if (j->msg) log_error("batch %s: %s", c->batch_id, j->msg); /* no input: it fails */
+    c->work.data = c;
+    int err = uv_queue_work(br->s->loop, &c->work, check_work, check_done);
+    CHECK(err == 0); /* only fails for a NULL callback */
+}
+
+static void checked_done(struct batchrun *br, struct br_job *j)
+{
+    struct br_check *c = j->check;
+    if (j->err) log_store_error(br, j);
+    if (j->have_status) {
+        log_info("batch %s: %s", c->batch_id, jobstore_status_name(j->status));
+        if (j->status == JOBSTORE_IN_PROGRESS && !br->stopped)
+            track(br, c->batch_id, j->expires_at);
+    }
+    check_free(br, c);
+    batchrun_feed(br);
 }
 
 void batchrun_validate(struct batchrun *br, const char *batch_id)
 {
-    if (!br) return;
+    if (!br || br->stopped || checking(br, batch_id)) return;
     struct srv *s = br->s;
-    struct jobstore_batch b;
-    if (jobstore_batch_get(s->js, batch_id, &b)) {
-        log_error("batch %s: %s", batch_id, err_msg());
-        return;
-    }
     struct br_check *c = xcalloc(1, sizeof *c);
     c->br = br;
     c->work.data = c;
     snprintf(c->batch_id, sizeof c->batch_id, "%s", batch_id);
-    c->chk.endpoint = xstrdup(b.endpoint);
     c->chk.model = xstrdup(s->model_id);
     c->chk.max_requests = s->cfg->batch_max_requests;
     c->chk.stop = &br->checks_stop;
-    /* A stream of its own: the pool thread reads it while the loop keeps the store. */
-    int64_t bytes;
-    if (jobstore_file_open(s->js, b.input_file_id, &c->chk.in, &bytes))
-        log_error("batch %s: %s", batch_id, err_msg());
-    jobstore_batch_deinit(&b);
+    c->next = br->checks;
+    br->checks = c;
     br->n_checks++;
-    int err = uv_queue_work(s->loop, &c->work, check_work, check_done);
-    CHECK(err == 0); /* only fails for a NULL callback */
+    struct br_job *j = job_new(br, BRJ_INPUT, batch_id);
+    j->check = c;
+    if (!submit(br, j)) check_free(br, c);
 }
 
-/* ---- life ---- */
+/* ---- the jobs' return ---- */
 
-/* Resume what the store holds (recovery has already reconciled the output files). */
-static void resume(struct batchrun *br)
+static void job_done(struct storeq_job *q)
 {
-    struct srv *s = br->s;
-    br->resumed = true;
-    struct jobstore_batch *bs;
-    int n;
-    if (jobstore_unfinished_batches(s->js, &bs, &n)) {
-        log_error("batches: %s", err_msg());
+    struct br_job *j = (struct br_job *)q;
+    struct batchrun *br = j->br;
+    br->st.store_seconds += q->work_s;
+    switch (j->kind) {
+    case BRJ_CLAIM: claim_done(br, j); break;
+    case BRJ_COMMIT: commit_done(br, j); break;
+    case BRJ_RENEW: renew_done(br, j); break;
+    case BRJ_STOP:
+    case BRJ_EXPIRE:
+    case BRJ_FAIL_FULL: close_done(br, j); break;
+    case BRJ_SCAN: scan_done(br, j); break;
+    case BRJ_INPUT: input_done(br, j); break;
+    case BRJ_CHECKED: checked_done(br, j); break;
+    }
+    batchrun_job_free(j);
+}
+
+/* ---- the API's calls, the tick, life ---- */
+
+void batchrun_cancel(struct batchrun *br, const char *batch_id)
+{
+    if (!br) return;
+    struct br_batch *b = find_batch(br, batch_id);
+    if (b && b->phase == BR_RUN) {
+        batch_ended(br, b, JOBSTORE_CANCELLING);
         return;
     }
-    /* What a restart finds (recovery has already reconciled the output files): */
-    for (int i = 0; i < n; i++) {
-        struct jobstore_batch *b = &bs[i];
-        switch (b->status) {
-        case JOBSTORE_VALIDATING:
-            if (b->total > 0) { /* its requests were stored: it was about to start */
-                if (!set_status(br, b->id, JOBSTORE_IN_PROGRESS, NULL)) track(br, b);
-            } else {
-                batchrun_validate(br, b->id);
-            }
-            break;
-        case JOBSTORE_IN_PROGRESS: track(br, b); break;
-        case JOBSTORE_FINALIZING: set_status(br, b->id, JOBSTORE_COMPLETED, NULL); break;
-        case JOBSTORE_CANCELLING: set_status(br, b->id, JOBSTORE_CANCELLED, NULL); break;
-        default: break;
-        }
+    if (b && b->phase == BR_END && !b->closing) { /* on its way out: cancel it there */
+        b->end_cancel = true;
+        return;
     }
-    if (n) log_info("resuming %d unfinished batch%s", n, n == 1 ? "" : "es");
-    jobstore_batches_free(bs, n);
+    if (checking(br, batch_id)) return; /* its validation's end sees the cancel */
+    /* Not run here (another replica runs it, or it was not seen yet): finish the
+     * cancel now; whoever runs it sees it at its next renew. */
+    struct br_job *j = job_new(br, BRJ_STOP, batch_id);
+    j->set_to = true;
+    j->to = JOBSTORE_CANCELLED;
+    submit(br, j);
 }
+
+void batchrun_stats(const struct batchrun *br, struct batchrun_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!br) return;
+    *out = br->st;
+    out->batches = 0;
+    for (const struct br_batch *b = br->head; b; b = b->next) out->batches += b->phase == BR_RUN;
+    out->requests = br->n_reqs;
+}
+
+static int attach(struct batchrun *br);
 
 /* The server started with a data dir too full to open the store (srv_run.c serves
  * without it): try again once a second, and resume the batches once it opens.
@@ -682,23 +899,108 @@ static bool open_store(struct batchrun *br)
 {
     struct srv *s = br->s;
     if (!s->js) {
-        const uint64_t now = uv_now(s->loop);
+        const uint64_t now = now_ms(br);
         if (s->draining || now < br->retry_at) return false;
         br->retry_at = now + 1000;
         if (jobstore_open(&s->js, srv_job_store(s->cfg))) return false;
         log_info("%s %s: the job store is open; Files and Batches are served",
                  srv_job_store_kind(s->cfg), srv_job_store_name(s->cfg));
     }
-    resume(br);
+    if (attach(br)) {
+        log_error("batches: %s", err_msg());
+        return false;
+    }
     return true;
 }
 
-struct batchrun *batchrun_create(struct srv *s)
+void batchrun_tick(struct batchrun *br)
 {
+    if (!br || br->closed) return;
+    if (!br->q && !open_store(br)) return;
+    const int64_t now_s = (int64_t)time(NULL);
+    for (struct br_batch *b = br->head, *next; b; b = next) {
+        next = b->next;
+        if (b->phase == BR_RUN && b->expires_at && now_s >= b->expires_at && !br->store_failed)
+            begin_expire(br, b);
+        renew_due(br, b);
+        commit_soon(br, b);
+        try_close(br, b);
+    }
+    scan_due(br);
+    batchrun_feed(br); /* the engine may have become ready since the last event */
+}
+
+void batchrun_stop(struct batchrun *br)
+{
+    if (!br || br->stopped) return;
+    br->stopped = true;
+    atomic_store(&br->checks_stop, true);
+    for (struct br_batch *b = br->head, *next; b; b = next) {
+        next = b->next;
+        if (b->phase == BR_RUN) {
+            b->phase = BR_END; /* not ended: given back, for others to run */
+            b->end_cancel = false;
+            drop_batch_lines(br, b);
+            queue_clear(b);
+            try_close(br, b);
+        }
+    }
+    CHECK(br->n_lines == 0);
+}
+
+void batchrun_close(struct batchrun *br)
+{
+    if (!br || br->closed) return;
+    batchrun_stop(br);
+    /* Closed first: the jobs that run now (inline) hand nothing more to a queue
+     * that would have to run it inside their own done callback. */
+    br->closed = true;
+    storeq_close(br->q);
+}
+
+/* Use s's store (SQLite), or a handle of our own on the same database (shared),
+ * and look for work. */
+static int attach(struct batchrun *br)
+{
+    struct srv *s = br->s;
+    const bool shared = jobstore_shared(s->js);
+    if (shared) {
+        int err = jobstore_open(&br->js, srv_job_store(s->cfg));
+        if (err) return err;
+        br->own_js = true;
+    } else {
+        br->js = s->js;
+    }
+    br->q = storeq_create(s->loop, br->js, shared);
+    br->scan_at = 0;
+    scan_due(br);
+    return 0;
+}
+
+int batchrun_create(struct srv *s, struct batchrun **out)
+{
+    *out = NULL;
     struct batchrun *br = xcalloc(1, sizeof *br);
     br->s = s;
-    if (s->js) resume(br);
-    return br;
+    br->lease_s = s->cfg->batch_lease_s;
+    br->renew_ms = (uint64_t)MAX(br->lease_s * 1000 / 3, 250);
+    br->scan_ms = MIN(br->renew_ms, BR_SCAN_MS);
+    /* Unique per process: a restarted replica must not find leases it does not know
+     * as its own (they run out, or SQLite clears them at open). */
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);
+    char rnd[JOBSTORE_ID_MAX];
+    jobstore_new_id("", rnd, sizeof rnd);
+    snprintf(br->owner, sizeof br->owner, "%.63s:%d:%.8s", host, (int)getpid(), rnd);
+    if (s->js) {
+        int err = attach(br);
+        if (err) {
+            free(br);
+            return err;
+        }
+    }
+    *out = br;
+    return 0;
 }
 
 void batchrun_destroy(struct batchrun *br)
@@ -707,6 +1009,8 @@ void batchrun_destroy(struct batchrun *br)
     CHECK(br->n_checks == 0); /* the loop ran until its work was done */
     while (br->n_lines) drop_line(br, br->n_lines - 1, false);
     while (br->head) untrack(br, br->head);
+    storeq_destroy(br->q);
+    if (br->own_js) jobstore_close(br->js);
     free(br->lines);
     free(br);
 }

@@ -409,7 +409,7 @@ void conn_error(struct exch *x, struct api_error *e)
     char *body = api_error_json(e, &len);
     const char *extra = NULL;
     char buf[64];
-    if (e->status == 429) {
+    if (e->status == 429 || e->status == 503) {
         snprintf(buf, sizeof buf, "Retry-After: 1\r\n");
         extra = buf;
     } else if (e->status == 401) {

@@ -142,6 +142,11 @@ const char *jobstore_backend(const struct jobstore *js)
     return js->ops->name;
 }
 
+bool jobstore_shared(const struct jobstore *js)
+{
+    return js->ops->shared;
+}
+
 bool jobstore_release_reserve(struct jobstore *js)
 {
     return js->ops->release_reserve ? js->ops->release_reserve(js) : false;

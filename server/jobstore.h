@@ -58,11 +58,14 @@
  * message. A corrupt or foreign database fails jobstore_open cleanly (ENG_EFORMAT).
  * A write that does not fit fails with JOBSTORE_EFULL and leaves the store as it
  * was before the call (an upload's body is removed, an output append is cut back),
- * so a full disk never poisons the store; only a failed fsync does.
+ * so a full disk never poisons the store; only a failed fsync does. A shared store
+ * (PostgreSQL) whose database cannot be reached fails with ENG_EUNAVAILABLE: the
+ * call may be made again (jobstore_pg.h); the HTTP layer answers it with 503.
  *
- * Thread: one thread owns a store (the server's loop thread); no call blocks on
- * anything but the disk, or for PostgreSQL the database's round trips (a lost
- * database fails calls at once, jobstore_pg.h). Nothing here is thread-safe; two
+ * Thread: one thread owns a store at a time (the server's loop thread, or the
+ * batch runner's queue: storeq.h); no call blocks on anything but the disk, or for
+ * PostgreSQL the database's round trips (a lost database fails calls at once,
+ * jobstore_pg.h). Nothing here is thread-safe; two
  * stores on one PostgreSQL database may live on two threads (streams from
  * jobstore_file_open are likewise their own).
  */
@@ -165,6 +168,14 @@ int jobstore_open(struct jobstore **out, const char *where);
 
 /* "sqlite" or "postgresql", for messages. Static. Thread: owner. */
 const char *jobstore_backend(const struct jobstore *js);
+
+/*
+ * Whether other processes may use the same store at once (PostgreSQL: replicas on
+ * one database), which also means that a failed call left nothing half-done (it
+ * was one transaction), so the caller may simply try it again: nothing poisons a
+ * shared store. SQLite: false (one process per data dir). Thread: owner.
+ */
+bool jobstore_shared(const struct jobstore *js);
 
 /*
  * Space kept back for recording a failure caused by a full disk: moving a batch to

@@ -26,6 +26,7 @@
 
 struct jobstore_ops {
     const char *name; /* "sqlite", "postgresql": for messages */
+    bool shared;      /* jobstore_shared */
 
     void (*close)(struct jobstore *js);
     /* May be NULL (nothing reserved): jobstore_release_reserve returns false. */

@@ -9,6 +9,7 @@
 #include "jobstore_pg.h"
 
 #include <inttypes.h>
+#include <poll.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,17 +88,30 @@ static const char *one_line(const char *msg, char *buf, size_t size)
     return buf;
 }
 
+/* A failure whose cause may pass by itself: the connection (lost, refused, the
+ * server shutting down or starting) or a transaction the server chose to abort
+ * (serialization, deadlock). */
+static bool transient(PGconn *c, const char *state)
+{
+    if (!c || PQstatus(c) != CONNECTION_OK) return true;
+    if (!state) return false;
+    return strncmp(state, "08", 2) == 0 ||  /* connection exception */
+           strncmp(state, "57P", 3) == 0 || /* admin/crash shutdown, cannot connect now */
+           strcmp(state, "40001") == 0 ||   /* serialization failure */
+           strcmp(state, "40P01") == 0;     /* deadlock detected */
+}
+
 int jobstore_pg_fail(PGconn *c, PGresult *r, const char *what)
 {
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     int code = ENG_EIO;
-    if (c && PQstatus(c) == CONNECTION_OK && state) {
-        if (strcmp(state, "53100") == 0)
-            code = JOBSTORE_EFULL; /* disk_full */
-        else if (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
-                 strncmp(state, "54", 2) == 0)
-            code = ENG_EINVAL; /* data exception, constraint, program limit */
-    }
+    if (transient(c, state))
+        code = ENG_EUNAVAILABLE;
+    else if (state && strcmp(state, "53100") == 0)
+        code = JOBSTORE_EFULL; /* disk_full */
+    else if (state && (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0 ||
+                       strncmp(state, "54", 2) == 0))
+        code = ENG_EINVAL; /* data exception, constraint, program limit */
     char msg[512];
     one_line(r && PQresultErrorMessage(r)[0] ? PQresultErrorMessage(r)
              : c                             ? PQerrorMessage(c)
@@ -177,12 +191,29 @@ int jobstore_pg_after_seq(struct jobstore_pg *js, const char *table, const char 
 
 int jobstore_pg_connect(const char *conninfo, PGconn **out)
 {
-    /* Later entries win: the URI's own connect_timeout replaces the default, which
-     * keeps a server that does not answer from hanging the start for ever. */
-    const char *const keys[] = {"connect_timeout", "application_name", "dbname", NULL};
-    const char *const vals[] = {"10", "h2oserve", conninfo, NULL};
-    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    /* Later entries win: the URI's own settings replace these defaults, which bound
+     * how long a call can wait on a database that does not answer: connect_timeout
+     * for a server that is not there, and on TCP tcp_user_timeout (sent data not
+     * acknowledged) and keepalives (an idle connection whose peer vanished) for a
+     * network cut under an open connection, which the kernel alone would notice
+     * only after many minutes. A store call that waits is a batch runner job on
+     * the thread pool, or an API call on the loop (docs/deploy.md). */
+    const char *const keys[] = {"connect_timeout", "tcp_user_timeout", "keepalives",
+                                "keepalives_idle", "keepalives_interval", "keepalives_count",
+                                "application_name", "dbname", NULL};
+    const char *const vals[] = {"10", "10000", "1", "10", "5", "2", "h2oserve", conninfo, NULL};
     *out = NULL;
+    /* A URI libpq cannot read is the operator's to fix, not a database that is away. */
+    char *why = NULL;
+    PQconninfoOption *opts = PQconninfoParse(conninfo, &why);
+    if (!opts) {
+        int err = err_set(ENG_EINVAL, "postgresql: the job store URI is not one libpq reads: %s",
+                          why ? why : "out of memory");
+        PQfreemem(why);
+        return err;
+    }
+    PQconninfoFree(opts);
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
     if (!c) return err_set(ENG_EIO, "postgresql: out of memory");
     if (PQstatus(c) != CONNECTION_OK) {
         int err = jobstore_pg_fail(c, NULL, "connect");
@@ -223,16 +254,31 @@ static int64_t monotonic_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Whether the server sent anything on an idle connection. We never LISTEN, so
+ * what comes unasked is, in practice, its goodbye: it restarted, or an admin ended
+ * the session, and the socket holds the error and the end of the stream. (A stray
+ * notice costs a reconnect, nothing more.) */
+static bool server_spoke(PGconn *c)
+{
+    struct pollfd p = {.fd = PQsocket(c), .events = POLLIN};
+    return p.fd >= 0 && poll(&p, 1, 0) > 0;
+}
+
 int jobstore_pg_ready(struct jobstore_pg *js)
 {
-    if (PQstatus(js->conn) == CONNECTION_OK) return 0;
+    /* A connection the server closed while we sat idle is found here, before a
+     * query is sent on it, so the call reconnects instead of failing. */
+    bool ok = PQstatus(js->conn) == CONNECTION_OK;
+    if (ok && PQtransactionStatus(js->conn) == PQTRANS_IDLE && server_spoke(js->conn))
+        ok = false;
+    if (ok) return 0;
     /* The owner's thread serves everything else too (interactive requests): while
      * the database is away, a call fails at once rather than waiting out a connect
      * timeout every time. */
     const int64_t now = monotonic_ms();
     if (now < js->retry_after_ms)
-        return err_set(ENG_EIO, "postgresql: the database is unreachable (retrying each "
-                                "second)");
+        return err_set(ENG_EUNAVAILABLE, "postgresql: the database is unreachable "
+                                         "(retrying each second)");
     /* A fresh connection rather than PQreset: it gets the session settings again. */
     PGconn *c;
     int err = jobstore_pg_connect(js->conninfo, &c);
@@ -318,6 +364,7 @@ static void pg_close(struct jobstore *base)
 
 static const struct jobstore_ops pg_ops = {
     .name = "postgresql",
+    .shared = true,
     .close = pg_close,
     .release_reserve = NULL, /* the database server keeps its own margins */
     .upload_begin = jobstore_pg_upload_begin,

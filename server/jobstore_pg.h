@@ -32,7 +32,10 @@
  *
  * Errors: SQLSTATE 53100 (disk full) is JOBSTORE_EFULL; data exceptions and
  * constraint violations are ENG_EINVAL (bad input never reaches a crash); a lost
- * connection is ENG_EIO, and the next call reconnects (PQreset).
+ * or refused connection, a server shutting down and a transaction the server
+ * aborted (serialization, deadlock) are ENG_EUNAVAILABLE: the call did nothing, or
+ * (a commit whose answer was lost) possibly all of it, and the same call may be
+ * made again; the next call reconnects. Anything else is ENG_EIO.
  * Thread: the store's owner; calls block on the database's network round trips.
  */
 #ifndef H2O_JOBSTORE_PG_H

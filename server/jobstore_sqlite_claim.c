@@ -2,8 +2,9 @@
  * jobstore_sqlite_claim.c - the SQLite job store's claims (jobstore.h, "claims").
  * One process holds a data dir, so a claim only ever competes with its own
  * owner's earlier claims; the rules are PostgreSQL's all the same, so that the
- * batch runner is one piece of code over both backends, and a lease taken before a
- * crash simply runs out after the restart.
+ * batch runner is one piece of code over both backends. Leases taken before a
+ * crash are cleared when the store opens (jobstore_sqlite_open): their owner is
+ * gone, and nobody else could hold them.
  * Thread: the store's owner.
  */
 #include "jobstore_sqlite.h"

@@ -270,6 +270,12 @@ int jobstore_sqlite_open(struct jobstore **out, const char *data_dir)
     for (int i = 0; !err && i < n; i++)
         err = jobstore_sqlite_batch_recover(&js->base, bs[i].id);
     jobstore_batches_free(bs, n);
+    /* Leases taken before a crash belong to a process that is gone (the lock says
+     * this one is alone): give them back now, rather than make the restart wait a
+     * lease before it resumes its own batches. */
+    if (!err)
+        err = jobstore_sqlite_db_exec(js, "UPDATE batch_requests SET lease_owner=NULL,"
+                                          " lease_until=NULL WHERE lease_owner IS NOT NULL");
     if (err) {
         sqlite_close(&js->base);
         return err;

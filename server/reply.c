@@ -45,6 +45,16 @@ void reply_store_error(struct exch *x, int err)
                     "freed%s", "");
         return;
     }
+    /* A database that is out of reach (a shared store) comes back by itself: the
+     * client is told to try again, as for an overloaded server. */
+    if (err == ENG_EUNAVAILABLE) {
+        log_error("job store: %s", err_msg());
+        reply_error(x, 503, NULL,
+                    "The job store's database cannot be reached right now; try again "
+                    "shortly%s",
+                    "");
+        return;
+    }
     /* Not-found and invalid come from the user's ids and fields; anything else is
      * the disk or the database, whose message (paths included) is for the
      * operator's log, not for the client. */

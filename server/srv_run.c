@@ -76,7 +76,7 @@ static void stop_everything(struct srv *s)
 {
     if (stopped(s)) return;
     while (s->conns) conn_close(s->conns);
-    batchrun_stop(s->br);
+    batchrun_close(s->br); /* stops it too; its store work still queued runs now */
     uv_close((uv_handle_t *)&s->tick, close_cb_noop);
     /* The signal handlers stay installed to the end (srv_run closes them after the
      * loop): closed now, the next SIGTERM would find the default action and kill
@@ -287,7 +287,11 @@ int srv_run(const struct cfg *cfg)
         s->exit_code = 1;
         goto out;
     }
-    s->br = batchrun_create(s);
+    if (batchrun_create(s, &s->br)) {
+        log_error("%s %s: %s", srv_job_store_kind(cfg), srv_job_store_name(cfg), err_msg());
+        s->exit_code = 1;
+        goto out;
+    }
     uv_signal_init(s->loop, &s->sig_int);
     uv_signal_init(s->loop, &s->sig_term);
     signals_open = true;

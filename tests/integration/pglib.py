@@ -16,7 +16,10 @@ import tempfile
 
 
 class PgServer:
-    def __init__(self):
+    def __init__(self, fsync=False):
+        # fsync off by default: the tests check what a commit means, not the disk's
+        # speed; a benchmark asks for the real thing.
+        self.fsync = fsync
         self.bindir = os.environ.get("H2O_PG_BINDIR") or ""
         if not self.bindir:
             found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
@@ -34,10 +37,20 @@ class PgServer:
         self.data = os.path.join(self.dir, "data")
         self._run("initdb", "-D", self.data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
                   "--locale=C", "--no-sync")
-        self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "server.log"), "-w",
-                  "-s", "-o", f"-k {self.dir} -c listen_addresses='' -c fsync=off "
-                  "-c max_connections=100", "start")
+        self.resume()
         self.n_db = 0
+
+    def resume(self):
+        """Start the server (again, after pause())."""
+        self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "server.log"), "-w",
+                  "-s", "-o", f"-k {self.dir} -c listen_addresses='' "
+                  f"-c fsync={'on' if self.fsync else 'off'} -c max_connections=100",
+                  "start")
+
+    def pause(self):
+        """Stop the server, keeping its data: a database outage (its clients'
+        connections are cut; new ones are refused until resume())."""
+        self._run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "-s", "stop")
 
     def _run(self, prog, *args):
         r = subprocess.run([*self.as_user, os.path.join(self.bindir, prog), *args],

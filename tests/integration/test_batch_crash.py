@@ -9,7 +9,8 @@ points of its progress; counts the server reported before a kill must never go
 down after the restart (a counted result is on disk).
 
 With --pg the job store is a database on a private PostgreSQL server (pglib.py),
-the clean run and the crash run each in its own; the restarts reopen the same one.
+the clean run and the crash run each in its own; the restarts reopen the same one
+and take over the dead server's requests once its leases (2 s here) run out.
 
 TAP output. Usage: test_batch_crash.py H2OSERVE_BINARY [--pg]
 """
@@ -106,7 +107,10 @@ def main():
         from pglib import PgServer
         pg = PgServer()
         STORE["clean"] = ("--job-store", pg.new_db()[0])
-        STORE["crash"] = ("--job-store", pg.new_db()[0])
+        # A kill -9 leaves the dead server's leases in the database; the restarted one
+        # is a new owner and runs those requests once they run out, so the lease is
+        # short here (SQLite clears them at open: one process per data dir).
+        STORE["crash"] = ("--job-store", pg.new_db()[0], "--batch-lease-s", "2")
     try:
         check(input_lines())
     finally:

@@ -5,7 +5,8 @@ everything kept in a private PostgreSQL server (pglib.py), then a second replica
 the same database that sees what the first made and serves the same bytes.
 
 Not here yet (docs/deploy.md): replicas draining one batch together (claims and
-leases), a cancel on one replica stopping another's work, nginx in front.
+leases), a cancel on one replica stopping another's work. Replicas behind nginx:
+test_replicas.py and test_replicas_chaos.py.
 
 TAP output. Usage: test_pg_store.py H2OSERVE_BINARY
 """

@@ -42,7 +42,7 @@ results = []
 
 
 def tap(ok, name, detail=""):
-    results.append(ok)
+    results.append(bool(ok))
     print(("ok" if ok else "not ok") + f" {len(results)} - {name}")
     if not ok and detail:
         for line in str(detail).splitlines()[:20]:
@@ -50,10 +50,40 @@ def tap(ok, name, detail=""):
     sys.stdout.flush()
 
 
-class Server:
-    def __init__(self, *extra, data_dir=None, model=MODEL, cwd=None, defaults=True):
+class Endpoint:
+    """HTTP/1.1 to 127.0.0.1:self.port, one connection per request unless given one:
+    a server, or a proxy in front of servers (nginxlib.Nginx)."""
+    port = None
+
+    def conn(self):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+
+    def request(self, method, path, body=None, headers=None, conn=None):
+        c = conn or self.conn()
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        if body is not None and not isinstance(body, (bytes, str)):
+            body = json.dumps(body)
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        if conn is None:
+            c.close()
+        return r.status, data, r
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+
+class Server(Endpoint):
+    def __init__(self, *extra, data_dir=None, model=MODEL, cwd=None, defaults=True, port=0):
         # Each server gets its own job store (a fresh one unless a test restarts on
         # the same directory): the store is locked by the process that has it open.
+        # port 0 lets the kernel pick one (read back from the log); a fixed port is
+        # for a server restarted where a proxy expects it (nginxlib.Replicas).
         import tempfile
         self.own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="h2oserve-test-")
@@ -63,7 +93,7 @@ class Server:
         args = [*(["--model", model] if model else []), "--dtype", "fp32",
                 "--max-num-seqs", "32", "--max-batched-tokens", "256"] if defaults else []
         self.proc = subprocess.Popen(
-            [BIN, "serve", *args, *extra, "--port", "0", "--data-dir", self.data_dir,
+            [BIN, "serve", *args, *extra, "--port", str(port), "--data-dir", self.data_dir,
              *_job_store_args(self.data_dir)],
             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=cwd,
             env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -96,22 +126,6 @@ class Server:
         self.stop()
         raise RuntimeError("server never became healthy: " + "".join(self.log))
 
-    def conn(self):
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-
-    def request(self, method, path, body=None, headers=None, conn=None):
-        c = conn or self.conn()
-        h = {"Content-Type": "application/json"}
-        h.update(headers or {})
-        if body is not None and not isinstance(body, (bytes, str)):
-            body = json.dumps(body)
-        c.request(method, path, body=body, headers=h)
-        r = c.getresponse()
-        data = r.read()
-        if conn is None:
-            c.close()
-        return r.status, data, r
-
     def stderr_has(self, needle, wait=5.0):
         """Whether the log shows `needle` (the drain thread may be a moment behind)."""
         deadline = time.time() + wait
@@ -121,12 +135,6 @@ class Server:
             if time.time() > deadline:
                 return False
             time.sleep(0.05)
-
-    def get(self, path, **kw):
-        return self.request("GET", path, **kw)
-
-    def post(self, path, body, **kw):
-        return self.request("POST", path, body, **kw)
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
@@ -139,6 +147,14 @@ class Server:
             import shutil
             shutil.rmtree(self.data_dir, ignore_errors=True)
         return rc
+
+    def kill(self):
+        """SIGKILL: no drain, no cleanup (a crash); its own data dir is removed."""
+        self.proc.kill()
+        self.proc.wait()
+        if self.own_dir:
+            import shutil
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 def metric(srv, name):
