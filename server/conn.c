@@ -266,23 +266,28 @@ void conn_finish(struct exch *x)
 }
 
 /* Hand the head exchange's body to the socket: what waits in out, then the file,
- * a chunk at a time while the chunk fits under the limit with the writes whose
- * callbacks have not run (on_written resumes). Those, not only what libuv holds
- * unsent: a write the socket took at once keeps its copy until its callback, in the
- * next loop iteration, and every callback pumps again, so against a client that
- * reads as fast as the body is read (a download from PostgreSQL) the copies of a
- * whole file piled up before. A read error after the head promised Content-Length
- * leaves no way to tell the client but closing the connection. */
+ * a chunk at a time while the chunk fits under the limit with what libuv holds
+ * unsent (on_written resumes). A file's chunks must also fit with the writes whose
+ * callbacks have not run: a write the socket took at once keeps its copy until its
+ * callback, in the next loop iteration, and every callback pumps again, so against a
+ * client that reads as fast as the file is read (a download from PostgreSQL) the
+ * copies of a whole file piled up. Bytes from out are not held back so: their copies
+ * are of bytes already in memory, and a stream's backlog must drain at the old pace
+ * or the chunks it adds meanwhile would pass for a slow client's. A read error after
+ * the head promised Content-Length leaves no way to tell the client but closing the
+ * connection. */
 static void pump(struct exch *x)
 {
     struct conn *c = x->c;
+    uv_stream_t *st = (uv_stream_t *)&c->tcp;
     const size_t limit = write_limit(c);
     const size_t chunk = MIN((size_t)OUT_CHUNK, limit);
     char *buf = NULL;
     for (int i = 0; i < OUT_BURST && !c->closing; i++) {
         const bool mem = x->out_off < x->out_len;
         if (!mem && !(x->file && x->file_left > 0)) break;
-        if (c->wq_bytes + chunk > limit) break;
+        if (uv_stream_get_write_queue_size(st) + chunk > limit) break;
+        if (!mem && c->wq_bytes + chunk > limit) break;
         if (mem) {
             size_t n = MIN(chunk, x->out_len - x->out_off);
             x->out_off += n;
