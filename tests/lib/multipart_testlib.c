@@ -8,6 +8,17 @@
 #include <stdio.h>
 #include <string.h>
 
+const char mp_openai_body[] = "--" MP_B "\r\n"
+                              "Content-Disposition: form-data; name=\"purpose\"\r\n"
+                              "\r\n"
+                              "batch\r\n"
+                              "--" MP_B "\r\n"
+                              "Content-Disposition: form-data; name=\"file\"; "
+                              "filename=\"batch.jsonl\"\r\n"
+                              "Content-Type: application/octet-stream\r\n"
+                              "\r\n" MP_JSONL "\r\n"
+                              "--" MP_B "--\r\n";
+
 uint64_t mp_rng_state = 0x9e3779b97f4a7c15ull;
 
 uint64_t mp_rng(void)
@@ -31,7 +42,7 @@ char *mp_many_parts(int n, size_t *len)
     return body;
 }
 
-void mp_mutate(char *buf, size_t *lenp, size_t cap)
+size_t mp_mutated(char *buf, size_t cap, const char *body, size_t len)
 {
     static const char *pieces[] = {"\r\n",
                                    "\r",
@@ -50,7 +61,8 @@ void mp_mutate(char *buf, size_t *lenp, size_t cap)
                                    "name=",
                                    "filename=\"",
                                    "Content-Disposition: form-data"};
-    size_t len = *lenp;
+    CHECK(len <= cap);
+    memcpy(buf, body, len);
     int n_mut = 1 + (int)(mp_rng() % 8);
     for (int k = 0; k < n_mut; k++) {
         size_t at = len ? (size_t)(mp_rng() % (len + 1)) : 0;
@@ -89,5 +101,5 @@ void mp_mutate(char *buf, size_t *lenp, size_t cap)
         }
         }
     }
-    *lenp = len;
+    return len;
 }

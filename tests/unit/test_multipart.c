@@ -90,24 +90,13 @@ static int data_is(const struct multipart_part *p, const char *s, size_t n)
 
 #define B MP_B
 #define CT "multipart/form-data; boundary=" B
-#define JSONL                                                                              \
-    "{\"custom_id\":\"r1\",\"method\":\"POST\",\"url\":\"/v1/completions\"}\n"             \
-    "{\"custom_id\":\"r2\",\"method\":\"POST\",\"url\":\"/v1/completions\"}\n"
+#define JSONL MP_JSONL
 
 TEST(openai_package_upload)
 {
     /* client.files.create(file=open("batch.jsonl","rb"), purpose="batch") goes
      * through httpx: the data field first, then the file with octet-stream. */
-    struct res r = parse(CT, "--" B "\r\n"
-                             "Content-Disposition: form-data; name=\"purpose\"\r\n"
-                             "\r\n"
-                             "batch\r\n"
-                             "--" B "\r\n"
-                             "Content-Disposition: form-data; name=\"file\"; "
-                             "filename=\"batch.jsonl\"\r\n"
-                             "Content-Type: application/octet-stream\r\n"
-                             "\r\n" JSONL "\r\n"
-                             "--" B "--\r\n");
+    struct res r = parse(CT, mp_openai_body);
     EXPECT_EQ(r.rc, 0);
     EXPECT_EQ(r.n, 2);
     const struct multipart_part *purpose = multipart_find(r.parts, r.n, "purpose");
@@ -589,9 +578,7 @@ TEST(fuzz_mutations)
     char buf[4096];
     int ok = 0;
     for (int iter = 0; iter < 20000; iter++) {
-        size_t len = sizeof small_body - 1;
-        memcpy(buf, small_body, len);
-        mp_mutate(buf, &len, sizeof buf);
+        size_t len = mp_mutated(buf, sizeof buf, small_body, sizeof small_body - 1);
         struct res r = parse_n(CT, buf, len);
         ok += r.rc == 0;
         res_free(&r);

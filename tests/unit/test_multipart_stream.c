@@ -255,22 +255,12 @@ static int agree(const char *ct, const char *body)
 
 /* ---- bodies ---- */
 
-#define JSONL "{\"custom_id\":\"r1\",\"method\":\"POST\",\"url\":\"/v1/completions\"}\n"
-
-static const char openai_body[] = "--" B "\r\n"
-                                  "Content-Disposition: form-data; name=\"purpose\"\r\n"
-                                  "\r\n"
-                                  "batch\r\n"
-                                  "--" B "\r\n"
-                                  "Content-Disposition: form-data; name=\"file\"; "
-                                  "filename=\"batch.jsonl\"\r\n"
-                                  "Content-Type: application/octet-stream\r\n"
-                                  "\r\n" JSONL "\r\n"
-                                  "--" B "--\r\n";
+#define JSONL MP_JSONL
+#define openai_body mp_openai_body
 
 TEST(valid_bodies_agree)
 {
-    EXPECT_EQ(agree_cut(CT, openai_body, sizeof openai_body - 1, SIZE_MAX, 400, 50), 0);
+    EXPECT_EQ(agree_cut(CT, openai_body, strlen(openai_body), SIZE_MAX, 400, 50), 0);
     /* The file first, then the purpose (fields may come in any order). */
     EXPECT_EQ(agree(CT,
                     "--" B "\r\nContent-Disposition: form-data; name=file; "
@@ -459,9 +449,7 @@ TEST(mutations_agree)
     char buf[2048];
     int ok = 0;
     for (int iter = 0; iter < 4000; iter++) {
-        size_t len = sizeof openai_body - 1;
-        memcpy(buf, openai_body, len);
-        mp_mutate(buf, &len, sizeof buf);
+        size_t len = mp_mutated(buf, sizeof buf, openai_body, strlen(openai_body));
         ok += agree_cut(CT, buf, len, 0, 0, 10) == 0;
     }
     EXPECT(ok > 0 && ok < 4000);
@@ -516,7 +504,7 @@ TEST(epilogue_and_empty_feeds)
     struct multipart_stream *s;
     EXPECT_EQ(multipart_stream_create(&s, CT, &sink, &g, NULL), 0);
     EXPECT_EQ(multipart_stream_feed(s, NULL, 0), 0);
-    EXPECT_EQ(multipart_stream_feed(s, openai_body, sizeof openai_body - 1), 0);
+    EXPECT_EQ(multipart_stream_feed(s, openai_body, strlen(openai_body)), 0);
     EXPECT_EQ(g.ends, 1);
     /* After the close delimiter anything is epilogue, even what would be an error. */
     EXPECT_EQ(multipart_stream_feed(s, "--" B "\r\n\r\n\n\n", 40), 0);
