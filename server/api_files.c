@@ -18,17 +18,18 @@
  * [A-Za-z0-9_-] strings before they reach the store or an error message, so a
  * malformed one is simply a file that does not exist (404).
  *
- * Thread: loop. A download streams the body from the store (disk or database) as
- * the client reads it (conn_respond_file), so a file of any size costs a few chunks
- * of memory. An
- * upload's body is already in memory (the HTTP layer buffers it, up to
- * --max-file-bytes), so an upload costs one write and the store's fsyncs.
+ * Thread: loop. Neither direction holds a file in memory. A download streams the
+ * body from the store (disk or database) as the client reads it
+ * (conn_respond_file). An upload's body is streamed by the HTTP layer (http.h:
+ * POST /v1/files is handed over when its head is complete) into files_upload.h,
+ * which parses it as it arrives and writes the file part to the store in 64 KiB
+ * writes, checks the form at the body's end and commits (the store's fsyncs) or
+ * aborts; so a file of any size up to --max-file-bytes costs a few chunks of memory.
  */
 #include "api_files.h"
 
-#include "files_form.h"
+#include "files_upload.h"
 #include "jobstore.h"
-#include "multipart.h"
 #include "query.h"
 #include "reply.h"
 #include "srv.h"
@@ -94,37 +95,70 @@ static cJSON *file_object(const struct jobstore_file *f)
 
 /* ---- POST /v1/files ---- */
 
-static void files_upload(struct exch *x)
+/* The body ended: the verdict (files_upload_finish), then the answer, which may free
+ * x and its upload. */
+static void upload_end(struct exch *x)
 {
-    const struct http_request *r = x->req;
-    struct multipart_part *parts = NULL;
-    int32_t n = 0;
-    char *why = NULL;
-    if (multipart_parse(http_request_header(r, "content-type"), r->body, r->body_len,
-                        &parts, &n, &why)) {
-        /* The parser's message names no user text, so it can go back as is. */
-        files_error(x, 400, NULL, NULL, "%s", why ? why : "malformed multipart body");
-        free(why);
-        return;
-    }
+    struct jobstore_file f = {0};
     struct api_error e = {0};
-    const struct multipart_part *file =
-        files_form_check(parts, n, x->c->s->cfg->max_file_bytes, &e);
-    if (!file) {
+    const int err = files_upload_finish(x->ctx, &f, &e);
+    if (!err) {
+        reply_json(x, file_object(&f));
+        jobstore_file_deinit(&f);
+    } else if (e.status) {
         conn_error(x, &e);
     } else {
-        struct jobstore_file f = {0};
-        int err = jobstore_file_create(x->c->s->js, file->filename, FILES_FORM_PURPOSE,
-                                       file->data, file->len, &f);
-        if (err) {
-            log_error("files: upload of %zu bytes: %s", file->len, err_msg());
-            reply_store_error(x, err);
-        } else {
-            reply_json(x, file_object(&f));
-            jobstore_file_deinit(&f);
-        }
+        log_error("files: upload: %s", err_msg());
+        reply_store_error(x, err);
     }
-    multipart_free(parts, n);
+}
+
+static void upload_data(struct exch *x, const char *data, size_t len)
+{
+    files_upload_write(x->ctx, data, len);
+}
+
+/* The body will not end (the client left, a timeout, the drain, bad framing): the
+ * store's upload goes now, with nothing of it left. */
+static void upload_abort(struct exch *x)
+{
+    files_upload_destroy(x->ctx);
+    x->ctx = NULL;
+}
+
+static void upload_dispose(struct exch *x)
+{
+    files_upload_destroy(x->ctx);
+    x->ctx = NULL;
+}
+
+/*
+ * POST /v1/files, called when the request's head is complete: a Content-Type that
+ * is not multipart/form-data is refused at once (before the body: with
+ * "Expect: 100-continue" the client never sends it); otherwise the body goes to
+ * files_upload as it arrives and is answered at its end. An empty body is not
+ * streamed (http.h) and goes through the same calls at once.
+ */
+static void files_upload(struct exch *x)
+{
+    struct api_error e = {0};
+    struct files_upload *up =
+        files_upload_create(x->c->s->js, http_request_header(x->req, "content-type"),
+                            x->c->s->cfg->max_file_bytes, &e);
+    if (!up) {
+        conn_error(x, &e);
+        return;
+    }
+    x->ctx = up;
+    x->dispose = upload_dispose;
+    if (!x->req->body_streamed) {
+        files_upload_write(up, x->req->body, x->req->body_len);
+        upload_end(x);
+        return;
+    }
+    x->body_data = upload_data;
+    x->body_end = upload_end;
+    x->body_abort = upload_abort;
 }
 
 /* ---- GET /v1/files ---- */

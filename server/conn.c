@@ -14,9 +14,18 @@
  * judged slow by its progress: no write completing for the idle timeout, or a
  * stream that piles more than write_queue_max_bytes on a socket it does not
  * drain.
+ * A streamed body (a file upload) goes from the parser to its exchange's body
+ * callbacks as it is read; its exchange is the last one open (the parser reads
+ * nothing after it until the body ends), and the timeouts, the drain and a closing
+ * connection end it with body_abort.
  * Nothing here calls up into the routes: each request goes to the handler that
  * conn_accept was given, and what a handler hangs on an exchange is released
  * through the exchange's dispose callback.
+ * Why one file of about 720 lines: reading, the exchange queue and writing share
+ * one struct conn whose limits (CONN_MAX_EXCH, write_queue_max_bytes) tie them
+ * together: a write decides when reading resumes, and a streamed body's answer
+ * decides whether the connection reads on; split, each half would need the other's
+ * statics through a header.
  * Thread: loop.
  */
 #include "conn.h"
@@ -64,6 +73,9 @@ static void log_exchange(const struct exch *x)
 
 static void free_exch(struct exch *x)
 {
+    if (x->c->body_x == x) x->c->body_x = NULL; /* the rest of its body is dropped */
+    if (x->body_open && !x->done && x->body_abort) x->body_abort(x);
+    x->body_open = false;
     if (x->file) fclose(x->file);
     /* The handler's state goes first: an unfinished completion notes what it did,
      * for the log line, and cancels its engine requests. */
@@ -255,8 +267,15 @@ void conn_finish(struct exch *x)
 
 /* Hand the head exchange's body to the socket: what waits in out, then the file,
  * a chunk at a time while the chunk fits under the limit with what libuv holds
- * unsent (on_written resumes). A read error after the head promised
- * Content-Length leaves no way to tell the client but closing the connection. */
+ * unsent (on_written resumes). A file's chunks must also fit with the writes whose
+ * callbacks have not run: a write the socket took at once keeps its copy until its
+ * callback, in the next loop iteration, and every callback pumps again, so against a
+ * client that reads as fast as the file is read (a download from PostgreSQL) the
+ * copies of a whole file piled up. Bytes from out are not held back so: their copies
+ * are of bytes already in memory, and a stream's backlog must drain at the old pace
+ * or the chunks it adds meanwhile would pass for a slow client's. A read error after
+ * the head promised Content-Length leaves no way to tell the client but closing the
+ * connection. */
 static void pump(struct exch *x)
 {
     struct conn *c = x->c;
@@ -268,6 +287,7 @@ static void pump(struct exch *x)
         const bool mem = x->out_off < x->out_len;
         if (!mem && !(x->file && x->file_left > 0)) break;
         if (uv_stream_get_write_queue_size(st) + chunk > limit) break;
+        if (!mem && c->wq_bytes + chunk > limit) break;
         if (mem) {
             size_t n = MIN(chunk, x->out_len - x->out_off);
             x->out_off += n;
@@ -298,6 +318,30 @@ static void pump(struct exch *x)
         fclose(x->file);
         x->file = NULL;
     }
+}
+
+/* Read no more requests: the parser is left where it is and never fed again. */
+static void stop_parsing(struct conn *c)
+{
+    c->failed = true;
+    stop_reading(c);
+    free(c->pending);
+    c->pending = NULL;
+    c->pending_len = 0;
+}
+
+/* Whether x's response may keep the connection. One that answers a request whose
+ * body the client still holds back for our 100 Continue cannot: the client may
+ * never send that body, so nothing after the head could be told apart from the next
+ * request. The connection then reads no more. */
+static bool response_keeps(struct exch *x)
+{
+    if (x->await_continue) {
+        x->await_continue = false;
+        stop_parsing(x->c);
+        return false;
+    }
+    return x->req->keep_alive && !x->c->s->draining;
 }
 
 /* Format a response head and queue it. The head is formatted again on the heap
@@ -335,7 +379,7 @@ void conn_respond(struct exch *x, int status, const char *content_type, const ch
                   size_t len, const char *extra_headers)
 {
     char *extra = extra_with_cors(x->c, extra_headers);
-    x->keep_alive = x->req->keep_alive && !x->c->s->draining;
+    x->keep_alive = response_keeps(x);
     x->status = status;
     write_head(x, status, content_type ? content_type : "application/json", (int64_t)len, extra);
     free(extra);
@@ -347,7 +391,7 @@ void conn_respond_file(struct exch *x, int status, const char *content_type, FIL
                        int64_t len)
 {
     char *extra = extra_with_cors(x->c, NULL);
-    x->keep_alive = x->req->keep_alive && !x->c->s->draining;
+    x->keep_alive = response_keeps(x);
     x->status = status;
     write_head(x, status, content_type, len, extra);
     free(extra);
@@ -386,7 +430,7 @@ void conn_stream_start(struct exch *x, int status, const char *content_type)
     /* HTTP/1.0 has no chunked encoding: the body then ends when the connection
      * closes, so that response can never keep the connection. */
     x->chunked = !(x->req->http_major == 1 && x->req->http_minor == 0);
-    x->keep_alive = x->chunked && x->req->keep_alive && !x->c->s->draining;
+    x->keep_alive = response_keeps(x) && x->chunked;
     x->status = status;
     char *extra = extra_with_cors(x->c, "Cache-Control: no-cache\r\n");
     write_head(x, status, content_type, x->chunked ? -1 : -2, extra);
@@ -419,23 +463,80 @@ void conn_stream_end(struct exch *x)
  * the client sends while requests ahead of the error are still running. */
 static void protocol_error(struct conn *c, int status)
 {
-    struct exch *x = xcalloc(1, sizeof *x);
-    x->c = c;
-    x->req = xcalloc(1, sizeof *x->req); /* keep_alive false: closes after the write */
-    if (c->tail) c->tail->next = x;
-    else c->head = x;
-    c->tail = x;
-    c->n_exch++;
-    x->is_head = c->head == x;
-    c->failed = true;
-    if (c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
-    c->reading = false;
-    free(c->pending);
-    c->pending = NULL;
-    c->pending_len = 0;
+    stop_parsing(c);
+    struct exch *x = NULL;
+    if (c->in_body) {
+        /* The error is in a streamed body, whose request has its exchange already:
+         * the error is that request's answer. One answered before (and perhaps sent
+         * and freed) keeps its answer, and the connection closes after it. */
+        x = c->body_x;
+        c->body_x = NULL;
+        c->in_body = false;
+        if (x && x->done) {
+            x->keep_alive = false; /* advance closes once it is sent */
+            return;
+        }
+        if (!x) {
+            if (c->wq_bytes == 0) conn_close(c);
+            else c->close_after_write = true;
+            return;
+        }
+        x->body_open = false;
+        if (x->body_abort) x->body_abort(x);
+        x->req->keep_alive = false;
+    } else {
+        x = xcalloc(1, sizeof *x);
+        x->c = c;
+        x->req = xcalloc(1, sizeof *x->req); /* keep_alive false: closes after the write */
+        if (c->tail) c->tail->next = x;
+        else c->head = x;
+        c->tail = x;
+        c->n_exch++;
+        x->is_head = c->head == x;
+    }
     struct api_error e = {0};
     api_error_set(&e, status, API_ERR_INVALID, NULL, NULL, "%s", http_status_reason(status));
     conn_error(x, &e);
+}
+
+/* The parser's body sink: a streamed body's pieces go to its exchange until that
+ * exchange is answered, and are dropped after (the body is read to its end so that
+ * the connection can carry the next request). A closing connection takes no more:
+ * its exchanges get body_abort in the close callback. */
+static void on_body_data(void *ctx, const char *data, size_t len)
+{
+    struct conn *c = ctx;
+    struct exch *x = c->body_x;
+    if (!x || c->closing) return;
+    x->await_continue = false; /* the client is sending */
+    if (!x->done && x->body_data) x->body_data(x, data, len);
+}
+
+static void on_body_end(void *ctx)
+{
+    struct conn *c = ctx;
+    struct exch *x = c->body_x;
+    c->body_x = NULL;
+    c->in_body = false;
+    if (!x || c->closing) return;
+    x->body_open = false;
+    x->await_continue = false;
+    if (!x->done && x->body_end) x->body_end(x);
+}
+
+/* A streamed request's handler has run. Unless it answered, it takes the body
+ * (body_end is set), and a client that waits for a 100 Continue gets one now,
+ * when nothing is ahead of it (as for a buffered body, the 100 would otherwise come
+ * after responses the client reads first). */
+static void body_started(struct conn *c)
+{
+    struct exch *x = c->body_x;
+    if (!x || x->done || c->closing) return;
+    CHECK(x->body_end != NULL); /* a handler of a streamed request must take its body */
+    if (x->await_continue && x->is_head) {
+        x->await_continue = false;
+        sock_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    }
 }
 
 /* Queue a parsed request and hand it to the connection's handler. */
@@ -450,7 +551,18 @@ static void start_exchange(struct conn *c, struct http_request *r)
     c->tail = x;
     c->n_exch++;
     x->is_head = c->head == x;
+    /* x may be freed by the time the handler returns (answered and sent): what
+     * follows reads it through c->body_x, which free_exch clears. */
+    const bool streamed = r->body_streamed;
+    if (streamed) {
+        c->body_x = x;
+        c->in_body = true;
+        x->body_open = true;
+        /* Known before the handler runs: an answer it gives now replaces the 100. */
+        x->await_continue = http_parser_take_continue(c->parser);
+    }
     c->handle(x);
+    if (streamed) body_started(c);
 }
 
 static void consume_input(struct conn *c)
@@ -579,10 +691,13 @@ void conn_accept(struct srv *s, conn_handler_fn handle)
     struct http_limits lim = http_limits_default();
     lim.max_body_bytes = (size_t)s->cfg->max_body_bytes;
     lim.max_header_bytes = (size_t)s->cfg->max_header_bytes;
-    /* File uploads: the file plus room for the multipart framing around it. */
+    /* File uploads: the file plus room for the multipart framing around it, streamed
+     * to the handler (files_upload.h) rather than held. */
     lim.upload_path = "/v1/files";
     lim.max_upload_bytes = (size_t)s->cfg->max_file_bytes + 64 * 1024;
     c->parser = http_parser_create(&lim);
+    http_parser_set_body_sink(c->parser,
+                              &(struct http_body_sink){on_body_data, on_body_end, c});
     c->last_active = uv_now(s->loop);
     read_more(c);
 }
@@ -604,7 +719,10 @@ void conn_sweep(struct srv *s)
          * under the write-queue limit) is closed once no write has completed for
          * the idle timeout. */
         else if (idle_ms && c->wq_bytes > 0 && now - c->last_written > idle_ms) conn_close(c);
-        else if (idle_ms && quiet && partial && now - c->req_started > idle_ms) conn_close(c);
+        /* A streamed upload is under the same deadline, answered or not. */
+        else if (idle_ms && (quiet || c->in_body) && partial &&
+                 now - c->req_started > idle_ms)
+            conn_close(c);
         else if (s->draining && quiet && !partial) conn_close(c);
     }
 }

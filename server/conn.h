@@ -6,6 +6,9 @@
  * exchange that finishes before the ones ahead of it keeps its bytes until they are
  * done. An exchange owns its request, its buffered bytes and an open file body;
  * what a handler hangs on it (ctx) is the handler's, freed by its dispose callback.
+ * A file upload's body is streamed (http.h): its exchange starts when the request's
+ * head is complete, and the body reaches the handler piece by piece through the
+ * exchange's body callbacks, so it is never whole in memory.
  * Invariant: an exchange stays valid until the call that holds it returns (they are
  * freed in the socket's close callback or once written, never under a caller).
  * Thread: loop only.
@@ -48,6 +51,20 @@ struct exch {
     void (*dispose)(struct exch *x);
     char *log_note;            /* --log-requests: what the request line adds (the
                                   completion's id, tokens and KV policy), or NULL */
+    /* A streamed body (req->body_streamed) arrives after the handler ran. The
+     * handler either answers at once (the rest of the body is then read and
+     * dropped) or sets these before it returns: body_data for each piece (valid
+     * during the call), then exactly one of body_end (the body is complete) or
+     * body_abort (it never will be: the client left, the connection timed out or
+     * the drain ended, or its framing was bad and the connection answers that
+     * itself). body_abort releases what the body held and answers nothing. None is
+     * called once x is answered. */
+    void (*body_data)(struct exch *x, const char *data, size_t len);
+    void (*body_end)(struct exch *x);
+    void (*body_abort)(struct exch *x);
+    bool body_open;            /* the streamed body is still arriving */
+    bool await_continue;       /* the client holds that body back for a 100 Continue
+                                  not sent: an answer now ends the connection */
     /* A body sent from a stream (conn_respond_file): */
     FILE *file; /* ours, and file_left bytes of it are unsent; or NULL */
     int64_t file_left;
@@ -74,13 +91,18 @@ struct conn {
     uint64_t last_written;     /* uv_now() of the last completed write, or of the
                                   first queued one when nothing was pending */
     uint64_t req_started;      /* uv_now() when the partial request buffered began */
+    struct exch *body_x;       /* the exchange whose streamed body is arriving, until
+                                  its end; NULL once that exchange was sent and freed */
+    bool in_body;              /* the parser is inside a streamed body (body_x's, or
+                                  the body of one already answered and freed) */
     bool reading, closing, close_after_write;
     bool failed;               /* a protocol error was answered: never parse again */
     bool consuming;            /* inside consume (it is not re-entered) */
 };
 
 /* Accept a connection on s's listener; each complete request on it goes to
- * `handle`. Thread: loop. */
+ * `handle`, and each file upload (a streamed body) as soon as its head is complete.
+ * Thread: loop. */
 void conn_accept(struct srv *s, conn_handler_fn handle);
 
 /* Close: unlinked from the server at once; its exchanges (disposed, so their

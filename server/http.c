@@ -4,7 +4,9 @@
  * Owns: the llhttp state of one connection, the head of the request being read (in
  * `head`, a byte buffer of NUL-separated strings, until the header section ends),
  * that request once built (`req`, until its body ends) and the queue of complete
- * requests not yet taken.
+ * requests not yet taken. A streamed request (an upload: http.h) is queued as soon as
+ * its head is built, and this file keeps no pointer to it: its body is counted here
+ * (body_len) and handed to the sink piece by piece, never held.
  *
  * Positions: llhttp hands out pointers into the buffer being executed, valid only
  * inside the callback. Every piece is copied at once, and its place in the whole
@@ -14,12 +16,13 @@
  * not contiguous in the stream was folded (obs-fold).
  *
  * Invariants: status != 0 means dead (llhttp is never run again); n_queued <=
- * max_pipelined; queued_body_bytes < max_body_bytes + the largest body limit (the
- * queue stops growing once it reaches max_body_bytes, and one more body is at most
- * its limit: max_body_bytes, or max_upload_bytes on the upload path); head.len <
- * max_header_bytes + a few NULs; req != NULL exactly in PHASE_BODY and
- * PHASE_TRAILER.
- * Why one file of about 800 lines: the llhttp callbacks, the span copying and the
+ * max_pipelined; queued_body_bytes < 2 * max_body_bytes (the queue stops growing once
+ * it reaches max_body_bytes, and one more body is at most that: an upload's larger
+ * body is streamed, never queued); head.len < max_header_bytes + a few NULs; in
+ * PHASE_BODY and PHASE_TRAILER, req != NULL exactly when the body is not streamed;
+ * stream_queued means the streamed request is the queue's last and nothing more is
+ * parsed until it is taken.
+ * Why one file of about 870 lines: the llhttp callbacks, the span copying and the
  * limits all work on one struct http_parser and its invariants above, which only
  * hold if nothing outside this file touches it; the response framing at the end
  * (about 100 lines) would leave the parser alone still over 600. The libFuzzer
@@ -87,11 +90,17 @@ struct http_parser {
     int32_t n_trailers;
     size_t ext_bytes; /* chunk extension bytes of this body */
 
-    struct http_request *req; /* the request whose body is being read */
+    struct http_request *req; /* the request whose body is being read (not streamed) */
+    size_t body_len;          /* bytes of the body read so far (either way) */
     size_t body_cap;          /* allocated bytes of req->body */
     size_t body_total;        /* Content-Length, or 0 when chunked */
     size_t body_limit;        /* this request's: max_body_bytes, or max_upload_bytes */
     bool want_continue;       /* see http_parser_take_continue */
+
+    struct http_body_sink sink; /* where streamed bodies go (data NULL: dropped) */
+    bool streaming;             /* the body being read goes to the sink */
+    bool stream_queued;         /* the streamed request waits in the queue */
+    bool stream_keep_alive;     /* that request's keep_alive */
 
     struct http_request *q_head, *q_tail; /* complete, oldest first */
     int32_t n_queued;
@@ -417,6 +426,18 @@ static struct http_request *build_request(const struct http_parser *p)
     return r;
 }
 
+/* Append a request to the queue of those ready to be taken. */
+static void queue_push(struct http_parser *p, struct http_request *r)
+{
+    if (p->q_tail)
+        p->q_tail->next = r;
+    else
+        p->q_head = r;
+    p->q_tail = r;
+    p->n_queued++;
+    p->queued_body_bytes += r->body_len;
+}
+
 static int on_headers_complete(llhttp_t *ll)
 {
     struct http_parser *p = parser_of(ll);
@@ -454,11 +475,11 @@ static int on_headers_complete(llhttp_t *ll)
         if (st) return fail(p, st);
     }
     struct http_request *r = build_request(p);
-    /* An upload route may take more than other requests; its bodies still count
-     * against the queue's byte bound, so a connection parks at most one of them. */
+    /* An upload route may take more than other requests. */
+    const bool upload = p->lim.upload_path && ll->method == HTTP_POST &&
+                        !strcmp(r->path, p->lim.upload_path);
     p->body_limit = p->lim.max_body_bytes;
-    if (p->lim.upload_path && ll->method == HTTP_POST && !strcmp(r->path, p->lim.upload_path))
-        p->body_limit = MAX(p->lim.max_upload_bytes, p->lim.max_body_bytes);
+    if (upload) p->body_limit = MAX(p->lim.max_upload_bytes, p->lim.max_body_bytes);
     if (has_length && ll->content_length > p->body_limit) {
         http_request_free(r);
         return fail(p, 413);
@@ -475,12 +496,26 @@ static int on_headers_complete(llhttp_t *ll)
     r->expect_continue = expect_continue;
     /* After CONNECT the bytes are a tunnel's, not HTTP: nothing can follow it. */
     r->keep_alive = llhttp_should_keep_alive(ll) && ll->method != HTTP_CONNECT;
-    p->req = r;
+    const bool has_body = chunked || (has_length && ll->content_length);
+    p->body_len = 0;
     p->body_cap = 0;
     p->body_total = has_length ? (size_t)ll->content_length : 0;
     p->phase = PHASE_BODY;
-    p->want_continue = expect_continue && (chunked || (has_length && ll->content_length));
-    return 0;
+    p->want_continue = expect_continue && has_body;
+    if (!(upload && has_body)) {
+        p->req = r;
+        return 0;
+    }
+    /* An upload is handed over now and its body streamed to the sink. An empty one
+     * is not: nothing would feed the parser again to end it. Pausing here stops
+     * llhttp right after the head, so the body waits (unconsumed) until the request
+     * is taken and its taker has made ready for it. */
+    r->body_streamed = true;
+    p->streaming = true;
+    p->stream_queued = true;
+    p->stream_keep_alive = r->keep_alive;
+    queue_push(p, r);
+    return HPE_PAUSED;
 }
 
 static int on_chunk_header(llhttp_t *ll)
@@ -488,7 +523,7 @@ static int on_chunk_header(llhttp_t *ll)
     struct http_parser *p = parser_of(ll);
     /* ll->content_length holds this chunk's size: refuse an oversized body before
      * its bytes arrive. */
-    if (ll->content_length > p->body_limit - p->req->body_len) return fail(p, 413);
+    if (ll->content_length > p->body_limit - p->body_len) return fail(p, 413);
     if (ll->content_length == 0) {
         p->phase = PHASE_TRAILER;
         p->start_set = false;
@@ -511,9 +546,14 @@ static int on_chunk_extension(llhttp_t *ll, const char *at, size_t n)
 static int on_body(llhttp_t *ll, const char *at, size_t n)
 {
     struct http_parser *p = parser_of(ll);
-    struct http_request *r = p->req;
-    if (n > p->body_limit - r->body_len) return fail(p, 413);
+    if (n > p->body_limit - p->body_len) return fail(p, 413);
     p->want_continue = false;
+    p->body_len += n;
+    if (p->streaming) {
+        if (p->sink.data) p->sink.data(p->sink.ctx, at, n);
+        return 0;
+    }
+    struct http_request *r = p->req;
     if (r->body_len + n + 1 > p->body_cap) {
         /* Grow by doubling rather than trusting Content-Length up front, so a
          * client that announces 32 MiB and sends nothing holds no 32 MiB; but never
@@ -542,17 +582,21 @@ static bool queue_full(const struct http_parser *p)
 static int on_message_complete(llhttp_t *ll)
 {
     struct http_parser *p = parser_of(ll);
-    struct http_request *r = p->req;
-    CHECK(r != NULL);
-    p->req = NULL;
-    if (r->body) r->body[r->body_len] = '\0';
-    if (p->q_tail)
-        p->q_tail->next = r;
-    else
-        p->q_head = r;
-    p->q_tail = r;
-    p->n_queued++;
-    p->queued_body_bytes += r->body_len;
+    bool keep_alive;
+    if (p->streaming) {
+        /* The request was taken before its body (the feed stops until it is). */
+        CHECK(!p->stream_queued);
+        p->streaming = false;
+        keep_alive = p->stream_keep_alive;
+        if (p->sink.end) p->sink.end(p->sink.ctx);
+    } else {
+        struct http_request *r = p->req;
+        CHECK(r != NULL);
+        p->req = NULL;
+        if (r->body) r->body[r->body_len] = '\0';
+        keep_alive = r->keep_alive;
+        queue_push(p, r);
+    }
 
     p->phase = PHASE_IDLE;
     p->want_continue = false;
@@ -560,7 +604,7 @@ static int on_message_complete(llhttp_t *ll)
         free(p->head.p);
         p->head = (struct byte_buf){0};
     }
-    if (!r->keep_alive) {
+    if (!keep_alive) {
         /* llhttp drops what follows on its own (its "closed" state); stop here too
          * so the feed reports it consumed and never pauses for nothing. */
         p->closed = true;
@@ -605,6 +649,11 @@ struct http_parser *http_parser_create(const struct http_limits *limits)
     return p;
 }
 
+void http_parser_set_body_sink(struct http_parser *p, const struct http_body_sink *sink)
+{
+    p->sink = *sink;
+}
+
 void http_parser_destroy(struct http_parser *p)
 {
     if (!p) return;
@@ -635,7 +684,7 @@ int http_parser_feed(struct http_parser *p, const char *data, size_t len, size_t
     *consumed = 0;
     if (p->status) return p->status;
     size_t off = 0;
-    while (off < len && !p->closed && !queue_full(p)) {
+    while (off < len && !p->closed && !queue_full(p) && !p->stream_queued) {
         p->base = data + off;
         llhttp_errno_t e = llhttp_execute(&p->ll, data + off, len - off);
         size_t used = len - off;
@@ -655,8 +704,9 @@ int http_parser_feed(struct http_parser *p, const char *data, size_t len, size_t
             break;
         }
         if (e == HPE_PAUSED) {
-            /* The queue is full (on_message_complete): resume now so the next feed
-             * simply executes; the loop condition stops this one. */
+            /* The queue is full (on_message_complete) or a streamed request waits
+             * to be taken (on_headers_complete): resume now so the next feed simply
+             * executes; the loop condition stops this one. */
             llhttp_resume(&p->ll);
         } else if (e == HPE_PAUSED_UPGRADE) {
             /* "Upgrade:" is a request the server may ignore (RFC 9110 7.8): go on
@@ -665,6 +715,9 @@ int http_parser_feed(struct http_parser *p, const char *data, size_t len, size_t
         }
     }
     if (p->status) return p->status;
+    /* Bytes after a streamed request's head are its body on the way: the client is
+     * sending, no 100 is due (as on_body decides for a buffered body). */
+    if (p->stream_queued && off < len) p->want_continue = false;
     if (p->closed) off = len;
     *consumed = off;
     return 0;
@@ -679,11 +732,14 @@ struct http_request *http_parser_take(struct http_parser *p)
     p->n_queued--;
     p->queued_body_bytes -= r->body_len;
     r->next = NULL;
+    if (r->body_streamed) p->stream_queued = false; /* it was the last */
     return r;
 }
 
 bool http_parser_take_continue(struct http_parser *p)
 {
+    /* A streamed request's 100 waits until it is taken (http.h). */
+    if (p->stream_queued) return false;
     bool c = p->want_continue && !p->status;
     p->want_continue = false;
     return c;

@@ -10,6 +10,12 @@
  * Expect, versions other than 1.0/1.1) and copies everything out of llhttp's
  * buffers, so a request owes nothing to the bytes it was parsed from.
  *
+ * Streamed bodies: a POST to the upload path (http_limits.upload_path) with a body
+ * is handed over as soon as its head is complete (body_streamed), and its body then
+ * goes, piece by piece as it is parsed, to the parser's body sink
+ * (http_parser_set_body_sink) instead of into memory, so a file upload of any size
+ * costs the parser nothing. Every other request is buffered whole, as before.
+ *
  * Error statuses: http_parser_feed returns 0 or the HTTP status to answer before
  * closing the connection (400, 413, 417, 431, 501, 505). Those are HTTP statuses,
  * not the engine's negative codes, because the only thing a caller does with them
@@ -31,7 +37,8 @@ struct http_header {
 };
 
 /*
- * One complete request. Every string is NUL-terminated and lives in one block with
+ * One complete request, or a streamed one's head (body_streamed: its body follows
+ * through the body sink). Every string is NUL-terminated and lives in one block with
  * the struct itself (the header array too); the body is a second allocation.
  * http_request_free releases both.
  */
@@ -44,8 +51,10 @@ struct http_request {
     char *query;                 /* after '?', without the fragment; NULL when no '?' */
     struct http_header *headers; /* in arrival order; duplicates are kept */
     int32_t n_headers;
-    char *body;           /* body_len bytes plus a NUL (handy for text); NULL when empty */
-    size_t body_len;      /* after de-chunking */
+    char *body;           /* body_len bytes plus a NUL (handy for text); NULL when empty
+                             or streamed */
+    size_t body_len;      /* after de-chunking; 0 when streamed */
+    bool body_streamed;   /* taken before its body, which goes to the body sink */
     bool keep_alive;      /* the connection may carry another request after this one */
     bool expect_continue; /* sent "Expect: 100-continue" (HTTP/1.1 only) */
     int http_major, http_minor; /* 1.0 or 1.1: anything else was answered with 505 */
@@ -58,7 +67,8 @@ struct http_limits {
                                 any body byte arrives, or from chunk sizes; the chunk
                                 extensions of one body are held to max_header_bytes */
     const char *upload_path; /* POSTs to exactly this path (NULL: none) may carry */
-    size_t max_upload_bytes; /*   up to this much body instead (file uploads) */
+    size_t max_upload_bytes; /*   up to this much body instead (file uploads), and
+                                  a non-empty one is streamed (body_streamed) */
     int32_t max_headers;     /* header fields (and trailer fields); more -> 431 */
     int32_t max_pipelined;   /* complete requests queued in the parser before feed
                                 stops consuming (backpressure); feed also stops
@@ -80,6 +90,20 @@ const char *http_request_header(const struct http_request *r, const char *lowerc
 
 struct http_parser;
 
+/*
+ * Where a streamed body goes (body_streamed). Both callbacks run inside
+ * http_parser_feed, after the request was taken: data for each piece of the body as
+ * it is parsed (de-chunked, len > 0; valid during the call only), then end once when
+ * the body is complete (after a chunked body's trailer section). A body that never
+ * completes gets no end: the feed returns an error status instead, or the caller
+ * stops feeding; the caller knows which request that was.
+ */
+struct http_body_sink {
+    void (*data)(void *ctx, const char *data, size_t len);
+    void (*end)(void *ctx);
+    void *ctx;
+};
+
 /* A parser for one connection's incoming byte stream. The limits are copied; each
  * must be positive (they come from configuration, so a bad one is a CHECK). Caller
  * owns the parser and destroys it. Thread: loop. */
@@ -88,6 +112,10 @@ struct http_parser *http_parser_create(const struct http_limits *limits);
 /* Free the parser, the request it was reading and every request not yet taken.
  * NULL is a no-op. Thread: loop. */
 void http_parser_destroy(struct http_parser *p);
+
+/* Send streamed bodies to `sink` (copied); without one they are parsed and dropped.
+ * Thread: loop. */
+void http_parser_set_body_sink(struct http_parser *p, const struct http_body_sink *sink);
 
 /*
  * Parse `len` bytes of the stream, which go on from the previous call's consumed
@@ -100,7 +128,11 @@ void http_parser_destroy(struct http_parser *p);
  * stops right after the request that filled the queue; the caller stops reading,
  * takes requests, and feeds the rest of the bytes again later (a feed with the
  * queue full consumes nothing). The bound holds only if the caller takes a request
- * when it is ready to work on it, not all of them at once.
+ * when it is ready to work on it, not all of them at once. The feed also stops right
+ * after the head of a streamed request and consumes nothing more until that request
+ * is taken, so its body goes to a sink whose owner knows the request; it then goes
+ * on through the body, calling the sink, without any bound on the body's size but
+ * the limits.
  * After a request that ends the connection (keep_alive false) the parser swallows
  * everything that follows, like llhttp does, since no one will answer it.
  *
@@ -112,7 +144,9 @@ void http_parser_destroy(struct http_parser *p);
  * than chunked, 505 a version other than HTTP/1.0 and 1.1 (HTTP/2 prior knowledge
  * included). An error is sticky: every later feed returns it again, consuming
  * nothing. Requests completed before the error stay queued; *consumed is then
- * meaningless.
+ * meaningless. An error inside a streamed body (400 bad chunk framing, 413 a chunked
+ * body over max_upload_bytes, 431 its trailers) belongs to the streamed request
+ * already taken.
  * Thread: loop.
  */
 int http_parser_feed(struct http_parser *p, const char *data, size_t len, size_t *consumed);
@@ -127,7 +161,9 @@ struct http_request *http_parser_take(struct http_parser *p);
  * arrived yet: the caller then writes "HTTP/1.1 100 Continue\r\n\r\n" (after the
  * responses to the requests queued before it, which come first on the wire), or a
  * final status instead. False once a body byte arrives: the client is sending
- * anyway. Thread: loop.
+ * anyway. For a streamed request it is true only once that request was taken (and
+ * before any of its body), so that the caller can look at the request before it
+ * asks for the body. Thread: loop.
  */
 bool http_parser_take_continue(struct http_parser *p);
 

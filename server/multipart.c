@@ -1,6 +1,8 @@
 /*
- * multipart.c - the multipart/form-data parser: boundary from the Content-Type,
- * delimiters found with memmem, part headers read line by line.
+ * multipart.c - the multipart/form-data parser over a whole body: boundary from the
+ * Content-Type, delimiters found with memmem, part headers read line by line. The
+ * boundary and the part headers are read by the same code for the streaming parser
+ * (multipart_stream.c), through multipart_impl.h, so the two cannot disagree on them.
  *
  * Owns: nothing between calls. During a call, the parts array and its strings until
  * they are handed to the caller (or freed on an error).
@@ -16,6 +18,7 @@
  * Thread: any.
  */
 #include "multipart.h"
+#include "multipart_impl.h"
 
 #include "util.h"
 
@@ -26,20 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
-/* One call's view of the body. delim is "\r\n--" + boundary: the form every
- * delimiter but a first one at offset 0 takes. */
-struct mp_body {
-    const char *b;
-    size_t len;
-    char delim[4 + MULTIPART_MAX_BOUNDARY + 1];
-    size_t delim_len;
-};
-
-static int mp_fail(char **error, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* Set *error (when wanted) to the formatted message and return -1. */
-static int mp_fail(char **error, const char *fmt, ...)
+int multipart_fail(char **error, const char *fmt, ...)
 {
     if (error) {
         char buf[256];
@@ -154,11 +144,11 @@ fail:
     return -1;
 }
 
-/* Read the boundary from the request's Content-Type into m->delim. */
-static int mp_boundary(struct mp_body *m, const char *ct, char **error)
+int multipart_boundary(struct multipart_body *m, const char *ct, char **error)
 {
     if (!ct)
-        return mp_fail(error, "Content-Type must be multipart/form-data with a boundary");
+        return multipart_fail(error,
+                              "Content-Type must be multipart/form-data with a boundary");
     const char *p = mp_skip_ows(ct);
     char *type = mp_token(&p), *subtype = NULL, *boundary = NULL;
     int err = -1;
@@ -168,7 +158,7 @@ static int mp_boundary(struct mp_body *m, const char *ct, char **error)
     }
     if (!subtype || strcasecmp(type, "multipart") != 0 ||
         strcasecmp(subtype, "form-data") != 0) {
-        mp_fail(error, "Content-Type must be multipart/form-data");
+        multipart_fail(error, "Content-Type must be multipart/form-data");
         goto out;
     }
     for (;;) {
@@ -176,7 +166,7 @@ static int mp_boundary(struct mp_body *m, const char *ct, char **error)
         int r = mp_param_next(&p, &name, &value);
         if (r == 0) break;
         if (r < 0) {
-            mp_fail(error, "malformed Content-Type header");
+            multipart_fail(error, "malformed Content-Type header");
             goto out;
         }
         bool is_boundary = strcmp(name, "boundary") == 0;
@@ -188,13 +178,13 @@ static int mp_boundary(struct mp_body *m, const char *ct, char **error)
         if (boundary) {
             /* Two boundaries: two parsers could each pick a different one. */
             free(value);
-            mp_fail(error, "Content-Type has more than one boundary parameter");
+            multipart_fail(error, "Content-Type has more than one boundary parameter");
             goto out;
         }
         boundary = value;
     }
     if (!boundary) {
-        mp_fail(error, "Content-Type multipart/form-data has no boundary parameter");
+        multipart_fail(error, "Content-Type multipart/form-data has no boundary parameter");
         goto out;
     }
     size_t n = strlen(boundary);
@@ -202,8 +192,9 @@ static int mp_boundary(struct mp_body *m, const char *ct, char **error)
     for (size_t i = 0; ok && i < n; i++)
         ok = mp_is_bchar((unsigned char)boundary[i]);
     if (!ok) {
-        mp_fail(error, "multipart boundary must be 1-%d characters allowed by RFC 2046",
-                MULTIPART_MAX_BOUNDARY);
+        multipart_fail(error,
+                       "multipart boundary must be 1-%d characters allowed by RFC 2046",
+                       MULTIPART_MAX_BOUNDARY);
         goto out;
     }
     memcpy(m->delim, "\r\n--", 4);
@@ -219,10 +210,12 @@ out:
 
 /*
  * Whether "--boundary" at `at` is a delimiter line: followed by "--" (the close
- * delimiter; the epilogue after it is ignored) or by optional transport padding and
- * CRLF. On true, *next is the first byte after it and *close says which it was.
+ * delimiter; the epilogue after it is ignored) or by at most MULTIPART_MAX_PADDING
+ * bytes of transport padding and CRLF. On true, *next is the first byte after it and
+ * *close says which it was.
  */
-static bool mp_delim_at(const struct mp_body *m, size_t at, size_t *next, bool *close)
+static bool mp_delim_at(const struct multipart_body *m, size_t at, size_t *next,
+                        bool *close)
 {
     const char *b = m->b;
     size_t dl = m->delim_len - 2; /* without the CRLF */
@@ -233,7 +226,8 @@ static bool mp_delim_at(const struct mp_body *m, size_t at, size_t *next, bool *
         *close = true;
         return true;
     }
-    while (p < m->len && (b[p] == ' ' || b[p] == '\t'))
+    const size_t pad0 = p;
+    while (p < m->len && p - pad0 < MULTIPART_MAX_PADDING && (b[p] == ' ' || b[p] == '\t'))
         p++;
     if (m->len - p >= 2 && b[p] == '\r' && b[p + 1] == '\n') {
         *next = p + 2;
@@ -245,8 +239,8 @@ static bool mp_delim_at(const struct mp_body *m, size_t at, size_t *next, bool *
 
 /* The first delimiter at or after `from` in its CRLF form: *at is where its CRLF
  * starts (the end of the data before it). */
-static bool mp_find_delim(const struct mp_body *m, size_t from, size_t *at, size_t *next,
-                          bool *close)
+static bool mp_find_delim(const struct multipart_body *m, size_t from, size_t *at,
+                          size_t *next, bool *close)
 {
     while (from < m->len) {
         const char *hit = memmem(m->b + from, m->len - from, m->delim, m->delim_len);
@@ -261,7 +255,7 @@ static bool mp_find_delim(const struct mp_body *m, size_t from, size_t *at, size
     return false;
 }
 
-static void mp_part_clear(struct multipart_part *p)
+void multipart_part_clear(struct multipart_part *p)
 {
     free(p->name);
     free(p->filename);
@@ -278,14 +272,15 @@ static int mp_disposition(const char *v, int32_t idx, struct multipart_part *par
     bool form_data = type && strcasecmp(type, "form-data") == 0;
     free(type);
     if (!form_data)
-        return mp_fail(error, "multipart part %d: Content-Disposition must be form-data",
-                       idx);
+        return multipart_fail(
+            error, "multipart part %d: Content-Disposition must be form-data", idx);
     for (;;) {
         char *name, *value;
         int r = mp_param_next(&p, &name, &value);
         if (r == 0) break;
         if (r < 0)
-            return mp_fail(error, "multipart part %d: malformed Content-Disposition", idx);
+            return multipart_fail(error, "multipart part %d: malformed Content-Disposition",
+                                  idx);
         /* filename* (RFC 5987) is ignored: RFC 7578 tells senders not to use it,
          * and the name we would store is never used as a path anyway. */
         char **slot = strcmp(name, "name") == 0       ? &part->name
@@ -294,7 +289,7 @@ static int mp_disposition(const char *v, int32_t idx, struct multipart_part *par
         free(name);
         if (slot && *slot) {
             free(value);
-            return mp_fail(
+            return multipart_fail(
                 error, "multipart part %d: repeated Content-Disposition parameter", idx);
         }
         if (slot)
@@ -303,16 +298,12 @@ static int mp_disposition(const char *v, int32_t idx, struct multipart_part *par
             free(value);
     }
     if (!part->name || part->name[0] == '\0')
-        return mp_fail(error, "multipart part %d has no name in its Content-Disposition",
-                       idx);
+        return multipart_fail(
+            error, "multipart part %d has no name in its Content-Disposition", idx);
     return 0;
 }
 
-/*
- * Read the header section of part `idx` (1-based, for messages) that starts at *pos
- * and fill `part` from it; *pos moves past the blank line that ends it.
- */
-static int mp_headers(const struct mp_body *m, size_t *pos, int32_t idx,
+int multipart_headers(const struct multipart_body *m, size_t *pos, int32_t idx,
                       struct multipart_part *part, char **error)
 {
     const char *b = m->b;
@@ -328,16 +319,17 @@ static int mp_headers(const struct mp_body *m, size_t *pos, int32_t idx,
             q++;
         if (q - start >= MULTIPART_MAX_HEADER_BYTES ||
             (q < m->len && q + 2 - start > MULTIPART_MAX_HEADER_BYTES)) {
-            mp_fail(error, "multipart part %d: header section over %d bytes", idx,
-                    MULTIPART_MAX_HEADER_BYTES);
+            multipart_fail(error, "multipart part %d: header section over %d bytes", idx,
+                           MULTIPART_MAX_HEADER_BYTES);
             goto out;
         }
         if (m->len - q < 2) {
-            mp_fail(error, "multipart body ends before its closing boundary delimiter");
+            multipart_fail(error,
+                           "multipart body ends before its closing boundary delimiter");
             goto out;
         }
         if (b[q] != '\r' || b[q + 1] != '\n') {
-            mp_fail(error, "multipart part %d: header line not ended by CRLF", idx);
+            multipart_fail(error, "multipart part %d: header line not ended by CRLF", idx);
             goto out;
         }
         if (q == p) {
@@ -350,7 +342,7 @@ static int mp_headers(const struct mp_body *m, size_t *pos, int32_t idx,
         while (c < q && mp_is_tchar((unsigned char)b[c]))
             c++;
         if (c == p || c == q || b[c] != ':') {
-            mp_fail(error, "multipart part %d: malformed header line", idx);
+            multipart_fail(error, "multipart part %d: malformed header line", idx);
             goto out;
         }
         size_t name_len = c - p, v0 = c + 1, v1 = q;
@@ -360,7 +352,8 @@ static int mp_headers(const struct mp_body *m, size_t *pos, int32_t idx,
             v1--;
         for (size_t i = v0; i < v1; i++) {
             if (!mp_is_field_char((unsigned char)b[i])) {
-                mp_fail(error, "multipart part %d: control character in a header", idx);
+                multipart_fail(error, "multipart part %d: control character in a header",
+                               idx);
                 goto out;
             }
         }
@@ -372,15 +365,15 @@ static int mp_headers(const struct mp_body *m, size_t *pos, int32_t idx,
         if (slot && *slot) {
             /* Two of either leave the part's meaning up to whichever one a reader
              * picks; refuse rather than choose. */
-            mp_fail(error, "multipart part %d: repeated %s header", idx,
-                    slot == &disp ? "Content-Disposition" : "Content-Type");
+            multipart_fail(error, "multipart part %d: repeated %s header", idx,
+                           slot == &disp ? "Content-Disposition" : "Content-Type");
             goto out;
         }
         if (slot) *slot = xstrndup(b + v0, v1 - v0);
         p = q + 2;
     }
     if (!disp) {
-        mp_fail(error, "multipart part %d has no Content-Disposition header", idx);
+        multipart_fail(error, "multipart part %d has no Content-Disposition header", idx);
         goto out;
     }
     err = mp_disposition(disp, idx, part, error);
@@ -392,13 +385,13 @@ out:
 int multipart_parse(const char *content_type_header, const char *body, size_t len,
                     struct multipart_part **parts, int32_t *n_parts, char **error)
 {
-    struct mp_body m = {.b = body, .len = len};
+    struct multipart_body m = {.b = body, .len = len};
     struct multipart_part *arr = NULL, cur = {0};
     int32_t n = 0, cap = 0;
     *parts = NULL;
     *n_parts = 0;
     if (error) *error = NULL;
-    if (mp_boundary(&m, content_type_header, error)) return -1;
+    if (multipart_boundary(&m, content_type_header, error)) return -1;
     if (len > 0) CHECK(body != NULL);
 
     /* The first delimiter may open the body with no CRLF before it; otherwise it
@@ -406,15 +399,16 @@ int multipart_parse(const char *content_type_header, const char *body, size_t le
     size_t pos, at;
     bool close;
     if (!mp_delim_at(&m, 0, &pos, &close) && !mp_find_delim(&m, 0, &at, &pos, &close)) {
-        mp_fail(error, "multipart body has no boundary delimiter line");
+        multipart_fail(error, "multipart body has no boundary delimiter line");
         goto fail;
     }
     while (!close) {
         if (n == MULTIPART_MAX_PARTS) {
-            mp_fail(error, "multipart body has more than %d parts", MULTIPART_MAX_PARTS);
+            multipart_fail(error, "multipart body has more than %d parts",
+                           MULTIPART_MAX_PARTS);
             goto fail;
         }
-        if (mp_headers(&m, &pos, n + 1, &cur, error)) goto fail;
+        if (multipart_headers(&m, &pos, n + 1, &cur, error)) goto fail;
         /* RFC 2046 makes a part's body optional (body-part := headers [CRLF
          * *OCTET]), and without one the CRLF that ends the header section is also
          * the next delimiter's: "name=a\r\n\r\n--boundary". */
@@ -422,7 +416,8 @@ int multipart_parse(const char *content_type_header, const char *body, size_t le
         if (mp_delim_at(&m, data, &pos, &close)) {
             at = data;
         } else if (!mp_find_delim(&m, data, &at, &pos, &close)) {
-            mp_fail(error, "multipart body ends before its closing boundary delimiter");
+            multipart_fail(error,
+                           "multipart body ends before its closing boundary delimiter");
             goto fail;
         }
         cur.data = body + data;
@@ -438,7 +433,7 @@ int multipart_parse(const char *content_type_header, const char *body, size_t le
     *n_parts = n;
     return 0;
 fail:
-    mp_part_clear(&cur);
+    multipart_part_clear(&cur);
     multipart_free(arr, n);
     return -1;
 }
@@ -447,7 +442,7 @@ void multipart_free(struct multipart_part *parts, int32_t n)
 {
     if (!parts) return;
     for (int32_t i = 0; i < n; i++)
-        mp_part_clear(&parts[i]);
+        multipart_part_clear(&parts[i]);
     free(parts);
 }
 

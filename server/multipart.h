@@ -1,6 +1,8 @@
 /*
- * multipart.h - a multipart/form-data body parser (RFC 7578 over RFC 2046), for
- * POST /v1/files: a request body in, its parts out.
+ * multipart.h - multipart/form-data body parsers (RFC 7578 over RFC 2046), for
+ * POST /v1/files: a whole request body in, its parts out (multipart_parse, here), or
+ * the body fed in pieces as it arrives, events out (multipart_stream.h). The two
+ * accept the same bodies and refuse the others with the same messages.
  *
  * A pure module: no sockets, no clock, no state. The body is never copied, because
  * an uploaded batch file may be hundreds of megabytes; each part's data points into
@@ -15,8 +17,8 @@
  * (name required, filename optional, other parameters such as filename* ignored)
  * and an optional Content-Type; other part headers are ignored. The CRLF before each
  * delimiter belongs to the delimiter, not to the data, and a "--boundary" that is not
- * at the start of a line, or is followed by anything but spaces/tabs and CRLF or
- * "--", is data.
+ * at the start of a line, or is followed by anything but "--", or at most
+ * MULTIPART_MAX_PADDING spaces/tabs and CRLF, is data.
  *
  * Thread: any (no shared state).
  */
@@ -33,6 +35,12 @@
 #define MULTIPART_MAX_HEADER_BYTES 8192
 /* RFC 2046's limit on a boundary's length. */
 #define MULTIPART_MAX_BOUNDARY 70
+/* Transport padding (spaces and tabs between a boundary and its CRLF) a delimiter
+ * line may carry. RFC 2046 forbids senders to add any and asks receivers to bear what
+ * a mail transport added, which is a few bytes; the cap is what lets the streaming
+ * parser hold back a bounded number of bytes (a delimiter still being matched)
+ * however the body is cut. A line with more padding is data. */
+#define MULTIPART_MAX_PADDING 64
 
 /*
  * One part. The strings are NUL-terminated heap copies owned by the parts array

@@ -5,13 +5,18 @@
  *
  * The first input byte picks how the rest is cut into feeds and which limits
  * apply, so one corpus explores split fields and the limit paths (tiny limits make
- * 413/431 reachable with short inputs, and max_pipelined 1..4 the backpressure).
+ * 413/431 reachable with short inputs, and max_pipelined 1..4 the backpressure),
+ * and whether POST /v1/files streams its body to a sink (the upload path).
  * Each piece goes through its own heap copy, freed after the feed: ASan then
  * catches any pointer the parser keeps into its input.
  * Beyond the sanitizers it checks the contract: only the documented statuses,
- * progress after every take (no stall), and well-formed requests.
+ * progress after every take (no stall), and well-formed requests; a streamed body
+ * reaches the sink only after its request was taken, within the upload limit, and
+ * ends at most once.
  */
 #include "http.h"
+
+#include "util.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,13 +27,39 @@
         if (!(cond)) abort();                                                              \
     } while (0)
 
-static void use_request(struct http_request *r)
+/* The streamed body under way: its request was taken and its end has not come. */
+struct stream_check {
+    bool open;
+    size_t bytes, limit;
+};
+
+static void on_data(void *ctx, const char *data, size_t len)
+{
+    struct stream_check *sc = ctx;
+    REQUIRE(sc->open && len > 0 && len <= sc->limit - sc->bytes);
+    sc->bytes += len;
+    (void)data[len - 1];
+}
+
+static void on_end(void *ctx)
+{
+    struct stream_check *sc = ctx;
+    REQUIRE(sc->open);
+    sc->open = false;
+}
+
+static void use_request(struct http_request *r, struct stream_check *sc)
 {
     char head[512];
     char chunk[20];
     REQUIRE(r->method && r->target && r->path);
     REQUIRE(r->http_major == 1 && (r->http_minor == 0 || r->http_minor == 1));
     REQUIRE((r->body == NULL) == (r->body_len == 0));
+    if (r->body_streamed) {
+        REQUIRE(!sc->open && r->body == NULL && strcmp(r->method, "POST") == 0);
+        sc->open = true;
+        sc->bytes = 0;
+    }
     if (r->body) REQUIRE(r->body[r->body_len] == '\0');
     for (int32_t i = 0; i < r->n_headers; i++) {
         REQUIRE(r->headers[i].name[0] != '\0');
@@ -64,8 +95,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         lim.max_headers = 4;
     }
     size_t step = steps[mode & 7];
+    if (mode & 8) {
+        lim.upload_path = "/v1/files";
+        lim.max_upload_bytes = mode & 0x80 ? 256 : 1 << 20;
+    }
 
     struct http_parser *p = http_parser_create(&lim);
+    struct stream_check sc = {.limit = MAX(lim.max_upload_bytes, lim.max_body_bytes)};
+    http_parser_set_body_sink(p, &(struct http_body_sink){on_data, on_end, &sc});
     size_t off = 0;
     while (off < size) {
         size_t n = size - off < step ? size - off : step;
@@ -79,7 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct http_request *r;
         int taken = 0;
         while ((r = http_parser_take(p)) != NULL) {
-            use_request(r);
+            use_request(r, &sc);
             taken++;
         }
         if (st) {
@@ -90,8 +127,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         }
         REQUIRE(used <= n);
-        /* Consuming less is backpressure, which only a full queue causes: after
-         * taking everything the next feed must move. */
+        /* Consuming less is backpressure, which only a full queue or a streamed
+         * request's head causes: after taking everything the next feed must move. */
         if (used < n) REQUIRE(taken > 0 && taken <= lim.max_pipelined);
         off += used;
     }

@@ -8,6 +8,12 @@
 
 uint64_t rng_state;
 
+void result_init(struct result *res)
+{
+    memset(res, 0, sizeof *res);
+    res->streaming = -1;
+}
+
 void result_free(struct result *res)
 {
     for (int i = 0; i < res->n; i++)
@@ -19,12 +25,44 @@ void take_all(struct http_parser *p, struct result *res)
 {
     struct http_request *r;
     while ((r = http_parser_take(p)) != NULL) {
-        if (res->n < MAX_REQS)
+        if (res->n < MAX_REQS) {
+            if (r->body_streamed) {
+                if (res->streaming >= 0) res->bad_events++; /* the last one never ended */
+                res->streaming = res->n;
+            }
             res->reqs[res->n++] = r;
-        else
+        } else {
             http_request_free(r);
+        }
     }
 }
+
+static void result_data(void *ctx, const char *data, size_t len)
+{
+    struct result *res = ctx;
+    if (res->streaming < 0 || len == 0) {
+        res->bad_events++;
+        return;
+    }
+    struct http_request *r = res->reqs[res->streaming];
+    r->body = xrealloc(r->body, r->body_len + len + 1);
+    memcpy(r->body + r->body_len, data, len);
+    r->body_len += len;
+    r->body[r->body_len] = '\0';
+}
+
+static void result_end(void *ctx)
+{
+    struct result *res = ctx;
+    if (res->streaming < 0) {
+        res->bad_events++;
+        return;
+    }
+    res->ended[res->streaming] = true;
+    res->streaming = -1;
+}
+
+const struct http_body_sink result_sink = {result_data, result_end, NULL};
 
 uint32_t rng_next(void)
 {
@@ -35,8 +73,11 @@ uint32_t rng_next(void)
 void parse_steps(const char *s, size_t len, const struct http_limits *lim, size_t step,
                  struct result *res)
 {
-    memset(res, 0, sizeof *res);
+    result_init(res);
     struct http_parser *p = http_parser_create(lim);
+    struct http_body_sink sink = result_sink;
+    sink.ctx = res;
+    http_parser_set_body_sink(p, &sink);
     size_t off = 0;
     while (off < len) {
         size_t n = step ? step : 1 + rng_next() % 64;
@@ -90,9 +131,10 @@ char *dump(const struct result *res)
     for (int i = 0; i < res->n && len < cap; i++) {
         const struct http_request *r = res->reqs[i];
         len += (size_t)snprintf(
-            out + len, cap - len, "%s %s path=%s query=%s %d.%d ka=%d ec=%d\n", r->method,
-            r->target, r->path, r->query ? r->query : "(null)", r->http_major,
-            r->http_minor, r->keep_alive, r->expect_continue);
+            out + len, cap - len, "%s %s path=%s query=%s %d.%d ka=%d ec=%d%s%s\n",
+            r->method, r->target, r->path, r->query ? r->query : "(null)", r->http_major,
+            r->http_minor, r->keep_alive, r->expect_continue,
+            r->body_streamed ? " streamed" : "", res->ended[i] ? " ended" : "");
         for (int32_t h = 0; h < r->n_headers && len < cap; h++)
             len += (size_t)snprintf(out + len, cap - len, "  [%s]=[%s]\n",
                                     r->headers[h].name, r->headers[h].value);

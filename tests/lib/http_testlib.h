@@ -20,7 +20,18 @@ struct result {
     int n;
     struct http_request *reqs[MAX_REQS];
     bool continues; /* take_continue was true after some feed */
+    /* Streamed bodies (http_limits.upload_path): the sink appends each to its taken
+     * request's body, so a dump shows it like a buffered one. */
+    int streaming;        /* index of the request whose body streams, or -1 */
+    bool ended[MAX_REQS]; /* the sink's end came for that streamed request */
+    int bad_events;       /* sink calls with no streamed request taken */
 };
+
+/* The sink parse_steps gives its parser; ctx is the result. */
+extern const struct http_body_sink result_sink;
+
+/* An empty result (no streamed request taken yet). */
+void result_init(struct result *res);
 
 void result_free(struct result *res);
 
@@ -35,7 +46,7 @@ uint32_t rng_next(void);
  * Feed `len` bytes to a fresh parser in pieces: `step` bytes each, or random sizes
  * 1..64 when step is 0, or all at once when step >= len. A piece the parser does
  * not fully consume (backpressure) is fed again after taking the queued requests,
- * the way a connection resumes reading.
+ * the way a connection resumes reading. Streamed bodies go to result_sink.
  */
 void parse_steps(const char *s, size_t len, const struct http_limits *lim, size_t step,
                  struct result *res);
@@ -46,7 +57,9 @@ int parse_status(const char *s);
 
 int parse_status_lim(const char *s, const struct http_limits *lim, size_t step);
 
-/* A canonical text of the requests and status, to compare parses. Caller frees. */
+/* A canonical text of the requests and status, to compare parses; a streamed
+ * request's line ends with " streamed" and, when its body ended, " ended". Caller
+ * frees. */
 char *dump(const struct result *res);
 
 /* ---- fixtures ---- */

@@ -19,6 +19,7 @@
  * be named for the module it tests.
  */
 #include "multipart.h"
+#include "multipart_testlib.h"
 #include "test.h"
 #include "util.h"
 
@@ -87,26 +88,15 @@ static int data_is(const struct multipart_part *p, const char *s, size_t n)
             TEST_FAIL("error \"%s\" lacks \"%s\"", (r).err, (what));                       \
     } while (0)
 
-#define B "a3f1c0de9b8e4d7f8a6b5c4d3e2f1a0b"
+#define B MP_B
 #define CT "multipart/form-data; boundary=" B
-#define JSONL                                                                              \
-    "{\"custom_id\":\"r1\",\"method\":\"POST\",\"url\":\"/v1/completions\"}\n"             \
-    "{\"custom_id\":\"r2\",\"method\":\"POST\",\"url\":\"/v1/completions\"}\n"
+#define JSONL MP_JSONL
 
 TEST(openai_package_upload)
 {
     /* client.files.create(file=open("batch.jsonl","rb"), purpose="batch") goes
      * through httpx: the data field first, then the file with octet-stream. */
-    struct res r = parse(CT, "--" B "\r\n"
-                             "Content-Disposition: form-data; name=\"purpose\"\r\n"
-                             "\r\n"
-                             "batch\r\n"
-                             "--" B "\r\n"
-                             "Content-Disposition: form-data; name=\"file\"; "
-                             "filename=\"batch.jsonl\"\r\n"
-                             "Content-Type: application/octet-stream\r\n"
-                             "\r\n" JSONL "\r\n"
-                             "--" B "--\r\n");
+    struct res r = parse(CT, mp_openai_body);
     EXPECT_EQ(r.rc, 0);
     EXPECT_EQ(r.n, 2);
     const struct multipart_part *purpose = multipart_find(r.parts, r.n, "purpose");
@@ -309,6 +299,35 @@ TEST(preamble_epilogue_padding)
     res_free(&r);
 }
 
+TEST(padding_cap)
+{
+    /* Transport padding up to MULTIPART_MAX_PADDING bytes is part of a delimiter
+     * line; with one byte more the line is data (so a streaming parser need only hold
+     * back a bounded line). */
+    char pad[MULTIPART_MAX_PADDING + 2], body[512];
+    memset(pad, ' ', sizeof pad);
+    pad[1] = '\t';
+    pad[MULTIPART_MAX_PADDING] = '\0';
+    snprintf(body, sizeof body,
+             "--" B "%s\r\nContent-Disposition: form-data; name=a\r\n\r\nv\r\n--" B "--",
+             pad);
+    struct res r = parse(CT, body);
+    EXPECT_EQ(r.rc, 0);
+    EXPECT_EQ(r.n, 1);
+    res_free(&r);
+    pad[MULTIPART_MAX_PADDING] = ' ';
+    pad[MULTIPART_MAX_PADDING + 1] = '\0';
+    snprintf(body, sizeof body,
+             "--" B "\r\nContent-Disposition: form-data; name=a\r\n\r\nv\r\n--" B
+             "%s\r\nw\r\n--" B "--",
+             pad);
+    r = parse(CT, body);
+    EXPECT_EQ(r.rc, 0);
+    EXPECT_EQ(r.n, 1);
+    if (r.n == 1) EXPECT_EQ(r.parts[0].len, 1 + 2 + 2 + strlen(B) + strlen(pad) + 2 + 1);
+    res_free(&r);
+}
+
 TEST(missing_closing_delimiter)
 {
     const char *cases[] = {
@@ -449,24 +468,10 @@ TEST(bad_part_headers)
 #undef H
 }
 
-/* A body of n parts named p0, p1, ... */
-static char *many_parts(int n, size_t *len)
-{
-    size_t cap = (size_t)n * 128 + 64, l = 0;
-    char *body = malloc(cap);
-    for (int i = 0; i < n; i++)
-        l += (size_t)snprintf(
-            body + l, cap - l,
-            "--" B "\r\nContent-Disposition: form-data; name=p%d\r\n\r\n%d\r\n", i, i);
-    l += (size_t)snprintf(body + l, cap - l, "--" B "--\r\n");
-    *len = l;
-    return body;
-}
-
 TEST(part_limit)
 {
     size_t len;
-    char *body = many_parts(MULTIPART_MAX_PARTS, &len);
+    char *body = mp_many_parts(MULTIPART_MAX_PARTS, &len);
     struct res r = parse_n(CT, body, len);
     EXPECT_EQ(r.rc, 0);
     EXPECT_EQ(r.n, MULTIPART_MAX_PARTS);
@@ -474,7 +479,7 @@ TEST(part_limit)
     res_free(&r);
     free(body);
 
-    body = many_parts(MULTIPART_MAX_PARTS + 1, &len);
+    body = mp_many_parts(MULTIPART_MAX_PARTS + 1, &len);
     r = parse_n(CT, body, len);
     EXPECT_ERR(r, "more than 64 parts");
     res_free(&r);
@@ -567,79 +572,13 @@ TEST(every_truncation)
     }
 }
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng(void)
-{
-    /* xorshift64*: deterministic, so a failure reproduces. */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
 TEST(fuzz_mutations)
 {
     /* Mutate the valid body with the bytes and pieces the parser cares about. */
-    static const char *pieces[] = {"\r\n",
-                                   "\r",
-                                   "\n",
-                                   "--",
-                                   "--" B,
-                                   "\r\n--" B,
-                                   "\"",
-                                   "\\",
-                                   ";",
-                                   "=",
-                                   ":",
-                                   "\r\n\r\n",
-                                   " ",
-                                   "\0",
-                                   "name=",
-                                   "filename=\"",
-                                   "Content-Disposition: form-data"};
     char buf[4096];
     int ok = 0;
     for (int iter = 0; iter < 20000; iter++) {
-        size_t len = sizeof small_body - 1;
-        memcpy(buf, small_body, len);
-        int n_mut = 1 + (int)(rng() % 8);
-        for (int k = 0; k < n_mut; k++) {
-            size_t at = len ? (size_t)(rng() % (len + 1)) : 0;
-            switch (rng() % 5) {
-            case 0: /* flip a byte */
-                if (at < len) buf[at] = (char)rng();
-                break;
-            case 1: /* delete a run */
-                if (at < len) {
-                    size_t d = 1 + (size_t)(rng() % 16);
-                    if (d > len - at) d = len - at;
-                    memmove(buf + at, buf + at + d, len - at - d);
-                    len -= d;
-                }
-                break;
-            case 2: { /* insert a piece */
-                const char *p = pieces[rng() % ARRAY_LEN(pieces)];
-                size_t pl = p[0] ? strlen(p) : 1;
-                if (len + pl < sizeof buf) {
-                    memmove(buf + at + pl, buf + at, len - at);
-                    memcpy(buf + at, p, pl);
-                    len += pl;
-                }
-                break;
-            }
-            case 3: /* truncate */ len = at; break;
-            case 4: { /* duplicate a slice (repeats parts and headers) */
-                size_t s = len ? (size_t)(rng() % len) : 0, d = (size_t)(rng() % 200);
-                if (d > len - s) d = len - s;
-                if (len + d < sizeof buf) {
-                    memmove(buf + at + d, buf + at, len - at);
-                    memmove(buf + at, buf + (s < at ? s : s + d), d);
-                    len += d;
-                }
-                break;
-            }
-            }
-        }
+        size_t len = mp_mutated(buf, sizeof buf, small_body, sizeof small_body - 1);
         struct res r = parse_n(CT, buf, len);
         ok += r.rc == 0;
         res_free(&r);
@@ -657,17 +596,17 @@ TEST(fuzz_garbage)
     static const char alphabet[] = "-\r\n\"\\;=: abx";
     char buf[512], ct[96];
     for (int iter = 0; iter < 20000; iter++) {
-        size_t len = (size_t)(rng() % sizeof buf);
+        size_t len = (size_t)(mp_rng() % sizeof buf);
         for (size_t i = 0; i < len; i++)
-            buf[i] =
-                (rng() % 4 == 0) ? (char)rng() : alphabet[rng() % (sizeof alphabet - 1)];
+            buf[i] = (mp_rng() % 4 == 0) ? (char)mp_rng()
+                                         : alphabet[mp_rng() % (sizeof alphabet - 1)];
         if (iter % 2) {
             snprintf(ct, sizeof ct, "multipart/form-data; boundary=ab");
         } else {
-            size_t cl = (size_t)(rng() % 40);
+            size_t cl = (size_t)(mp_rng() % 40);
             int l = snprintf(ct, sizeof ct, "multipart/form-data;");
             for (size_t i = 0; i < cl; i++) {
-                char c = alphabet[rng() % (sizeof alphabet - 1)];
+                char c = alphabet[mp_rng() % (sizeof alphabet - 1)];
                 ct[l++] = c == '\r' || c == '\n' ? 'b' : c;
             }
             ct[l] = '\0';
@@ -686,6 +625,7 @@ int main(void)
     RUN(binary_data);
     RUN(empty_parts);
     RUN(preamble_epilogue_padding);
+    RUN(padding_cap);
     RUN(missing_closing_delimiter);
     RUN(bad_content_type);
     RUN(bad_part_headers);
