@@ -135,42 +135,51 @@ AMX_TARGET static void store_item(const float *c, int64_t row0, int64_t rows, in
     }
 }
 
-AMX_TARGET static void gemm_tiles(const struct cpu_amx_weights *w, const uint16_t *src,
-                                  const uint16_t *tail, int64_t m, const float *bias,
-                                  bool relu, void *dst, enum dtype dt)
+/* One thread's share of gemm_tiles: its tile configuration, its items of the
+ * static schedule, its release. A function of its own, called inside the parallel
+ * region, because clang outlines a parallel region into a function that does not
+ * inherit AMX_TARGET (clang 14 then cannot compile the tile intrinsics in it). */
+AMX_TARGET static void gemm_thread(const struct cpu_amx_weights *w, const uint16_t *src,
+                                   const uint16_t *tail, int64_t m, const float *bias,
+                                   bool relu, void *dst, enum dtype dt)
 {
     const int64_t K = w->k, kb_n = K / 32, m_tiles = CEIL_DIV(m, 16);
     const int64_t n_pairs = CEIL_DIV(w->n_tiles, 2), chunks = CEIL_DIV(m, ROW_CHUNK);
     const int64_t lda = K * (int64_t)sizeof(uint16_t);
-#pragma omp parallel
-    {
-        tiles_config();
-        float c[32 * 32];
+    tiles_config();
+    float c[32 * 32];
 #pragma omp for schedule(static)
-        for (int64_t item = 0; item < chunks * n_pairs; item++) {
-            const int64_t chunk = item / n_pairs, np = item % n_pairs;
-            const int64_t nt0 = 2 * np, ntn = MIN(2, w->n_tiles - nt0);
-            const uint16_t *b0 = w->packed + nt0 * kb_n * 512, *b1 = b0 + kb_n * 512;
-            const int64_t mt_end = MIN(m_tiles, (chunk + 1) * (ROW_CHUNK / 16));
-            for (int64_t mt0 = chunk * (ROW_CHUNK / 16); mt0 < mt_end; mt0 += 2) {
-                const int64_t mtn = MIN(2, mt_end - mt0);
-                /* A partial last row tile reads the zero-padded copy. */
-                const uint16_t *a0 = (mt0 + 1) * 16 <= m ? src + mt0 * 16 * K : tail;
-                const uint16_t *a1 = (mt0 + 2) * 16 <= m ? src + (mt0 + 1) * 16 * K : tail;
-                if (mtn == 2 && ntn == 2)
-                    micro(a0, a1, lda, b0, b1, kb_n, c, 2, 2);
-                else if (mtn == 2)
-                    micro(a0, a1, lda, b0, b1, kb_n, c, 2, 1);
-                else if (ntn == 2)
-                    micro(a0, a1, lda, b0, b1, kb_n, c, 1, 2);
-                else
-                    micro(a0, a1, lda, b0, b1, kb_n, c, 1, 1);
-                store_item(c, mt0 * 16, MIN(mtn * 16, m - mt0 * 16), nt0 * 16,
-                           MIN(ntn * 16, w->n - nt0 * 16), w->n, bias, relu, dst, dt);
-            }
+    for (int64_t item = 0; item < chunks * n_pairs; item++) {
+        const int64_t chunk = item / n_pairs, np = item % n_pairs;
+        const int64_t nt0 = 2 * np, ntn = MIN(2, w->n_tiles - nt0);
+        const uint16_t *b0 = w->packed + nt0 * kb_n * 512, *b1 = b0 + kb_n * 512;
+        const int64_t mt_end = MIN(m_tiles, (chunk + 1) * (ROW_CHUNK / 16));
+        for (int64_t mt0 = chunk * (ROW_CHUNK / 16); mt0 < mt_end; mt0 += 2) {
+            const int64_t mtn = MIN(2, mt_end - mt0);
+            /* A partial last row tile reads the zero-padded copy. */
+            const uint16_t *a0 = (mt0 + 1) * 16 <= m ? src + mt0 * 16 * K : tail;
+            const uint16_t *a1 = (mt0 + 2) * 16 <= m ? src + (mt0 + 1) * 16 * K : tail;
+            if (mtn == 2 && ntn == 2)
+                micro(a0, a1, lda, b0, b1, kb_n, c, 2, 2);
+            else if (mtn == 2)
+                micro(a0, a1, lda, b0, b1, kb_n, c, 2, 1);
+            else if (ntn == 2)
+                micro(a0, a1, lda, b0, b1, kb_n, c, 1, 2);
+            else
+                micro(a0, a1, lda, b0, b1, kb_n, c, 1, 1);
+            store_item(c, mt0 * 16, MIN(mtn * 16, m - mt0 * 16), nt0 * 16,
+                       MIN(ntn * 16, w->n - nt0 * 16), w->n, bias, relu, dst, dt);
         }
-        _tile_release();
     }
+    _tile_release();
+}
+
+static void gemm_tiles(const struct cpu_amx_weights *w, const uint16_t *src,
+                       const uint16_t *tail, int64_t m, const float *bias, bool relu,
+                       void *dst, enum dtype dt)
+{
+#pragma omp parallel
+    gemm_thread(w, src, tail, m, bias, relu, dst, dt);
 }
 
 void cpu_amx_gemm(const struct cpu_amx_weights *w, const uint16_t *src, int64_t m,
