@@ -89,18 +89,17 @@ micro(const float *a, int64_t lda, const float *b, int64_t ldb, int64_t kc, floa
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
         for (int h = 0; h < 2 * P; h++) {
+            const __m256i mask = h % 2 ? m1 : m0;
             float *o = c + r * ldc + h * 8;
-            if (last) {
-                if (bias)
-                    acc[r][h] = _mm256_add_ps(
-                        acc[r][h], full ? _mm256_loadu_ps(bias + h * 8)
-                                        : _mm256_maskload_ps(bias + h * 8, h % 2 ? m1 : m0));
-                if (relu) acc[r][h] = _mm256_max_ps(acc[r][h], _mm256_setzero_ps());
-            }
+            if (last && bias)
+                acc[r][h] =
+                    _mm256_add_ps(acc[r][h], full ? _mm256_loadu_ps(bias + h * 8)
+                                                  : _mm256_maskload_ps(bias + h * 8, mask));
+            if (last && relu) acc[r][h] = _mm256_max_ps(acc[r][h], _mm256_setzero_ps());
             if (full)
                 _mm256_storeu_ps(o, acc[r][h]);
             else
-                _mm256_maskstore_ps(o, h % 2 ? m1 : m0, acc[r][h]);
+                _mm256_maskstore_ps(o, mask, acc[r][h]);
         }
 }
 
