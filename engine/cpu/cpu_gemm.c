@@ -155,12 +155,19 @@ static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
 /* Whether oneDNN may run its AVX-512 kernels (avx512_core or an ISA that extends it:
  * each dnnl_cpu_isa_t value holds the bits of the ones it extends). There its fp32
- * rows do not depend on the row count; below, they do. */
+ * rows do not depend on the row count and it runs bf16; below, neither holds. */
 static bool onednn_avx512(void)
 {
     pthread_once(&isa_once, cap_isa_below_amx);
     return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
            dnnl_cpu_isa_avx512_core;
+}
+
+/* AMX CPUs have AVX-512 too; a layer AMX does not take (K not a multiple of 32) runs
+ * on oneDNN. */
+bool cpu_gemm_has_bf16(void)
+{
+    return onednn_avx512();
 }
 
 /* Whether fp32 layers run cpu_avx2.c's kernel rather than oneDNN. */
@@ -305,6 +312,14 @@ int cpu_gemm_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *
         if (err) goto fail;
         l->weights_bytes = cpu_avx2_bytes(&l->avx2_w);
         return 0;
+    }
+    /* oneDNN 2.6 builds a bf16 matmul below AVX-512 and then fails to run it. */
+    if (src_dtype != DTYPE_F32 && !cpu_gemm_has_bf16()) {
+        err = err_set(ENG_EUNSUPPORTED,
+                      "CPU backend: %s GEMMs need AVX-512 or AMX, which this CPU lacks; "
+                      "use --dtype fp32",
+                      dtype_name(src_dtype));
+        goto fail;
     }
     DNNL_TRY(dnnl_primitive_attr_create(&l->attr), "attr_create");
     if (relu) {

@@ -38,6 +38,11 @@ void cpu_gemm_deinit(struct cpu_dnnl *d);
  * Thread: any. */
 const char *cpu_gemm_isa(void);
 
+/* Whether bf16 layers can run here: oneDNN may use its AVX-512 kernels (and our AMX
+ * kernel takes them where the CPU has AMX). Where not, cpu_gemm_linear_init refuses
+ * them: oneDNN 2.6 would build the primitive and fail to run it. Thread: any. */
+bool cpu_gemm_has_bf16(void);
+
 /* Rows per half-precision GEMM call: large enough to run near the 2048-row rate. */
 #define CPU_LINEAR_CHUNK 256
 
@@ -67,7 +72,8 @@ struct cpu_linear {
 /*
  * Build the layer from PyTorch-layout weights w [n, k] (fp32) and bias [n] (or
  * NULL). `relu` fuses the activation as a post-op. Returns 0, ENG_EUNSUPPORTED
- * (oneDNN refused the configuration) or ENG_ENOMEM.
+ * (oneDNN refused the configuration, or bf16 on a CPU where neither oneDNN's AVX-512
+ * kernels nor AMX can run it; the message says to use fp32) or ENG_ENOMEM.
  * Owns: copies of w and b in its own layout; the caller may free them.
  * Thread: engine.
  */
