@@ -49,14 +49,15 @@ bool cpu_avx2_available(void)
  * One block: R rows (src row stride lda) x P panels (stride ldb) over one K slice of
  * kc; c the block's dst (row stride ldc). Only a single panel may be partial (cols
  * < 16, P == 1). The first slice starts from zero, the others from what the last one
- * stored; the last adds the bias and applies ReLU. A block of few rows takes several
- * panels where there are, so that 8 or more independent FMA chains hide the FMA
- * latency (4 cycles; two FMAs issue a cycle).
+ * stored; the last adds the bias and applies ReLU. Each k prefetches a line of pf
+ * into L2: kc lines of 64 bytes, the next panel slice or b itself. A block of few rows
+ * takes several panels where there are, so that 8 or more independent FMA chains hide the
+ * FMA latency (4 cycles; two FMAs issue a cycle).
  */
 AVX2_TARGET static inline __attribute__((always_inline)) void
 micro(const float *a, int64_t lda, const float *b, int64_t ldb, int64_t kc, float *c,
       int64_t ldc, int64_t cols, bool first, bool last, const float *bias, bool relu,
-      const int R, const int P)
+      const float *pf, const int R, const int P)
 {
     const bool full = cols == 16;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -73,6 +74,7 @@ micro(const float *a, int64_t lda, const float *b, int64_t ldb, int64_t kc, floa
                                : _mm256_maskload_ps(o, h % 2 ? m1 : m0);
         }
     for (int64_t k = 0; k < kc; k++) {
+        _mm_prefetch((const char *)(pf + k * 16), _MM_HINT_T1);
         __m256 bv[2 * MAX_P];
 #pragma GCC unroll 8
         for (int h = 0; h < 2 * P; h++)
@@ -104,11 +106,12 @@ micro(const float *a, int64_t lda, const float *b, int64_t ldb, int64_t kc, floa
 }
 
 /* What one item does with one K slice, in the order that keeps a panel's slice in L1
- * while the chunk's 6-row blocks pass over it. Meanwhile the panel slice needed next
- * (the next panel's, after the last panel the first one's next K slice: `next`,
- * `next_kc` lines of 64 bytes) is prefetched, a share before each block: the first
- * block would otherwise wait on memory for every line. The last rows (fewer than 6)
- * then run across the panels, several at a time. */
+ * while the chunk's 6-row blocks pass over it. The first block of a panel prefetches
+ * the panel slice needed next (the next panel's; after the last panel the first
+ * one's next K slice, `next`, or none): the first block of that panel would
+ * otherwise wait on memory for every line (a decode step of 16 rows, K 3072, ran
+ * 1.3x longer). The last rows (fewer than 6) then run across the panels, several
+ * at a time. */
 struct slice {
     const float *a, *b; /* the chunk's src and the item's first panel, at the slice */
     float *c;           /* the chunk's dst at the item's first column */
@@ -122,9 +125,10 @@ struct slice {
 #define MICRO_FN(R, P)                                                                     \
     AVX2_TARGET __attribute__((noinline)) static void micro_##R##x##P(                     \
         const float *a, int64_t lda, const float *b, int64_t ldb, int64_t kc, float *c,    \
-        int64_t ldc, int64_t cols, bool first, bool last, const float *bias, bool relu)    \
+        int64_t ldc, int64_t cols, bool first, bool last, const float *bias, bool relu,    \
+        const float *pf)                                                                   \
     {                                                                                      \
-        micro(a, lda, b, ldb, kc, c, ldc, cols, first, last, bias, relu, R, P);            \
+        micro(a, lda, b, ldb, kc, c, ldc, cols, first, last, bias, relu, pf, R, P);        \
     }
 MICRO_FN(6, 1)
 MICRO_FN(5, 1)
@@ -139,28 +143,23 @@ MICRO_FN(1, 1)
 
 #define MICRO(R, P)                                                                        \
     micro_##R##x##P(a, s->lda, b, s->ldb, s->kc, c, s->ldc, cols, s->first, s->last, bias, \
-                    s->relu)
+                    s->relu, pf)
 
-AVX2_TARGET static void run_slice(const struct slice *s, const float *next, int64_t next_kc)
+AVX2_TARGET static void run_slice(const struct slice *s, const float *next)
 {
-    const int64_t full_rows = s->rows / MR * MR, blocks = full_rows / MR;
+    const int64_t full_rows = s->rows / MR * MR;
     for (int64_t p = 0; p < s->panels; p++) {
         const float *b = s->b + p * s->ldb, *bias = s->bias ? s->bias + p * 16 : NULL;
         const int64_t cols = p + 1 < s->panels ? 16 : s->cols;
-        const float *pf = p + 1 < s->panels ? b + s->ldb : next;
-        const int64_t lines = p + 1 < s->panels ? s->kc : next_kc;
-        const int64_t share = blocks ? CEIL_DIV(lines, blocks) : 0;
-        int64_t line = 0;
+        const float *later = p + 1 < s->panels ? b + s->ldb : next ? next : b;
         for (int64_t i = 0; i < full_rows; i += MR) {
-            for (const int64_t end = MIN(lines, line + share); line < end; line++)
-                _mm_prefetch((const char *)(pf + line * 16), _MM_HINT_T0);
-            const float *a = s->a + i * s->lda;
+            const float *a = s->a + i * s->lda, *pf = i ? b : later;
             float *c = s->c + i * s->ldc + p * 16;
             MICRO(6, 1);
         }
     }
     const int64_t tail = s->rows - full_rows;
-    const float *a = s->a + full_rows * s->lda;
+    const float *a = s->a + full_rows * s->lda, *pf = s->b;
     for (int64_t p = 0; p < s->panels;) {
         const float *b = s->b + p * s->ldb, *bias = s->bias ? s->bias + p * 16 : NULL;
         float *c = s->c + full_rows * s->ldc + p * 16;
@@ -216,7 +215,7 @@ void cpu_avx2_gemm(const struct cpu_avx2_weights *w, const float *src, int64_t m
             s.last = k0 + s.kc == K;
             s.a = src + r0 * K + k0;
             s.b = w->packed + (p0 * K + k0) * 16;
-            run_slice(&s, s.b + s.kc * 16, s.last ? 0 : MIN(K_SLICE, K - k0 - s.kc));
+            run_slice(&s, s.last ? NULL : s.b + s.kc * 16);
         }
     }
 }
