@@ -50,9 +50,9 @@ bool cpu_avx2_available(void)
  * kc; c the block's dst (row stride ldc). Only a single panel may be partial (cols
  * < 16, P == 1). The first slice starts from zero, the others from what the last one
  * stored; the last adds the bias and applies ReLU. The first pf_lines k each
- * prefetch a line of pf (64 bytes) into L2. A block of few rows
- * takes several panels where there are, so that 8 or more independent FMA chains hide the
- * FMA latency (4 cycles; two FMAs issue a cycle).
+ * prefetch a line of pf (64 bytes) into L2. A block of few rows takes several panels
+ * where there are, so that 8 or more independent FMA chains hide the FMA latency (4
+ * cycles; two FMAs issue a cycle).
  */
 AVX2_TARGET static inline __attribute__((always_inline)) void
 micro(const float *a, int64_t lda, const float *b, int64_t ldb, int64_t kc, float *c,
