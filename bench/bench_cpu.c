@@ -3,8 +3,11 @@
  *
  * For a model (default dummy:opt-125m) in fp32 and bf16: prefill and decode
  * tokens/s at batch 1, 16 and 64 with a 512-token context, and the model FLOP
- * utilisation (MFU): the model FLOP/s achieved divided by the rate oneDNN's matmul
- * reaches on a 2048x2048x2048 product of the same dtype, measured in the same run.
+ * utilisation (MFU): the model FLOP/s achieved divided by the rate the model's own
+ * linear layer (cpu_linear: oneDNN's matmul, or our AVX2 or AMX kernel where
+ * cpu_gemm takes one) reaches on a 2048x2048x2048 product of the same dtype,
+ * measured in the same run. bf16 is dropped, with a line that says so, on a CPU
+ * the backend refuses it on.
  *
  * Model FLOPs count the work the model needs, not what the code happens to do:
  * 2 * (parameters of the layer GEMMs) per token, 2 * hidden * vocab (times the
@@ -51,7 +54,7 @@ struct bench_opts {
     int n_dtypes;
 };
 
-/* GFLOP/s of oneDNN's matmul on an n x n x n product in `dt`. */
+/* GFLOP/s of the linear layer on an n x n x n product in `dt`. */
 static double gemm_peak(enum dtype dt, int64_t n)
 {
     struct cpu_dnnl d;
@@ -293,6 +296,10 @@ int main(int argc, char **argv)
     }
     if (o.ctx <= 0 || o.decode_steps <= 0 || o.max_batched <= 0 || o.tensor_parallel < 0)
         return fprintf(stderr, "sizes must be positive\n"), 2;
+    if (o.dtypes[o.n_dtypes - 1] == DTYPE_BF16 && !backend_cpu_has_bf16()) {
+        printf("bf16 skipped: this CPU lacks AVX512-BF16, the CPU backend refuses it\n");
+        if (--o.n_dtypes == 0) return 2;
+    }
 
     printf("model %s, context %d, %d decode steps, %d tokens per prefill forward, "
            "tensor parallel %d\n", o.model, o.ctx, o.decode_steps, o.max_batched,

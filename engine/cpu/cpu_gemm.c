@@ -13,6 +13,12 @@
  * layers of the same shape). fp32 keeps one runtime-M primitive: there gemm:jit is
  * as fast. oneDNN 3.2 (-Donednn_prefix) still picks gemm:jit for a runtime-M bf16
  * matmul (avx512_core_bf16, 2026-12-02), so the chunks stay with it too.
+ *
+ * Two kinds of layer skip oneDNN, for one reason: a row's result must not depend on
+ * how many rows share the call (nor on the thread count), or a sequence's output
+ * would depend on the rest of its batch. bf16 on AMX runs cpu_amx.c's kernel
+ * (cap_isa_below_amx says why), and fp32 where oneDNN has no AVX-512 kernels runs
+ * cpu_avx2.c's (cpu_avx2.h says why).
  */
 #include "cpu_gemm.h"
 
@@ -147,13 +153,38 @@ static void cap_isa_below_amx(void)
 }
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 
+/* Whether oneDNN may run its AVX-512 kernels (avx512_core or an ISA that extends it:
+ * each dnnl_cpu_isa_t value holds the bits of the ones it extends). There its fp32
+ * rows do not depend on the row count and it runs bf16; below, neither holds. */
+static bool onednn_avx512(void)
+{
+    pthread_once(&isa_once, cap_isa_below_amx);
+    return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) ==
+           dnnl_cpu_isa_avx512_core;
+}
+
+/* AMX CPUs have AVX-512 too; a layer AMX does not take (K not a multiple of 32) runs
+ * on oneDNN. */
+bool cpu_gemm_has_bf16(void)
+{
+    return onednn_avx512();
+}
+
+/* Whether fp32 layers run cpu_avx2.c's kernel rather than oneDNN. */
+static bool fp32_on_avx2(void)
+{
+    return !onednn_avx512() && cpu_avx2_available();
+}
+
 const char *cpu_gemm_isa(void)
 {
     pthread_once(&isa_once, cap_isa_below_amx);
     switch (dnnl_get_effective_cpu_isa()) {
-    case dnnl_cpu_isa_sse41: return "sse4.1";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_sse41: return "sse4.1 (fp32 rows depend on the batch)";
+    case dnnl_cpu_isa_avx: return "avx (fp32 rows depend on the batch)";
+    case dnnl_cpu_isa_avx2:
+        return fp32_on_avx2() ? "avx2, fp32 GEMMs on our AVX2 kernel"
+                              : "avx2 (fp32 rows depend on the batch)";
     case dnnl_cpu_isa_avx512_core: return "avx512_core";
     case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
     case dnnl_cpu_isa_avx512_core_bf16:
@@ -274,6 +305,22 @@ int cpu_gemm_linear_init(struct cpu_linear *l, struct cpu_dnnl *d, const float *
         l->weights_bytes = cpu_amx_bytes(&l->amx_w);
         return 0;
     }
+    if (src_dtype == DTYPE_F32 && dst_dtype == DTYPE_F32 && fp32_on_avx2()) {
+        l->avx2 = true;
+        l->relu = relu;
+        err = cpu_avx2_pack(&l->avx2_w, w, n, k);
+        if (err) goto fail;
+        l->weights_bytes = cpu_avx2_bytes(&l->avx2_w);
+        return 0;
+    }
+    /* oneDNN 2.6 builds a bf16 matmul below AVX-512 and then fails to run it. */
+    if (src_dtype != DTYPE_F32 && !cpu_gemm_has_bf16()) {
+        err = err_set(ENG_EUNSUPPORTED,
+                      "CPU backend: %s GEMMs need AVX-512 or AMX, which this CPU lacks; "
+                      "use --dtype fp32",
+                      dtype_name(src_dtype));
+        goto fail;
+    }
     DNNL_TRY(dnnl_primitive_attr_create(&l->attr), "attr_create");
     if (relu) {
         DNNL_TRY(dnnl_post_ops_create(&po), "post_ops_create");
@@ -347,6 +394,7 @@ fail:
 void cpu_gemm_linear_deinit(struct cpu_linear *l)
 {
     if (l->amx) cpu_amx_free(&l->amx_w);
+    if (l->avx2) cpu_avx2_free(&l->avx2_w);
     if (l->prim) dnnl_primitive_destroy(l->prim);
     if (l->by_rows)
         for (int32_t i = 0; i <= CPU_LINEAR_CHUNK; i++)
@@ -392,6 +440,10 @@ void cpu_gemm_linear_run(const struct cpu_linear *l, struct cpu_dnnl *d, const v
 {
     if (l->amx) {
         cpu_amx_gemm(&l->amx_w, src, m, l->bias_buf, l->relu, dst, l->dst_dtype);
+        return;
+    }
+    if (l->avx2) {
+        cpu_avx2_gemm(&l->avx2_w, src, m, l->bias_buf, l->relu, dst);
         return;
     }
     if (!l->by_rows) {

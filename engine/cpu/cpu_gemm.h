@@ -2,11 +2,13 @@
  * cpu_gemm.h - a linear layer (y = x W^T + b, optional ReLU) as one oneDNN matmul.
  *
  * Owns: the weights in oneDNN's preferred blocked layout (reordered once at load),
- * or, for bf16 where the CPU has AMX, packed for cpu_amx.c's batch-invariant kernel;
- * the bias, and the matmul primitives: fp32 has one with a runtime M dimension;
- * bf16/fp16 have one per row count 1..CPU_LINEAR_CHUNK, each built on first use and
- * kept, since oneDNN's fast half-precision kernel needs a fixed M and building
- * primitives every step would cost more than the small GEMMs of a decode step.
+ * or, for bf16 where the CPU has AMX, packed for cpu_amx.c's batch-invariant kernel,
+ * or, for fp32 where oneDNN has no AVX-512 but the CPU has AVX2, packed for
+ * cpu_avx2.c's batch-invariant kernel; the bias, and the matmul primitives: fp32
+ * has one with a runtime M dimension; bf16/fp16 have one per row count
+ * 1..CPU_LINEAR_CHUNK, each built on first use and kept, since oneDNN's fast
+ * half-precision kernel needs a fixed M and building primitives every step would
+ * cost more than the small GEMMs of a decode step.
  * Thread: the thread that owns the layer (engine or rank thread); the GEMM itself
  * runs on oneDNN's OpenMP threads.
  */
@@ -14,6 +16,7 @@
 #define H2O_CPU_GEMM_H
 
 #include "cpu_amx.h"
+#include "cpu_avx2.h"
 #include "dtype.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -30,9 +33,15 @@ int cpu_gemm_init(struct cpu_dnnl *d);
 void cpu_gemm_deinit(struct cpu_dnnl *d);
 
 /* The instruction set oneDNN's kernels may use, for the start-up log: capped below
- * AMX unless ONEDNN_MAX_CPU_ISA says otherwise (cpu_gemm.c says why). Applies the
- * cap if no layer has yet. Thread: any. */
+ * AMX unless ONEDNN_MAX_CPU_ISA says otherwise (cpu_gemm.c says why), and which
+ * layers run on our own kernels instead. Applies the cap if no layer has yet.
+ * Thread: any. */
 const char *cpu_gemm_isa(void);
+
+/* Whether bf16 layers can run here: oneDNN may use its AVX-512 kernels (and our AMX
+ * kernel takes them where the CPU has AMX). Where not, cpu_gemm_linear_init refuses
+ * them: oneDNN 2.6 would build the primitive and fail to run it. Thread: any. */
+bool cpu_gemm_has_bf16(void);
 
 /* Rows per half-precision GEMM call: large enough to run near the 2048-row rate. */
 #define CPU_LINEAR_CHUNK 256
@@ -54,12 +63,17 @@ struct cpu_linear {
      * every call instead of oneDNN (none of the oneDNN fields above is set). */
     bool amx, relu;
     struct cpu_amx_weights amx_w;
+    /* fp32 where oneDNN has no AVX-512 kernels and the CPU has AVX2: the same, for
+     * cpu_avx2.c's kernel. */
+    bool avx2;
+    struct cpu_avx2_weights avx2_w;
 };
 
 /*
  * Build the layer from PyTorch-layout weights w [n, k] (fp32) and bias [n] (or
  * NULL). `relu` fuses the activation as a post-op. Returns 0, ENG_EUNSUPPORTED
- * (oneDNN refused the configuration) or ENG_ENOMEM.
+ * (oneDNN refused the configuration, or bf16 on a CPU where neither oneDNN's AVX-512
+ * kernels nor AMX can run it; the message says to use fp32) or ENG_ENOMEM.
  * Owns: copies of w and b in its own layout; the caller may free them.
  * Thread: engine.
  */
