@@ -706,6 +706,13 @@ void conn_sweep(struct srv *s)
 {
     const uint64_t now = uv_now(s->loop);
     const uint64_t idle_ms = (uint64_t)s->cfg->idle_timeout_s * 1000;
+    /* Clients are judged by the time since their last progress, and a loop that was
+     * busy past a tick (answers of megabytes are built on it) ran no write callbacks
+     * or reads meanwhile, and may have stamped a write with its stale clock: after
+     * such a gap the I/O catches up first, and the next tick judges. */
+    const uint64_t gap = now - s->last_sweep;
+    s->last_sweep = now;
+    if (gap > 2 * SRV_TICK_MS) return;
     for (struct conn *c = s->conns, *next; c; c = next) {
         next = c->next;
         bool quiet = !c->head && c->wq_bytes == 0;

@@ -23,6 +23,9 @@
 #include <stdint.h>
 #include <uv.h>
 
+/* The period of the server's tick (idle sweep, drain checks, the batch runner). */
+#define SRV_TICK_MS 250
+
 struct conn;
 struct jobstore;
 struct batchrun;
@@ -53,7 +56,8 @@ struct srv {
     const struct cfg *cfg;
     uv_tcp_t listener;
     uv_signal_t sig_int, sig_term;
-    uv_timer_t tick;
+    uv_timer_t tick;           /* every SRV_TICK_MS: conn_sweep, the batch runner */
+    uint64_t last_sweep;       /* uv_now() ms of conn_sweep's last look */
     struct bridge bridge;      /* the engine and every request in flight to it */
     struct tokenizer *tok;
     struct opt_config mcfg;

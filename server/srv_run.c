@@ -300,7 +300,8 @@ int srv_run(const struct cfg *cfg)
     uv_signal_start(&s->sig_term, on_signal, SIGTERM);
     uv_timer_init(s->loop, &s->tick);
     s->tick.data = s;
-    uv_timer_start(&s->tick, on_tick, 250, 250);
+    s->last_sweep = uv_now(s->loop);
+    uv_timer_start(&s->tick, on_tick, SRV_TICK_MS, SRV_TICK_MS);
 
     uv_run(s->loop, UV_RUN_DEFAULT);
 out:
