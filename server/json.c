@@ -501,11 +501,18 @@ void json_utf8_append(char **buf, size_t *len, size_t *cap, const char *s, size_
 
 cJSON *json_float(float f)
 {
-    if (!isfinite(f)) return cJSON_CreateNumber((double)f); /* printed as null */
+    if (!isfinite(f)) return cJSON_CreateNull(); /* what cJSON prints for them */
+    if (f == 0.0f) return cJSON_CreateRaw("0"); /* -0 too, as cJSON printed it */
     char buf[32];
     for (int prec = 6; prec <= 9; prec++) { /* 9 significant digits always round-trip */
         snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
         if (strtof(buf, NULL) == f) break;
     }
-    return cJSON_CreateNumber(strtod(buf, NULL));
+    /* The digits go out as they are. As a number, cJSON would print the double read
+     * from them with %1.15g and read that back with sscanf to check it: the same
+     * digits (9 or fewer survive a double), at three more conversions per number,
+     * which were most of the time a large answer with logprobs holds the loop. From
+     * 1e6 on, %g's exponent form is not cJSON's; no logprob is there. */
+    if (fabsf(f) >= 1e6f) return cJSON_CreateNumber(strtod(buf, NULL));
+    return cJSON_CreateRaw(buf);
 }

@@ -158,8 +158,9 @@ void json_utf8_append(char **buf, size_t *len, size_t *cap, const char *s, size_
 /*
  * Append `f` as a JSON number with the fewest decimal digits that still read back as
  * the same float (-0.1 rather than -0.10000000149011612), so float logprobs print as
- * what they are. Returns the new item (owned by `parent` when it is added). Non-finite
- * values print as null (cJSON's rule).
+ * what they are. Returns the new item (owned by `parent` when it is added): a raw
+ * item holding the digits (cJSON_IsRaw, no valuedouble), a number from 1e6 on, null
+ * for non-finite values (cJSON's rule). Thread: any.
  */
 cJSON *json_float(float f);
 

@@ -7,6 +7,12 @@
 #include "api_testlib.h"
 #include "cmpl_resp.h"
 
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 static struct req_event ev_tok(int32_t seq, int32_t token, float lp, const char *text,
                                enum req_finish fin)
 {
@@ -537,10 +543,39 @@ TEST(json_helpers)
     cJSON_AddItemToArray(a, json_float(-1.5f));
     cJSON_AddItemToArray(a, json_float(-12.345678f));
     cJSON_AddItemToArray(a, json_float(0.0f));
+    cJSON_AddItemToArray(a, json_float(-0.0f));
+    cJSON_AddItemToArray(a, json_float(-3.0f));
+    cJSON_AddItemToArray(a, json_float(-1.5e-5f));
+    cJSON_AddItemToArray(a, json_float(3e9f));
+    cJSON_AddItemToArray(a, json_float(NAN));
     char *s = json_print(a, NULL);
-    EXPECT_STR(s, "[-0.1,-1.5,-12.345678,0]");
+    EXPECT_STR(s, "[-0.1,-1.5,-12.345678,0,0,-3,-1.5e-05,3000000000,null]");
     free(s);
     cJSON_Delete(a);
+    /* Printed as cJSON prints the number the text denotes, and read back as the same
+     * float: over logprob-like values and random finite bit patterns. */
+    uint64_t rng = 0x9e3779b97f4a7c15u;
+    int n_bad = 0;
+    for (int i = 0; i < 200000; i++) {
+        rng = rng * 6364136223846793005u + 1442695040888963407u;
+        uint32_t bits = (uint32_t)(rng >> 32);
+        float f;
+        if (i % 2) f = -(float)(bits >> 8) / (float)(1 << 20); /* 0 .. -16 */
+        else memcpy(&f, &bits, sizeof f);
+        if (!isfinite(f)) continue;
+        cJSON *item = json_float(f);
+        char *got = cJSON_PrintUnformatted(item);
+        cJSON *ref = cJSON_CreateNumber(strtod(got, NULL));
+        char *want = cJSON_PrintUnformatted(ref);
+        if (strcmp(got, want) != 0 || strtof(got, NULL) != f) {
+            if (n_bad++ < 5) fprintf(stderr, "# %a: %s, cJSON %s\n", (double)f, got, want);
+        }
+        cJSON_free(got);
+        cJSON_free(want);
+        cJSON_Delete(item);
+        cJSON_Delete(ref);
+    }
+    EXPECT_EQ(n_bad, 0);
     EXPECT(json_utf8_valid("h\xc3\xa9\xf0\x9f\x98\x80", 7));
     EXPECT(!json_utf8_valid("\xc0\xaf", 2));         /* overlong */
     EXPECT(!json_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
