@@ -2,7 +2,8 @@
  * batchrun.c - the batch runner's loop side (see batchrun.h): which batches run
  * here, the requests claimed and in flight, the results waiting to be committed,
  * and when to ask the store for what. The store work itself is batchrun_jobs.c,
- * reached only through jobs on the runner's storeq.
+ * reached only through jobs on the runner's storeq; turning a request into engine
+ * requests and their events into a result line is batchrun_line.c.
  *
  * A batch's life here (br_batch.phase):
  *  RUN     claim requests a chunk at a time (jobstore_batch_claim, under a lease of
@@ -42,17 +43,14 @@
  * Seeds: a request without one gets a seed derived from its batch and custom_id,
  * so it samples the same tokens whichever replica runs it, however often.
  *
- * Owns: the batches, their claimed requests and waiting results, the lines in
- * flight (with their parsed request and response assembly), the validations, the
- * store queue and, for a shared store, the runner's own store handle.
+ * Owns: the batches, their claimed requests and waiting results, the validations,
+ * the store queue and, for a shared store, the runner's own store handle; the lines
+ * in flight are batchrun_line.c's.
  * Thread: loop.
  */
 #include "batchrun.h"
 
-#include "batch_line.h"
 #include "batchrun_impl.h"
-#include "chat.h"
-#include "cmpl_resp.h"
 #include "jobstore.h"
 #include "srv.h"
 
@@ -77,65 +75,6 @@
 #define BR_SCAN_MS 1000
 /* Store failures are logged at most this often (ms), with a count of the rest. */
 #define BR_LOG_MS 10000
-
-/* A request line in flight: engine ids base_id .. base_id + n_prompts - 1, each
- * registered with the bridge (context: the line) until the line is dropped. */
-struct br_line {
-    struct batchrun *br;
-    struct br_batch *b;
-    char *custom_id;
-    struct cmpl_params params;
-    struct cmpl_resp *resp;
-    uint64_t base_id;
-    int32_t n_prompts;
-    char request_id[JOBSTORE_ID_MAX];
-};
-
-enum br_phase { BR_RUN, BR_END, BR_EXPIRE, BR_FULL };
-
-struct br_batch {
-    struct br_batch *next;
-    char id[JOBSTORE_ID_MAX];
-    int64_t expires_at;
-    enum br_phase phase;
-    bool end_cancel;                /* END: move it to cancelled after the release */
-    struct jobstore_request *queue; /* claimed, not started: [i_queue, n_queue) */
-    int n_queue, i_queue;
-    struct br_result *results;      /* answered, waiting for a commit job */
-    int n_results, cap_results;
-    int32_t n_lines;                /* lines in flight */
-    int32_t n_committing;           /* results in the commit job in flight */
-    bool claiming, committing, renewing, closing; /* a job of that kind in flight */
-    uint64_t claim_at, commit_at, renew_at, close_at; /* uv_now(): not before */
-};
-
-struct batchrun {
-    struct srv *s;
-    struct jobstore *js;     /* the runner's store: its own when shared, else s->js */
-    bool own_js;
-    struct storeq *q;        /* NULL until the store is open */
-    char owner[JOBSTORE_OWNER_MAX];
-    int64_t lease_s;
-    uint64_t renew_ms, scan_ms;
-    struct br_batch *head;   /* oldest first */
-    struct br_line **lines;  /* in flight, by ascending base_id */
-    int32_t n_lines, cap_lines;
-    int32_t n_reqs;          /* engine requests in flight */
-    struct br_check *checks; /* validations in flight */
-    int32_t n_checks;
-    bool claiming;           /* one claim job at a time */
-    bool scanning, scanned;  /* a scan in flight; the first one done */
-    uint64_t scan_at;
-    bool stopped;            /* draining: nothing more goes to the engine */
-    bool closed;             /* batchrun_close: no more store jobs */
-    atomic_bool checks_stop; /* draining: validations give up (read on the pool) */
-    bool store_failed;       /* SQLite: a result could not be recorded: stop until a
-                                restart */
-    uint64_t retry_at;       /* uv_now() of the next try to open a store that was full */
-    uint64_t log_at;         /* store failures: the next one logged, and how many */
-    int64_t log_skipped;     /*   were not since */
-    struct batchrun_stats st;
-};
 
 static uint64_t now_ms(const struct batchrun *br)
 {
@@ -250,78 +189,14 @@ static bool submit(struct batchrun *br, struct br_job *j)
     return true;
 }
 
-/* ---- lines in flight ---- */
-
-/* The line holding engine id `id`, or -1. */
-static int32_t find_line(const struct batchrun *br, uint64_t id)
-{
-    int32_t lo = 0, hi = br->n_lines - 1, at = -1;
-    while (lo <= hi) { /* the last line with base_id <= id */
-        int32_t mid = lo + (hi - lo) / 2;
-        if (br->lines[mid]->base_id <= id) at = mid, lo = mid + 1;
-        else hi = mid - 1;
-    }
-    if (at < 0 || id >= br->lines[at]->base_id + (uint64_t)br->lines[at]->n_prompts) return -1;
-    return at;
-}
-
-/* Forget line k: its ids leave the bridge's registry (so late events are dropped),
- * and its engine requests are cancelled when `cancel`. */
-static void drop_line(struct batchrun *br, int32_t k, bool cancel)
-{
-    struct br_line *l = br->lines[k];
-    for (int32_t i = 0; i < l->n_prompts; i++)
-        bridge_release(&br->s->bridge, l->base_id + (uint64_t)i, cancel);
-    l->b->n_lines--;
-    br->n_reqs -= l->n_prompts;
-    memmove(&br->lines[k], &br->lines[k + 1], (size_t)(br->n_lines - k - 1) * sizeof *br->lines);
-    br->n_lines--;
-    cmpl_resp_destroy(l->resp);
-    cmpl_params_free(&l->params);
-    free(l->custom_id);
-    free(l);
-}
-
-static void drop_batch_lines(struct batchrun *br, struct br_batch *b)
-{
-    for (int32_t k = br->n_lines - 1; k >= 0; k--)
-        if (br->lines[k]->b == b) drop_line(br, k, true);
-}
-
 /* SQLite could not record a result: from here on nothing it was told can be
  * trusted until a restart re-reads the files, so everything stops. */
 static void store_failed(struct batchrun *br)
 {
     log_error("batch results can no longer be recorded; batches resume after a restart");
     br->store_failed = true;
-    while (br->n_lines) drop_line(br, br->n_lines - 1, true);
+    while (br->n_lines) batchrun_line_drop(br, br->n_lines - 1, true);
     for (struct br_batch *b = br->head; b; b = b->next) queue_clear(b);
-}
-
-/* ---- results ---- */
-
-static void commit_soon(struct batchrun *br, struct br_batch *b);
-
-/* Keep a result line of b (taken) for the next commit. */
-static void add_result(struct br_batch *b, const char *custom_id, bool ok, char *line)
-{
-    if (b->n_results == b->cap_results) {
-        b->cap_results = MAX(16, 2 * b->cap_results);
-        b->results = xrealloc(b->results, (size_t)b->cap_results * sizeof *b->results);
-    }
-    b->results[b->n_results++] =
-        (struct br_result){.custom_id = xstrdup(custom_id), .line = line, .ok = ok};
-}
-
-/* An error line for request custom_id: `body` (taken) is the response's body with
- * `status`, or NULL for an error {code, message} with no response. */
-static void add_error(struct br_batch *b, const char *custom_id, int status, cJSON *body,
-                      const char *code, const char *message)
-{
-    char id[JOBSTORE_ID_MAX];
-    jobstore_new_id("batch_req_", id, sizeof id);
-    add_result(b, custom_id, false,
-               batch_line_output(id, custom_id, status, NULL, body, code, message));
 }
 
 /* ---- the end of a batch here ---- */
@@ -335,7 +210,7 @@ static void batch_ended(struct batchrun *br, struct br_batch *b, enum jobstore_s
     if (b->phase != BR_RUN) return;
     b->phase = BR_END;
     b->end_cancel = status == JOBSTORE_CANCELLING;
-    drop_batch_lines(br, b);
+    batchrun_line_drop_batch(br, b);
     queue_clear(b); /* the stop job gives their leases back */
     try_close(br, b);
 }
@@ -343,7 +218,7 @@ static void batch_ended(struct batchrun *br, struct br_batch *b, enum jobstore_s
 static void begin_expire(struct batchrun *br, struct br_batch *b)
 {
     b->phase = BR_EXPIRE;
-    drop_batch_lines(br, b);
+    batchrun_line_drop_batch(br, b);
     queue_clear(b);
     try_close(br, b);
 }
@@ -357,7 +232,7 @@ static void batch_full(struct batchrun *br, struct br_batch *b, const char *caus
     if (b->phase == BR_FULL) return;
     log_error("batch %s: %s", b->id, cause ? cause : "no space left");
     b->phase = BR_FULL;
-    drop_batch_lines(br, b);
+    batchrun_line_drop_batch(br, b);
     queue_clear(b);
     results_clear(b);
     b->close_at = 0;
@@ -417,7 +292,7 @@ static void close_done(struct batchrun *br, struct br_job *j)
 
 /* Hand every waiting result of b to one commit job, unless one is in flight (its
  * done calls this again) or a retry is not due yet (the tick calls this again). */
-static void commit_soon(struct batchrun *br, struct br_batch *b)
+void batchrun_commit_soon(struct batchrun *br, struct br_batch *b)
 {
     if (b->committing || b->n_results == 0 || br->store_failed || br->closed ||
         now_ms(br) < b->commit_at)
@@ -447,7 +322,7 @@ static void commit_done(struct batchrun *br, struct br_job *j)
     /* What was not written waits for the next commit. */
     for (int i = 0; i < j->n_results; i++) {
         if (j->outcome && j->outcome[i] != BR_KEPT) continue;
-        add_result(b, j->results[i].custom_id, j->results[i].ok, j->results[i].line);
+        batchrun_keep_result(b, j->results[i].custom_id, j->results[i].ok, j->results[i].line);
         j->results[i].line = NULL;
     }
     if (j->n_refused)
@@ -467,117 +342,12 @@ static void commit_done(struct batchrun *br, struct br_job *j)
         log_store_error(br, j);
         b->commit_at = now_ms(br) + BR_RETRY_MS;
     }
-    commit_soon(br, b); /* results that came while this one ran */
+    batchrun_commit_soon(br, b); /* results that came while this one ran */
     /* Nothing of b is held here any more: ask at once whether there is more, or
      * whether that was its last result (the claim finishes the batch then). */
     if (held(b) == 0) b->claim_at = 0;
     try_close(br, b);
     batchrun_feed(br);
-}
-
-/* ---- starting and finishing lines ---- */
-
-static uint64_t seed_of(const char *batch_id, const char *custom_id)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a over "batch_id\0custom_id" */
-    for (const char *p = batch_id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h *= 1099511628211ull;
-    for (const char *p = custom_id; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return h;
-}
-
-static void line_event(void *ctx, struct req_event *ev);
-
-/* Parse request r of batch b and hand it to the engine, or keep why not as its
- * error result. */
-static void start_line(struct batchrun *br, struct br_batch *b, const struct jobstore_request *r)
-{
-    struct srv *s = br->s;
-    struct batch_line_error le;
-    char *cid = NULL;
-    bool chat = false;
-    /* Stored lines were checked against the batch's endpoint when it was created. */
-    cJSON *body = batch_line_parse(r->body, strlen(r->body), NULL, NULL, &cid, &chat, &le);
-    free(cid);
-    if (!body) { /* validated before it was stored: only a damaged store gets here */
-        add_error(b, r->custom_id, 0, NULL, le.code, le.message);
-        return;
-    }
-    struct br_line *l = xcalloc(1, sizeof *l);
-    l->br = br;
-    l->b = b;
-    l->custom_id = xstrdup(r->custom_id);
-    struct api_error e = {0};
-    int err = chat_parse_batch_body(body, chat, &s->chat, &l->params, &e);
-    cJSON_Delete(body);
-    if (err) { /* a request the API refuses: its error body is the response */
-        add_error(b, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
-        api_error_clear(&e);
-        cmpl_params_free(&l->params);
-        free(l->custom_id);
-        free(l);
-        return;
-    }
-    jobstore_new_id(chat ? "chatcmpl-" : "cmpl-", l->request_id, sizeof l->request_id);
-    l->resp = cmpl_resp_create(&l->params, s->tok, l->request_id, (int64_t)time(NULL));
-    cmpl_resp_set_fingerprint(l->resp, s->fingerprint);
-    l->n_prompts = l->params.n_prompts;
-    l->base_id = bridge_new_ids(&s->bridge, l->n_prompts);
-    if (br->n_lines == br->cap_lines) {
-        br->cap_lines = MAX(64, 2 * br->cap_lines);
-        br->lines = xrealloc(br->lines, (size_t)br->cap_lines * sizeof *br->lines);
-    }
-    br->lines[br->n_lines++] = l; /* the bridge's ids only grow: the array stays sorted */
-    b->n_lines++;
-    br->n_reqs += l->n_prompts;
-    const uint64_t seed =
-        l->params.has_seed ? (uint64_t)l->params.seed : seed_of(b->id, l->custom_id);
-    for (int32_t i = 0; i < l->n_prompts; i++) {
-        struct req *q = cmpl_make_req(&l->params, i, l->base_id + (uint64_t)i,
-                                      seed + (uint64_t)i * 1000003u);
-        q->prio = REQ_PRIO_BATCH;
-        bridge_submit(&s->bridge, q, line_event, l);
-    }
-}
-
-/* Line k is answered (every prompt finished, or one failed): its result waits for
- * the next commit, and the engine has room again. */
-static void finish_line(struct batchrun *br, int32_t k)
-{
-    struct br_line *l = br->lines[k];
-    struct br_batch *b = l->b;
-    const struct api_error *err = cmpl_resp_error(l->resp);
-    const bool failed = err != NULL;
-    if (err) {
-        struct api_error e = {0};
-        api_error_set(&e, err->status, err->type, err->param, err->code, "%s", err->message);
-        add_error(b, l->custom_id, e.status, api_error_object(&e), NULL, NULL);
-        api_error_clear(&e);
-    } else {
-        size_t len;
-        char *text = cmpl_resp_body(l->resp, &len);
-        cJSON *body = cJSON_ParseWithLength(text, len);
-        free(text);
-        char id[JOBSTORE_ID_MAX];
-        jobstore_new_id("batch_req_", id, sizeof id);
-        add_result(b, l->custom_id, true,
-                   batch_line_output(id, l->custom_id, 200, l->request_id, body, NULL, NULL));
-    }
-    drop_line(br, k, failed); /* an error stops its other prompts */
-    commit_soon(br, b);
-}
-
-/* An engine event for one of line l's ids (the bridge's callback: l is alive). */
-static void line_event(void *ctx, struct req_event *ev)
-{
-    struct br_line *l = ctx;
-    struct batchrun *br = l->br;
-    const int32_t k = find_line(br, l->base_id);
-    CHECK(k >= 0 && br->lines[k] == l); /* registered ids belong to tracked lines */
-    if (ev->finish != REQ_FINISH_NONE) br->s->m.finished[ev->finish]++;
-    const int32_t pi = (int32_t)(ev->req_id - l->base_id);
-    free(cmpl_resp_event(l->resp, pi, ev, NULL)); /* not streaming: nothing to send */
-    if (cmpl_resp_done(l->resp) || cmpl_resp_error(l->resp)) finish_line(br, k);
 }
 
 /* ---- claims and feeding ---- */
@@ -591,9 +361,9 @@ static bool engine_ready(const struct batchrun *br)
 
 /* Claim more when what is claimed and not started runs low: enough to keep about
  * one and a half times batch_max_in_flight leased (at least one more than runs), so
- * the engine never waits for a claim, and no more, so that a replica that dies strands little (its leases must
- * run out first) and replicas share a batch evenly. One claim at a time, for the
- * oldest batch that may have something to claim. */
+ * the engine never waits for a claim, and no more, so that a replica that dies
+ * strands little (its leases must run out first) and replicas share a batch evenly.
+ * One claim at a time, for the oldest batch that may have something to claim. */
 static void claim_more(struct batchrun *br)
 {
     if (br->claiming || !engine_ready(br)) return;
@@ -663,14 +433,14 @@ void batchrun_feed(struct batchrun *br)
         while (br->n_reqs < max && looked < BR_FEED_MAX && !br->store_failed &&
                b->i_queue < b->n_queue) {
             struct jobstore_request *r = &b->queue[b->i_queue++];
-            start_line(br, b, r);
+            batchrun_line_start(br, b, r);
             free(r->custom_id); /* started: the line has its own copies */
             free(r->body);
             r->custom_id = r->body = NULL;
             looked++;
         }
         if (b->n_queue && b->i_queue == b->n_queue) queue_clear(b);
-        commit_soon(br, b); /* lines the API refused */
+        batchrun_commit_soon(br, b); /* lines the API refused */
     }
     claim_more(br);
 }
@@ -923,7 +693,7 @@ void batchrun_tick(struct batchrun *br)
         if (b->phase == BR_RUN && b->expires_at && now_s >= b->expires_at && !br->store_failed)
             begin_expire(br, b);
         renew_due(br, b);
-        commit_soon(br, b);
+        batchrun_commit_soon(br, b);
         try_close(br, b);
     }
     scan_due(br);
@@ -940,7 +710,7 @@ void batchrun_stop(struct batchrun *br)
         if (b->phase == BR_RUN) {
             b->phase = BR_END; /* not ended: given back, for others to run */
             b->end_cancel = false;
-            drop_batch_lines(br, b);
+            batchrun_line_drop_batch(br, b);
             queue_clear(b);
             try_close(br, b);
         }
@@ -1007,7 +777,7 @@ void batchrun_destroy(struct batchrun *br)
 {
     if (!br) return;
     CHECK(br->n_checks == 0); /* the loop ran until its work was done */
-    while (br->n_lines) drop_line(br, br->n_lines - 1, false);
+    while (br->n_lines) batchrun_line_drop(br, br->n_lines - 1, false);
     while (br->head) untrack(br, br->head);
     storeq_destroy(br->q);
     if (br->own_js) jobstore_close(br->js);
