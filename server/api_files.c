@@ -118,14 +118,9 @@ static void upload_data(struct exch *x, const char *data, size_t len)
     files_upload_write(x->ctx, data, len);
 }
 
-/* The body will not end (the client left, a timeout, the drain, bad framing): the
- * store's upload goes now, with nothing of it left. */
-static void upload_abort(struct exch *x)
-{
-    files_upload_destroy(x->ctx);
-    x->ctx = NULL;
-}
-
+/* The exchange is done, or its body will not end (the client left, a timeout, the
+ * drain, bad framing: body_abort): an upload not finished goes now, with nothing of
+ * it left in the store. */
 static void upload_dispose(struct exch *x)
 {
     files_upload_destroy(x->ctx);
@@ -158,7 +153,7 @@ static void files_upload(struct exch *x)
     }
     x->body_data = upload_data;
     x->body_end = upload_end;
-    x->body_abort = upload_abort;
+    x->body_abort = upload_dispose;
 }
 
 /* ---- GET /v1/files ---- */

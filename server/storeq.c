@@ -15,7 +15,6 @@
 #include "util.h"
 
 #include <stdlib.h>
-#include <time.h>
 
 struct storeq {
     uv_loop_t *loop;
@@ -31,18 +30,11 @@ struct storeq {
     uv_timer_t timer;               /* inline: runs the head at the next iteration */
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void run_work(struct storeq *q, struct storeq_job *j)
 {
-    const double t0 = now_s();
+    const double t0 = time_now();
     j->work(q->js, j);
-    j->work_s = now_s() - t0;
+    j->work_s = time_now() - t0;
 }
 
 static void start(struct storeq *q);
